@@ -1,0 +1,29 @@
+# Quick start: `make demo` (set up + main job on defaults), `make test` (set up + test suite).
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: setup demo test bench-ceiling bench-overhead clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/tensortune demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench-ceiling: setup
+	$(PY) bench/ceiling.py
+
+bench-overhead: setup
+	$(PY) bench/overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

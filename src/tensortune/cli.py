@@ -1,0 +1,267 @@
+"""The ``tensortune`` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+#: The main job's built-in workload: ResNet-18 layer C6 (AutoTVM paper, Table 1).
+DEMO_OP, DEMO_SHAPE = "conv2d", (28, 28, 128, 128, 3, 1, 1)
+DEMO_TIME_BUDGET, DEMO_TRIALS, DEMO_TUNER = 180.0, 400, "genetic"
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, no usage dump
+        raise UsageError(message)
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{s} must be positive")
+    return v
+
+
+def _positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{s} must be positive")
+    return v
+
+
+def _parse_shape(text: str) -> list[int]:
+    vals = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            vals.append(int(part))
+        except ValueError:
+            raise UsageError(f"--shape: {part!r} is not an integer (expected comma-separated integers)") from None
+    return vals
+
+
+def _check_db_path(path: str, must_exist: bool) -> None:
+    """Reject an unusable database path before anything is written."""
+    if os.path.isdir(path):
+        raise UsageError(f"--db {path}: is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--db {path}: folder {parent} does not exist")
+    if must_exist and not os.path.exists(path):
+        raise UsageError(f"--db {path}: no such database")
+    if os.path.exists(path) and not os.access(path, os.R_OK):
+        raise UsageError(f"--db {path}: not readable")
+    if not must_exist and not os.access(parent if not os.path.exists(path) else path, os.W_OK):
+        raise UsageError(f"--db {path}: not writable")
+
+
+def _open_db(path: str, readonly: bool = False) -> Any:
+    from .database import Database, DatabaseError
+
+    try:
+        return Database(path, readonly=readonly)
+    except DatabaseError as e:
+        raise UsageError(str(e)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    from .task.ops import OPS
+    from .tuners import TUNERS
+
+    p = _Parser(prog="tensortune", description="Auto-tune tensor programs on Apache TVM.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("tune-op", help="tune one operator")
+    t.add_argument("op", help=f"one of {', '.join(OPS)}")
+    t.add_argument("--shape", required=True, help="comma-separated shape values, e.g. matmul M,N,K; conv2d H,W,IC,OC,K,S,P")
+    t.add_argument("--tuner", default="random", help=f"one of {', '.join(TUNERS)}")
+    t.add_argument("--trials", type=_positive_int, required=True, help="trial budget for this task and tuner")
+    t.add_argument("--time-budget", type=_positive_float, default=None, help="stop after this many seconds")
+    t.add_argument("--early-stopping", type=_positive_int, default=None, help="stop after N trials without improvement")
+    t.add_argument("--batch-size", type=_positive_int, default=None)
+    t.add_argument("--db", required=True, help="SQLite database file (created if missing)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--json", action="store_true", help="print one JSON object")
+    t.add_argument("--no-progress", action="store_true")
+
+    b = sub.add_parser("best", help="best stored config of each task")
+    b.add_argument("--db", required=True)
+    b.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("export", help="export records as JSON lines")
+    e.add_argument("--db", required=True)
+    e.add_argument("-o", "--output", default="-", help="file (default: standard output)")
+
+    i = sub.add_parser("import", help="import JSON-lines records")
+    i.add_argument("--db", required=True)
+    i.add_argument("input", help="JSON-lines file")
+
+    d = sub.add_parser("demo", help="the main job on defaults: tune ResNet-18 C6 and compare with PyTorch")
+    d.add_argument("--time-budget", type=_positive_float, default=DEMO_TIME_BUDGET)
+    d.add_argument("--trials", type=_positive_int, default=DEMO_TRIALS)
+    d.add_argument("--tuner", default=DEMO_TUNER)
+    d.add_argument("--db", default="tensortune_demo.db")
+    d.add_argument("--seed", type=int, default=0)
+    return p
+
+
+# ---------------------------------------------------------------- commands
+def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: str, seed: int,
+          time_budget: float | None, early_stopping: int | None, batch_size: int | None,
+          progress: bool) -> Any:
+    from .measure import Measurer
+    from .task import OpError, Task
+    from .tuners import DEFAULT_BATCH_SIZE, TUNERS, get_tuner
+    from .utils.progress import ProgressBar
+
+    if tuner_name not in TUNERS:
+        raise UsageError(f"unknown tuner {tuner_name!r}; known tuners: {', '.join(TUNERS)}")
+    try:
+        task = Task.from_op(op, shape)
+    except OpError as e:
+        raise UsageError(str(e)) from None
+    _check_db_path(db_path, must_exist=False)
+    db = _open_db(db_path)
+    tuner = get_tuner(tuner_name, task, seed=seed, batch_size=batch_size or DEFAULT_BATCH_SIZE)
+    bar = ProgressBar(trials, desc=f"{tuner_name} {task.name}", disable=not progress)
+    try:
+        with Measurer() as m:
+            res = tuner.tune(trials, m, early_stopping=early_stopping, time_budget=time_budget,
+                             callbacks=[bar], database=db)
+    finally:
+        bar.close()
+        db.close()
+    return res
+
+
+def cmd_tune_op(a: argparse.Namespace) -> int:
+    """``tensortune tune-op``."""
+    res = _tune(a.op, _parse_shape(a.shape), a.tuner, a.trials, a.db, a.seed, a.time_budget,
+                a.early_stopping, a.batch_size, progress=not (a.no_progress or a.json))
+    out = res.to_json()
+    if a.json:
+        print(json.dumps(out))
+    else:
+        lat = f"{out['best_latency_ms']:.4f} ms" if out["best_latency_ms"] is not None else "none"
+        print(f"{out['task']}: best {lat}, {out['best_gflops']:.1f} GFLOPS after {out['trials_measured']} trials "
+              f"this run (stopped: {out['stop_reason']}); errors {out['errors'] or 'none'}")
+        if out["best_config"] is not None:
+            print(f"best config: {json.dumps(out['best_config'])}")
+    return 0
+
+
+def cmd_best(a: argparse.Namespace) -> int:
+    """``tensortune best``."""
+    _check_db_path(a.db, must_exist=True)
+    db = _open_db(a.db, readonly=True)
+    rows = []
+    for task, trial in db.best_all():
+        t = json.loads(task.task_json)
+        rows.append({"workload_key": task.workload_key, "task": f"{t['op']}({','.join(f'{k}={v}' for k, v in t['args'].items())})",
+                     "best_config": trial.config, "best_latency_ms": trial.cost * 1e3,
+                     "best_gflops": task.flops / trial.cost / 1e9, "tuner": trial.tuner, "trials": db.count(task.workload_key)})
+    db.close()
+    if a.json:
+        print(json.dumps(rows))
+    else:
+        for r in rows:
+            print(f"{r['task']:<55} {r['best_latency_ms']:10.4f} ms {r['best_gflops']:8.1f} GFLOPS  ({r['trials']} trials, {r['tuner']})")
+        if not rows:
+            print("no verified trials stored")
+    return 0
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    """``tensortune export``."""
+    from .database import export_jsonl
+
+    _check_db_path(a.db, must_exist=True)
+    db = _open_db(a.db, readonly=True)
+    try:
+        n = export_jsonl(db, sys.stdout if a.output == "-" else a.output)
+    finally:
+        db.close()
+    print(f"exported {n} records", file=sys.stderr)
+    return 0
+
+
+def cmd_import(a: argparse.Namespace) -> int:
+    """``tensortune import``."""
+    from .database import DatabaseError, import_jsonl
+
+    if not os.path.isfile(a.input):
+        raise UsageError(f"{a.input}: no such file")
+    _check_db_path(a.db, must_exist=False)
+    db = _open_db(a.db)
+    try:
+        tasks, trials = import_jsonl(db, a.input)
+    except DatabaseError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        db.close()
+    print(f"imported {tasks} tasks and {trials} trials")
+    return 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    """The main job: tune ResNet-18 C6 for a few minutes; GFLOPS before/after next to PyTorch."""
+    from .measure import MeasureInput, Measurer
+    from .task import Task
+    from .utils.libs import library_latency
+
+    task = Task.from_op(DEMO_OP, DEMO_SHAPE)
+    print(f"tensortune demo: {task.name} (ResNet-18 C6), {a.tuner} tuner, up to {a.trials} trials "
+          f"or {a.time_budget:.0f} s, database {a.db}")
+    res = _tune(DEMO_OP, DEMO_SHAPE, a.tuner, a.trials, a.db, a.seed, a.time_budget, None, None, progress=True)
+    with Measurer() as m:
+        threads = m.options.threads
+        naive_task = Task.from_op(DEMO_OP, DEMO_SHAPE, template="none")
+        naive = m.measure([MeasureInput(naive_task, naive_task.default_config())])[0]
+        default = m.measure([MeasureInput(task, task.default_config())])[0]
+        best = m.measure([MeasureInput(task, res.best_config)])[0] if res.best_config is not None else None
+    lib, lib_s = library_latency(task, threads)
+    gf = lambda s: task.flops / s / 1e9  # noqa: E731
+    rows = [("TVM, no schedule (naive loops)", naive.cost if naive.ok else float("inf")),
+            ("tensortune template default (untuned)", default.cost),
+            (f"tensortune tuned ({res.trials_measured} trials this run)", best.cost if best and best.ok else float("inf")),
+            (f"{lib} ({threads} threads)", lib_s)]
+    print(f"\n{'':44} {'latency':>12} {'GFLOPS':>9} {'vs ' + lib:>10}")
+    for name, s in rows:
+        if s == float("inf"):
+            print(f"{name:44} {'failed':>12}")
+            continue
+        print(f"{name:44} {s * 1e3:9.3f} ms {gf(s):9.1f} {lib_s / s:9.2f}x")
+    return 0
+
+
+COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import, "demo": cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tensortune`` console script."""
+    try:
+        a = build_parser().parse_args(argv)
+        return COMMANDS[a.cmd](a)
+    except UsageError as e:
+        print(f"tensortune: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tensortune: interrupted; measured trials are in the database, rerun to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

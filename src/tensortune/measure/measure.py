@@ -1,0 +1,188 @@
+"""Builder and runner: compile candidates in parallel, then time them one at a time.
+
+Both keep their worker processes alive across batches. Every candidate ends as a
+:class:`MeasureResult`; a crash, hang or wrong answer costs that candidate only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ..space import Config
+from .options import MeasureOptions
+from .pool import Worker
+from .result import BuildResult, ErrorKind, MeasureResult
+from .worker import build_candidate, init_worker, run_candidate
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """A candidate: a task and one config of its space."""
+
+    task: Any
+    config: Config
+
+
+def _task_json(task: Any) -> str:
+    return json.dumps(task.to_json(), sort_keys=True)
+
+
+class LocalBuilder:
+    """Compiles candidates in ``n_parallel`` persistent worker processes."""
+
+    def __init__(self, options: MeasureOptions | None = None) -> None:
+        self.options = options or MeasureOptions()
+        self._dir = tempfile.mkdtemp(prefix="tensortune-build-")
+        self._log = open(os.path.join(self._dir, "workers.log"), "ab")  # TVM's warnings go here, not the terminal
+        self._workers = [Worker(init_worker, (tuple(self.options.imports), None), self._log)
+                         for _ in range(max(1, self.options.n_parallel))]
+        self._pool = ThreadPoolExecutor(len(self._workers))
+        self._started = False
+
+    def start(self) -> None:
+        """Start every worker now (in parallel)."""
+        if not self._started:
+            list(self._pool.map(lambda w: w.start(), self._workers))
+            self._started = True
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        """Build a batch; the results are in input order."""
+        self.start()
+        jobs = [(_task_json(i.task), i.config.to_json()["knobs"]) for i in inputs]
+        results: list[BuildResult | None] = [None] * len(jobs)
+        todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for k in range(len(jobs)):
+            todo.put(k)
+
+        def lane(worker: Worker) -> None:  # each worker takes the next candidate when free
+            while True:
+                try:
+                    k = todo.get_nowait()
+                except queue.Empty:
+                    return
+                results[k] = self._build_one(worker, *jobs[k])
+
+        list(self._pool.map(lane, self._workers))
+        return [r for r in results if r is not None]
+
+    def _build_one(self, worker: Worker, task_json: str, knobs: dict[str, Any]) -> BuildResult:
+        t0 = time.perf_counter()
+        out = worker.call(build_candidate, (task_json, knobs, self._dir), self.options.build_timeout)
+        dt = time.perf_counter() - t0
+        if out.status == "ok":
+            kind, path, msg, secs = out.value
+            return BuildResult(path, ErrorKind(kind), msg, secs)
+        if out.status == "timeout":
+            return BuildResult(None, ErrorKind.BUILD_TIMEOUT, "build " + out.message, dt)
+        if out.status == "crash":
+            return BuildResult(None, ErrorKind.COMPILE, "builder crashed: " + out.message, dt)
+        return BuildResult(None, ErrorKind.UNKNOWN, out.message, dt)
+
+    def close(self) -> None:
+        """Stop the workers and remove build artifacts."""
+        for w in self._workers:
+            w.close()
+        self._pool.shutdown(wait=False)
+        self._log.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class LocalRunner:
+    """Times built candidates one at a time in a separate persistent process."""
+
+    def __init__(self, options: MeasureOptions | None = None) -> None:
+        self.options = options or MeasureOptions()
+        self._log = tempfile.TemporaryFile()
+        self._worker = Worker(init_worker, (tuple(self.options.imports), self.options.threads), self._log)
+
+    def start(self) -> None:
+        """Start the runner process now."""
+        self._worker.start()
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
+            on_result: Callable[[MeasureInput, MeasureResult], None] | None = None,
+            check_correctness: bool | None = None) -> list[MeasureResult]:
+        """Run each successfully built candidate; build errors pass through as results.
+
+        ``on_result`` is called as each candidate completes (to commit it at once).
+        """
+        opts = self.options.runner_opts()
+        if check_correctness is not None:
+            opts["check_correctness"] = check_correctness
+        out = []
+        for inp, b in zip(inputs, builds):
+            r = self._run_one(inp, b, opts)
+            out.append(r)
+            if on_result is not None:
+                on_result(inp, r)
+        return out
+
+    def _run_one(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> MeasureResult:
+        now, threads = time.time(), self.options.threads
+        if b.error is not ErrorKind.NONE or b.artifact is None:
+            return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads)
+        t0 = time.perf_counter()
+        res = self._worker.call(run_candidate, (_task_json(inp.task), b.artifact, opts), self.options.run_timeout)
+        dt = time.perf_counter() - t0
+        try:
+            os.remove(b.artifact)
+        except OSError:
+            pass
+        if res.status == "ok":
+            kind, costs, msg, got_threads, timed = res.value
+            r = MeasureResult(costs, ErrorKind(kind), msg, b.build_time, dt, now, got_threads or threads)
+            r.extra["timed_s"] = timed
+            if opts["check_correctness"] and r.ok:
+                r.extra["verified"] = True
+            return r
+        kind, msg = {
+            "timeout": (ErrorKind.RUN_TIMEOUT, "run " + res.message),
+            "crash": (ErrorKind.RUNTIME, "candidate crashed the runner: " + res.message),
+        }.get(res.status, (ErrorKind.UNKNOWN, res.message))
+        return MeasureResult([], kind, msg, b.build_time, dt, now, threads)
+
+    def close(self) -> None:
+        """Stop the runner process."""
+        self._worker.close()
+        self._log.close()
+
+
+class Measurer:
+    """Builder + runner pair: ``measure(batch)`` builds all in parallel, then runs one by one."""
+
+    def __init__(self, options: MeasureOptions | None = None) -> None:
+        self.options = options or MeasureOptions()
+        self.builder = LocalBuilder(self.options)
+        self.runner = LocalRunner(self.options)
+
+    def start(self) -> None:
+        """Start all worker processes."""
+        self.builder.start()
+        self.runner.start()
+
+    def measure(self, inputs: Sequence[MeasureInput],
+                on_result: Callable[[MeasureInput, MeasureResult], None] | None = None) -> list[MeasureResult]:
+        """Build then run ``inputs`` (``on_result`` as each completes)."""
+        return self.runner.run(inputs, self.builder.build(inputs), on_result)
+
+    def verify(self, inp: MeasureInput) -> MeasureResult:
+        """Build and run one candidate with the correctness check forced on."""
+        return self.runner.run([inp], self.builder.build([inp]), check_correctness=True)[0]
+
+    def close(self) -> None:
+        """Stop every worker process."""
+        self.builder.close()
+        self.runner.close()
+
+    def __enter__(self) -> "Measurer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

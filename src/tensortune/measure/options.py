@@ -1,0 +1,37 @@
+"""Measurement settings: the one place their defaults are declared."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..target import cpu_count
+
+
+@dataclass
+class MeasureOptions:
+    """How candidates are built and timed.
+
+    ``number`` runs make one repeat (raised until a repeat lasts ``min_repeat_ms``);
+    ``repeat`` repeats give the costs whose median is reported; ``cooldown_ms`` pauses
+    between repeats; ``flush_cache`` flushes the CPU caches before each repeat;
+    ``threads`` is the kernel's thread count (TVM_NUM_THREADS of the runner process);
+    ``check_correctness`` compares every candidate's output with the reference first.
+    """
+
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: int = 40
+    cooldown_ms: int = 0
+    flush_cache: bool = False
+    check_correctness: bool = True
+    seed: int = 0
+    threads: int = field(default_factory=cpu_count)
+    build_timeout: float = 30.0
+    run_timeout: float = 30.0
+    n_parallel: int = field(default_factory=cpu_count)
+    imports: tuple[str, ...] = ()
+
+    def runner_opts(self) -> dict[str, Any]:
+        """The settings the runner worker needs."""
+        d = asdict(self)
+        return {k: d[k] for k in ("number", "repeat", "min_repeat_ms", "cooldown_ms", "flush_cache", "check_correctness", "seed")}

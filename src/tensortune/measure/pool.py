@@ -1,0 +1,74 @@
+"""A persistent worker process with a hard timeout, on TVM's ``PopenWorker``.
+
+``PopenWorker`` keeps one Python process alive across calls (TVM takes seconds to import)
+and restarts it after a crash. Its own timeout is answered by a thread inside the child,
+which cannot run while native code holds the interpreter; a watchdog here kills the child
+``grace`` seconds after the deadline, so a hung candidate always ends.
+"""
+from __future__ import annotations
+
+import threading
+from typing import IO, Any, Callable
+
+from tvm.support.popen_pool import PopenWorker
+
+#: Seconds past the deadline before the parent kills a child that did not answer.
+KILL_GRACE = 3.0
+
+
+class CallOutcome:
+    """What a call returned, or how it failed: ``"ok"``, ``"timeout"``, ``"crash"``, ``"error"``."""
+
+    __slots__ = ("status", "value", "message")
+
+    def __init__(self, status: str, value: Any = None, message: str = "") -> None:
+        self.status, self.value, self.message = status, value, message
+
+
+class Worker:
+    """One persistent child process; ``call`` never raises for faults of the callee."""
+
+    def __init__(self, initializer: Callable[..., None] | None = None, initargs: tuple = (),
+                 log: IO[Any] | None = None) -> None:
+        self._w = PopenWorker(initializer, initargs, stdout=log, stderr=log)
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the process now (and run the initializer) instead of at the first call."""
+        self.call(_noop, (), timeout=600.0)
+
+    def call(self, fn: Callable[..., Any], args: tuple, timeout: float) -> CallOutcome:
+        """Run ``fn(*args)`` in the child with a deadline of ``timeout`` seconds."""
+        with self._lock:
+            fired = threading.Event()
+
+            def kill() -> None:
+                fired.set()
+                self._w.kill()
+
+            dog = threading.Timer(timeout + KILL_GRACE, kill)
+            dog.daemon = True
+            try:
+                self._w.send(fn, args, None, timeout)
+                dog.start()
+                value = self._w.recv()
+                return CallOutcome("ok", value)
+            except TimeoutError:
+                return CallOutcome("timeout", message=f"exceeded {timeout:g} s")
+            except ChildProcessError:
+                if fired.is_set():
+                    return CallOutcome("timeout", message=f"exceeded {timeout:g} s (killed)")
+                return CallOutcome("crash", message="the worker process died (segfault, abort or exit)")
+            except Exception as e:  # noqa: BLE001 - an exception raised by fn, re-raised here
+                lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+                return CallOutcome("error", message=(lines[-1] if lines else type(e).__name__)[:2000])
+            finally:
+                dog.cancel()
+
+    def close(self) -> None:
+        """Stop the child process."""
+        self._w.kill()
+
+
+def _noop() -> None:
+    return None

@@ -1,0 +1,121 @@
+"""Functions that run inside the builder and runner worker processes.
+
+They take and return plain data (JSON text, paths, lists of floats, error tuples), import
+TVM once per process and cache each task (and its inputs and reference output) by key.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+import traceback
+import uuid
+from typing import Any
+
+_TASKS: dict[str, Any] = {}
+_DATA: dict[str, tuple[list[Any], Any]] = {}
+
+
+def init_worker(imports: tuple[str, ...] = (), threads: int | None = None) -> None:
+    """Worker start-up: pin the thread count, import TVM, the templates and plug-in modules."""
+    if threads:
+        os.environ["TVM_NUM_THREADS"] = str(threads)
+    import tvm  # noqa: F401
+
+    from ..templates import get_template
+
+    get_template("generic")  # registers the built-in templates
+    for name in imports:
+        importlib.import_module(name)
+
+
+def _task(task_json: str) -> Any:
+    from ..task import Task
+
+    t = _TASKS.get(task_json)
+    if t is None:
+        t = Task.from_json(json.loads(task_json))
+        _TASKS[task_json] = t
+    return t
+
+
+def _short(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:2000]
+
+
+def build_candidate(task_json: str, knobs: dict[str, Any], out_dir: str) -> tuple[str, Any, str, float]:
+    """Schedule, compile and export one candidate.
+
+    Returns ``(error_kind, artifact_path, message, seconds)`` with error_kind ``"none"``,
+    ``"instantiation"`` (the template rejected the config) or ``"compile"``.
+    """
+    import tvm
+
+    from ..target import make_target
+
+    t0 = time.perf_counter()
+    try:
+        task = _task(task_json)
+        config = task.space.config_from_json({"knobs": knobs})
+        mod = task.instantiate(config)
+    except Exception as e:  # noqa: BLE001 - every failure is a recorded result
+        return "instantiation", None, _short(e) + "\n" + traceback.format_exc(limit=3)[-1500:], time.perf_counter() - t0
+    try:
+        ex = tvm.compile(mod, target=make_target(task.target_json))
+        path = os.path.join(out_dir, f"{task.workload_key}_{config.index}_{uuid.uuid4().hex[:8]}.so")
+        ex.export_library(path)
+    except Exception as e:  # noqa: BLE001
+        return "compile", None, _short(e), time.perf_counter() - t0
+    return "none", path, "", time.perf_counter() - t0
+
+
+def _data(task: Any, seed: int) -> tuple[list[Any], Any]:
+    key = f"{task.workload_key}:{seed}"
+    if key not in _DATA:
+        inputs = task.make_inputs(seed)
+        _DATA.clear()  # keep one task's data resident
+        _DATA[key] = (inputs, task.reference(inputs))
+    return _DATA[key]
+
+
+def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]) -> tuple[str, list[float], str, int, float]:
+    """Load, check and time one built candidate.
+
+    Returns ``(error_kind, costs, message, threads, timed_seconds)``: error_kind ``"none"``,
+    ``"runtime"`` or ``"wrong_answer"``; costs in seconds, one per repeat; timed_seconds is
+    the wall time of the timing loop itself (the candidate's own timed runs).
+    """
+    import numpy as np
+    import tvm
+
+    from ..task.task import ATOL, RTOL
+
+    threads = int(os.environ.get("TVM_NUM_THREADS", "0") or 0)
+    try:
+        task = _task(task_json)
+        dev = tvm.cpu()
+        mod = tvm.runtime.load_module(artifact)
+        inputs, expected = _data(task, int(opts.get("seed", 0)))
+        args = [tvm.runtime.tensor(x, dev) for x in inputs]
+        out = tvm.runtime.tensor(task.output_buffer(), dev)
+        if opts.get("check_correctness", True):
+            mod["main"](*args, out)
+            got = out.numpy()
+            if got.shape != expected.shape or not np.allclose(got, expected, rtol=RTOL, atol=ATOL):
+                bad = np.abs(got.astype(np.float64) - expected) if got.shape == expected.shape else None
+                detail = f"max abs error {bad.max():.3g}" if bad is not None else f"shape {got.shape} != {expected.shape}"
+                return "wrong_answer", [], f"output does not match the reference ({detail})", threads, 0.0
+        timer = mod.time_evaluator(
+            "main", dev,
+            number=int(opts["number"]), repeat=int(opts["repeat"]), min_repeat_ms=int(opts["min_repeat_ms"]),
+            cooldown_interval_ms=int(opts["cooldown_ms"]),
+            f_preproc="cache_flush_cpu_non_first_arg" if opts.get("flush_cache") else "",
+        )
+        t0 = time.perf_counter()
+        costs = [float(c) for c in timer(*args, out).results]
+        timed = time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001
+        return "runtime", [], _short(e), threads, 0.0
+    return "none", costs, "", threads, timed

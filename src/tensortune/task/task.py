@@ -1,0 +1,233 @@
+"""Tasks: the tunable units (an op with shapes, or an arbitrary PrimFunc) on one target."""
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cached_property
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..space import Config, ConfigSpace
+from ..target import host_target_json, target_key
+from .ops import OpError, conv_out, get_op
+
+#: Relative / absolute tolerance of the correctness check (float32, reductions up to ~5k terms).
+RTOL, ATOL = 1e-3, 1e-3
+
+
+class Task:
+    """A tunable unit: its PrimFunc, target, space, FLOPs, key, kernel class and features.
+
+    Build one with :meth:`from_op` (an op name and its shape) or :meth:`from_primfunc`.
+    Everything is derived from ``(op, args, target, template, func)``, so a task survives a
+    JSON round trip (:meth:`to_json` / :meth:`from_json`) into a worker process.
+    """
+
+    def __init__(self, op: str, args: dict[str, int], target: dict[str, Any] | None = None,
+                 template: str | None = None, func_json: str | None = None,
+                 kernel_class: str | None = None) -> None:
+        self.op = op
+        self.args = dict(args)
+        self.target_json = dict(target or host_target_json())
+        self.func_json = func_json
+        if op == "primfunc":
+            if func_json is None:
+                raise OpError("a primfunc task needs its function")
+            self.template_name = template or "generic"
+            self._kernel_class = kernel_class or "generic"
+        else:
+            opdef = get_op(op)
+            self.args = opdef.parse_args(self.args)
+            self.template_name = template or opdef.template
+            self._kernel_class = kernel_class or opdef.kernel_class
+
+    # ---------------------------------------------------------------- constructors
+    @classmethod
+    def from_op(cls, op: str, shape: Sequence[int] | dict[str, int], target: dict[str, Any] | None = None,
+                template: str | None = None) -> "Task":
+        """Task of a named op (see :data:`tensortune.task.ops.OPS`) with its shape values."""
+        opdef = get_op(op)
+        return cls(op, opdef.parse_args(shape), target, template)
+
+    @classmethod
+    def from_primfunc(cls, func: Any, target: dict[str, Any] | None = None, template: str = "generic",
+                      kernel_class: str = "generic") -> "Task":
+        """Task of an arbitrary TIR PrimFunc (tuned with the generic space unless told otherwise)."""
+        import tvm
+
+        func = func.with_attr("global_symbol", "main") if func.attrs is None or "global_symbol" not in func.attrs else func
+        shapes = [[int(d) for d in b.shape] for b in param_buffers(func)]
+        args = {f"p{i}_d{j}": d for i, s in enumerate(shapes) for j, d in enumerate(s)}
+        return cls("primfunc", args, target, template, tvm.ir.save_json(func), kernel_class)
+
+    # ---------------------------------------------------------------- identity
+    def to_json(self) -> dict[str, Any]:
+        """Everything needed to rebuild the task in another process."""
+        d: dict[str, Any] = {"op": self.op, "args": self.args, "target": self.target_json,
+                             "template": self.template_name, "kernel_class": self._kernel_class}
+        if self.func_json is not None:
+            d["func"] = self.func_json
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Task":
+        """Inverse of :meth:`to_json`."""
+        return cls(d["op"], d["args"], d["target"], d.get("template"), d.get("func"), d.get("kernel_class"))
+
+    @cached_property
+    def workload_key(self) -> str:
+        """Stable id: a digest of op, shape, template, target and (for PrimFuncs) the function."""
+        ident = {"op": self.op, "args": self.args, "template": self.template_name,
+                 "target": json.loads(target_key(self.target_json))}
+        if self.func_json is not None:
+            ident["func"] = hashlib.sha256(self.func_json.encode()).hexdigest()
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
+
+    @property
+    def kernel_class(self) -> str:
+        """Pattern name, e.g. ``conv2d`` (later ``conv2d-add-relu``)."""
+        return self._kernel_class
+
+    @property
+    def name(self) -> str:
+        """Short human-readable name, e.g. ``conv2d(H=28,W=28,...)``."""
+        if self.op == "primfunc":
+            return f"primfunc[{self.workload_key[:8]}]"
+        return f"{self.op}(" + ",".join(f"{k}={v}" for k, v in self.args.items()) + ")"
+
+    def __repr__(self) -> str:
+        return f"Task({self.name}, key={self.workload_key})"
+
+    # ---------------------------------------------------------------- compute
+    def prim_func(self) -> Any:
+        """A fresh PrimFunc of the computation (inputs..., output)."""
+        import tvm
+        from tvm import te
+
+        if self.func_json is not None:
+            return tvm.ir.load_json(self.func_json)
+        return te.create_prim_func(get_op(self.op).compute(self.args))
+
+    @cached_property
+    def _signature(self) -> tuple[list[list[int]], list[str]]:
+        f = self.prim_func()
+        shapes, dtypes = [], []
+        for buf in param_buffers(f):
+            shapes.append([int(d) for d in buf.shape])
+            dtypes.append(str(buf.dtype))
+        return shapes, dtypes
+
+    @property
+    def arg_shapes(self) -> list[list[int]]:
+        """Shapes of the function's buffers, inputs first, output last."""
+        return self._signature[0]
+
+    @property
+    def out_shape(self) -> list[int]:
+        """Shape of the output buffer."""
+        return self.arg_shapes[-1]
+
+    @cached_property
+    def flops(self) -> float:
+        """Floating-point operations of one call."""
+        if self.op != "primfunc":
+            return get_op(self.op).flops(self.args)
+        from tvm.s_tir import analysis
+
+        try:
+            return float(analysis.estimate_tir_flops(self.prim_func()))
+        except Exception:
+            return float(np.prod(self.out_shape))
+
+    @cached_property
+    def features(self) -> dict[str, float]:
+        """Task features: the shape arguments (and output sizes) as numbers."""
+        feats = {k: float(v) for k, v in self.args.items()}
+        if self.op in ("conv2d", "depthwise_conv2d"):
+            a = self.args
+            feats["OH"] = float(conv_out(a["H"], a["K"], a["S"], a["P"]))
+            feats["OW"] = float(conv_out(a["W"], a["K"], a["S"], a["P"]))
+        feats["log_flops"] = float(np.log2(max(self.flops, 1.0)))
+        return feats
+
+    # ---------------------------------------------------------------- space
+    @property
+    def template(self) -> Any:
+        """The template that owns this task's space."""
+        from ..templates import get_template
+
+        return get_template(self.template_name)
+
+    @cached_property
+    def space(self) -> ConfigSpace:
+        """The task's search space."""
+        return self.template.space(self)
+
+    def default_config(self) -> Config:
+        """A sane untuned schedule (the template's choice, else the first valid config)."""
+        knobs = self.template.default_knobs(self, self.space)
+        if knobs is not None:
+            c = self.space.get(self.space.index_of(knobs))
+            if self.space.is_valid(c):
+                return c
+        return next(iter(self.space))
+
+    def instantiate(self, config: Config | dict[str, Any]) -> Any:
+        """The scheduled IRModule of ``config`` (raises on an impossible config)."""
+        if isinstance(config, dict):
+            config = self.space.config_from_json(config)
+        return self.template.apply(self, config)
+
+    # ---------------------------------------------------------------- data
+    def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Random inputs (all but the last buffer), reproducible from ``seed``."""
+        rng = np.random.default_rng(seed)
+        shapes, dtypes = self._signature
+        out = []
+        for s, dt in zip(shapes[:-1], dtypes[:-1]):
+            if dt.startswith("float"):
+                out.append(rng.uniform(-1, 1, size=s).astype(dt))
+            else:
+                out.append(rng.integers(0, 4, size=s).astype(dt))
+        return out
+
+    def output_buffer(self) -> np.ndarray:
+        """A zeroed array for the output."""
+        shapes, dtypes = self._signature
+        return np.zeros(shapes[-1], dtype=dtypes[-1])
+
+    @property
+    def has_numpy_reference(self) -> bool:
+        """True for named ops (PrimFunc tasks are checked against TVM's unscheduled build)."""
+        return self.op != "primfunc"
+
+    def reference(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        """Expected output for ``inputs`` (numpy for named ops)."""
+        if self.op == "primfunc":
+            return _unscheduled_output(self, inputs)
+        return np.asarray(get_op(self.op).reference(self.args, inputs), dtype=self.output_buffer().dtype)
+
+
+def param_buffers(func: Any) -> list[Any]:
+    """The buffers of a PrimFunc's parameters (TVM 0.27 params are buffers themselves)."""
+    out = []
+    for p in func.params:
+        if hasattr(p, "shape"):
+            out.append(p)
+        else:  # scalar or handle parameter
+            raise OpError(f"parameter {p} of the PrimFunc is not a buffer; only buffer parameters are supported")
+    return out
+
+
+def _unscheduled_output(task: Task, inputs: Sequence[np.ndarray]) -> np.ndarray:
+    import tvm
+
+    from ..target import make_target
+
+    ex = tvm.compile(tvm.IRModule({"main": task.prim_func()}), target=make_target(task.target_json))
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    out = tvm.runtime.tensor(task.output_buffer(), dev)
+    ex.mod["main"](*args, out)
+    return out.numpy()

@@ -1,0 +1,114 @@
+"""Template interface and registry.
+
+A template turns a task into a search space and applies one config of it to the task's
+PrimFunc with ``tvm.s_tir.Schedule``, giving the scheduled module to build.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+from ..space import Config, ConfigSpace
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+    from ..task.task import Task
+
+
+class TemplateError(ValueError):
+    """A template cannot schedule a task (unknown name, unsupported PrimFunc)."""
+
+
+class Template(ABC):
+    """Search space + schedule for a class of tasks."""
+
+    name: str = ""
+
+    @abstractmethod
+    def space(self, task: "Task") -> ConfigSpace:
+        """The task's search space."""
+
+    @abstractmethod
+    def apply(self, task: "Task", config: Config) -> "tvm.IRModule":
+        """Schedule the task's PrimFunc with ``config``; raises on an impossible config."""
+
+    def default_knobs(self, task: "Task", space: ConfigSpace) -> dict[str, Any] | None:
+        """Knob values of a sane untuned schedule (None: the space's first valid config)."""
+        return None
+
+
+TEMPLATES: dict[str, Template] = {}
+
+
+def register_template(t: Template) -> Template:
+    """Make ``t`` reachable by ``t.name`` (later registrations replace earlier ones)."""
+    TEMPLATES[t.name] = t
+    return t
+
+
+def get_template(name: str) -> Template:
+    """The template called ``name``."""
+    from . import conv2d, gemm, generic, depthwise  # noqa: F401  (register built-ins)
+
+    try:
+        return TEMPLATES[name]
+    except KeyError:
+        raise TemplateError(f"unknown template {name!r}; known: {', '.join(sorted(TEMPLATES))}") from None
+
+
+def schedule_of(task: "Task"):
+    """A fresh ``tvm.s_tir.Schedule`` over the task's PrimFunc."""
+    import tvm
+    import tvm.s_tir as st
+
+    return st.Schedule(tvm.IRModule({"main": task.prim_func()}))
+
+
+def annotate_unroll(sch: Any, loop: Any, config: Config) -> None:
+    """Apply the ``auto_unroll_max_step`` / ``unroll_explicit`` knobs to ``loop``."""
+    step = config.knobs.get("auto_unroll_max_step", 0)
+    if step:
+        sch.annotate(loop, "pragma_auto_unroll_max_step", int(step))
+        sch.annotate(loop, "pragma_unroll_explicit", int(config.knobs.get("unroll_explicit", 1)))
+
+
+def vector_lanes(task: "Task") -> int:
+    """float32 lanes of the widest vector register of the task's target."""
+    mcpu = str(task.target_json.get("mcpu", ""))
+    wide = ("skylake-avx512", "cascadelake", "icelake", "sapphirerapids", "znver4", "znver5", "tigerlake",
+            "cooperlake", "rocketlake", "emeraldrapids", "graniterapids")
+    return 16 if any(mcpu.startswith(w) for w in wide) else 8
+
+
+def vectorize_own_loop(sch: Any, block: Any, anchor: Any) -> None:
+    """Vectorise the innermost loop of ``block`` that lies below ``anchor`` (its compute-at loop).
+
+    After ``compute_at`` a unit-extent loop disappears, and the innermost loop of the block
+    can then be the anchor itself or one of its ancestors, which holds other work: never
+    vectorise those.
+    """
+    loops = sch.get_loops(block)
+    anchor_sref = sch.get_sref(anchor)
+    for i, lp in enumerate(loops):
+        if sch.get_sref(lp).same_as(anchor_sref):
+            if i + 1 < len(loops):
+                sch.vectorize(loops[-1])
+            return
+
+
+class NoScheduleTemplate(Template):
+    """The PrimFunc as TVM lowers it with no schedule at all (naive loops): a baseline."""
+
+    name = "none"
+
+    def space(self, task: "Task") -> ConfigSpace:
+        return ConfigSpace()
+
+    def apply(self, task: "Task", config: Config) -> "tvm.IRModule":
+        import tvm
+
+        return tvm.IRModule({"main": task.prim_func()})
+
+
+register_template(NoScheduleTemplate())

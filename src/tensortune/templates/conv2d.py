@@ -1,0 +1,96 @@
+"""Direct conv2d NCHW template for CPU (AutoTVM's x86 NCHWc schedule, packed inside the op).
+
+The register tile is ``xi`` output columns x ``fi`` output channels, channels vectorised,
+accumulated over the whole reduction (``tile_rc`` x kernel rows x kernel columns). The
+kernel block of each parallel channel tile is repacked to ``[rc, ry, rx, fi]`` (channels
+innermost, so the inner loop loads whole vectors) inside the parallel loop, and input
+values are broadcast, so strided convolutions need no data repacking. The padded input is
+materialised once by a parallel loop. Inputs and outputs stay NCHW / OIHW.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..space import Config, ConfigSpace
+from .base import Template, annotate_unroll, register_template, schedule_of, vector_lanes, vectorize_own_loop
+from .gemm import _pick
+
+MAX_ACCUMULATORS = 28
+
+
+def schedule_padding(sch: Any, name: str = "pad") -> None:
+    """Parallelise the padding stage over channels and vectorise its rows (if present)."""
+    try:
+        pad = sch.get_sblock(name)
+    except Exception:  # no padding stage (P = 0)
+        return
+    loops = sch.get_loops(pad)
+    sch.parallel(sch.fuse(*loops[:2]))
+    sch.vectorize(loops[-1])
+
+
+class Conv2dTemplate(Template):
+    """conv2d NCHW, any stride and padding (batch 1)."""
+
+    name = "conv2d"
+
+    def space(self, task: Any) -> ConfigSpace:
+        a = task.args
+        OC, OH, OW, IC = a["OC"], task.out_shape[2], task.out_shape[3], a["IC"]
+        lanes = vector_lanes(task)
+        s = ConfigSpace()
+        s.define_split("tile_f", OC, 3, max_innermost=4 * lanes)
+        s.define_split("tile_y", OH, 2, max_innermost=8)
+        s.define_split("tile_x", OW, 2, max_innermost=16)
+        s.define_split("tile_rc", IC, 2, max_innermost=64)
+        s.define_choice("unroll_kw", [1, 0])
+        s.define_unroll()
+        s.add_constraint("registers", lambda c: c["tile_x"][1] * -(-c["tile_f"][2] // lanes) <= MAX_ACCUMULATORS)
+        if OC % lanes == 0:
+            s.add_constraint("vector_lanes", lambda c: c["tile_f"][2] % lanes == 0)
+        return s
+
+    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+        lanes = vector_lanes(task)
+        OW, IC = task.out_shape[3], task.args["IC"]
+        xi = max(d for d in range(1, min(OW, 8) + 1) if OW % d == 0)
+        rci = max(d for d in range(1, min(IC, 16) + 1) if IC % d == 0)
+        return {
+            "tile_f": _pick(space, "tile_f", lambda e: (e[2] == lanes, e[1] == 1)),
+            "tile_y": _pick(space, "tile_y", lambda e: (e[1] == 1,)),
+            "tile_x": _pick(space, "tile_x", lambda e: (e[1] == xi,)),
+            "tile_rc": _pick(space, "tile_rc", lambda e: (e[1] == rci,)),
+            "unroll_kw": 0,
+            "auto_unroll_max_step": 16,
+            "unroll_explicit": 1,
+        }
+
+    def apply(self, task: Any, config: Config) -> Any:
+        sch = schedule_of(task)
+        block = sch.get_sblock("conv")
+        n, f, y, x, rc, ry, rx = sch.get_loops(block)
+        fo, fm, fi = sch.split(f, list(config["tile_f"]))
+        yo, yi = sch.split(y, list(config["tile_y"]))
+        xo, xi = sch.split(x, list(config["tile_x"]))
+        rco, rci = sch.split(rc, list(config["tile_rc"]))
+        sch.reorder(n, fo, yo, xo, fm, yi, rco, ry, rx, rci, xi, fi)
+        acc = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(acc, yi)
+        bf = config["tile_f"][2]
+        packed = sch.cache_read(block, 1, "global")
+        sch.transform_layout(packed, ("write", 0), lambda o, i, h, w: (o // bf, i, h, w, o % bf))
+        sch.compute_at(packed, fo)
+        vectorize_own_loop(sch, packed, fo)
+        par = sch.fuse(n, fo)
+        sch.parallel(par)
+        if config["unroll_kw"]:
+            sch.unroll(rx)
+        sch.unroll(xi)
+        sch.vectorize(fi)
+        annotate_unroll(sch, yo, config)  # the compute nest, not the kernel packing
+        sch.decompose_reduction(block, rco)
+        schedule_padding(sch)
+        return sch.mod
+
+
+register_template(Conv2dTemplate())

@@ -1,0 +1,59 @@
+"""Depthwise conv2d NCHW template for CPU: channels tiled, output rows vectorised."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..space import Config, ConfigSpace
+from .base import Template, annotate_unroll, register_template, schedule_of, vectorize_own_loop
+from .conv2d import schedule_padding
+from .gemm import _pick
+
+
+class DepthwiseTemplate(Template):
+    """Depthwise conv2d (one filter per channel, multiplier 1), any stride and padding."""
+
+    name = "depthwise_conv2d"
+
+    def space(self, task: Any) -> ConfigSpace:
+        C, OH, OW = task.args["C"], task.out_shape[2], task.out_shape[3]
+        s = ConfigSpace()
+        s.define_split("tile_c", C, 2, max_innermost=16)
+        s.define_split("tile_y", OH, 2, max_innermost=8)
+        s.define_split("tile_x", OW, 2, policy="power2", max_innermost=64)
+        s.define_choice("unroll_kw", [1, 0])
+        s.define_unroll()
+        return s
+
+    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+        return {
+            "tile_c": _pick(space, "tile_c", lambda e: (e[1] == 1,)),
+            "tile_y": _pick(space, "tile_y", lambda e: (e[1] == 1,)),
+            "tile_x": _pick(space, "tile_x", lambda e: (e[1] == 16, e[1])),
+            "unroll_kw": 1,
+            "auto_unroll_max_step": 16,
+            "unroll_explicit": 1,
+        }
+
+    def apply(self, task: Any, config: Config) -> Any:
+        sch = schedule_of(task)
+        block = sch.get_sblock("conv")
+        n, c, y, x, ry, rx = sch.get_loops(block)
+        co, ci = sch.split(c, list(config["tile_c"]))
+        yo, yi = sch.split(y, list(config["tile_y"]))
+        xo, xi = sch.split(x, list(config["tile_x"]))
+        sch.reorder(n, co, yo, xo, ci, yi, ry, rx, xi)
+        acc = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(acc, yi)
+        par = sch.fuse(n, co, yo)
+        sch.parallel(par)
+        if config["unroll_kw"]:
+            sch.unroll(rx)
+        sch.vectorize(xi)
+        vectorize_own_loop(sch, acc, yi)
+        annotate_unroll(sch, par, config)
+        sch.decompose_reduction(block, ry)
+        schedule_padding(sch)
+        return sch.mod
+
+
+register_template(DepthwiseTemplate())

@@ -1,0 +1,106 @@
+"""GEMM template for matmul, dense and batch_matmul on CPU.
+
+Structure (knob names as AutoTVM's x86 dense template): the output is tiled
+``tile_y`` = [yo, ym, yi] over rows and ``tile_x`` = [xo, xm, xi] over columns; ``yi x xi`` is
+the register tile (rows unrolled, columns vectorised), accumulated over the whole reduction
+(split ``tile_k`` = [ko, ki]) in a cache-write buffer before it is stored once. With
+``pack_b`` the block of B used by a column tile is copied into a contiguous
+``[xm, K, xi]`` buffer inside the parallel loop (the task's inputs stay as given).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..space import Config, ConfigSpace
+from .base import Template, annotate_unroll, register_template, schedule_of, vector_lanes, vectorize_own_loop
+
+#: Register budget: yi * ceil(xi / lanes) accumulators at most.
+MAX_ACCUMULATORS = 28
+
+
+class GemmTemplate(Template):
+    """C = A x B with an optional batch axis; B as [K, N] (matmul) or [N, K] (dense)."""
+
+    name = "gemm"
+
+    def space(self, task: Any) -> ConfigSpace:
+        M, N, K = task.args["M"], task.args["N"], task.args["K"]
+        lanes = vector_lanes(task)
+        s = ConfigSpace()
+        s.define_split("tile_y", M, 3, max_innermost=16)
+        s.define_split("tile_x", N, 3, max_innermost=8 * lanes)
+        s.define_split("tile_k", K, 2, max_innermost=64)
+        s.define_choice("pack_b", [1, 0])
+        s.define_unroll()
+
+        def registers(c: Config) -> bool:
+            return c["tile_y"][2] * -(-c["tile_x"][2] // lanes) <= MAX_ACCUMULATORS
+
+        s.add_constraint("registers", registers)
+        if N % lanes == 0:
+            s.add_constraint("vector_lanes", lambda c: c["tile_x"][2] % lanes == 0)
+        return s
+
+    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+        M, N, K = task.args["M"], task.args["N"], task.args["K"]
+        lanes = vector_lanes(task)
+        return {
+            "tile_y": _pick(space, "tile_y", lambda e: (e[2] == _largest_le(M, 4), e[1] == 1)),
+            "tile_x": _pick(space, "tile_x", lambda e: (e[2] == _largest_mult(N, lanes, 4 * lanes), e[1] == 1)),
+            "tile_k": _pick(space, "tile_k", lambda e: (e[1] == _largest_le(K, 4),)),
+            "pack_b": 1,
+            "auto_unroll_max_step": 64,
+            "unroll_explicit": 1,
+        }
+
+    def apply(self, task: Any, config: Config) -> Any:
+        sch = schedule_of(task)
+        block = sch.get_sblock("C")
+        loops = sch.get_loops(block)
+        batch, (i, j, k) = loops[:-3], loops[-3:]
+        yo, ym, yi = sch.split(i, list(config["tile_y"]))
+        xo, xm, xi = sch.split(j, list(config["tile_x"]))
+        ko, ki = sch.split(k, list(config["tile_k"]))
+        sch.reorder(*batch, xo, yo, ym, xm, ko, ki, yi, xi)
+        acc = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(acc, xm)
+        if config["pack_b"]:
+            packed = sch.cache_read(block, 1, "global")
+            bx = config["tile_x"][2]
+            if task.op == "dense":
+                sch.transform_layout(packed, ("write", 0), lambda n, kk: (n // bx, kk, n % bx))
+            elif task.op == "matmul":
+                sch.transform_layout(packed, ("write", 0), lambda kk, n: (n // bx, kk, n % bx))
+            else:
+                sch.transform_layout(packed, ("write", 0), lambda b, kk, n: (b, n // bx, kk, n % bx))
+            sch.compute_at(packed, xo)
+            if task.op != "dense":
+                vectorize_own_loop(sch, packed, xo)
+            par = sch.fuse(*batch, xo) if batch else xo
+        else:
+            par = sch.fuse(*batch, xo, yo)
+        sch.parallel(par)
+        sch.unroll(yi)
+        sch.vectorize(xi)
+        vectorize_own_loop(sch, acc, xm)
+        # on the compute nest only: unrolling the packing nest too makes builds explode
+        annotate_unroll(sch, ym if config["pack_b"] else par, config)
+        sch.decompose_reduction(block, ko)
+        return sch.mod
+
+
+def _largest_le(n: int, cap: int) -> int:
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def _largest_mult(n: int, lanes: int, cap: int) -> int:
+    cands = [d for d in range(lanes, min(n, cap) + 1, lanes) if n % d == 0]
+    return max(cands) if cands else _largest_le(n, cap)
+
+
+def _pick(space: ConfigSpace, name: str, score: Any) -> Any:
+    """The entity of knob ``name`` that maximises ``score`` (a tuple of booleans)."""
+    return max(space.knob(name).entities, key=lambda e: tuple(score(e)))
+
+
+register_template(GemmTemplate())

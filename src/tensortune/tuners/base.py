@@ -1,0 +1,161 @@
+"""The Tuner interface and the loop every tuner shares: propose, measure, record, update."""
+from __future__ import annotations
+
+import random
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..measure import ErrorKind, MeasureInput, MeasureResult, Measurer
+from ..space import Config
+
+#: Default batch size: candidates proposed, built and run per round.
+DEFAULT_BATCH_SIZE = 16
+
+Callback = Callable[["Tuner", Sequence[MeasureInput], Sequence[MeasureResult]], None]
+
+
+@dataclass
+class TuneResult:
+    """What one ``tune`` call produced."""
+
+    task: Any
+    best_config: Config | None
+    best_cost: float
+    trials_measured: int
+    errors: Counter
+    history: list[dict[str, float]] = field(default_factory=list)
+    stop_reason: str = ""
+    verified: bool = False
+
+    @property
+    def best_gflops(self) -> float:
+        """GFLOP/s of the best config (0 when none succeeded)."""
+        return self.task.flops / self.best_cost / 1e9 if self.best_config is not None and self.best_cost < float("inf") else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's machine-readable summary."""
+        return {
+            "task": self.task.name,
+            "workload_key": self.task.workload_key,
+            "best_config": self.best_config.to_json()["knobs"] if self.best_config is not None else None,
+            "best_latency_ms": self.best_cost * 1e3 if self.best_cost < float("inf") else None,
+            "best_gflops": self.best_gflops,
+            "trials_measured": self.trials_measured,
+            "errors": dict(self.errors),
+            "verified": self.verified,
+            "stop_reason": self.stop_reason,
+        }
+
+
+class Tuner(ABC):
+    """Base of every tuner: subclasses implement :meth:`next_batch` (and may refine :meth:`update`).
+
+    Bookkeeping shared by all: the set of visited config indices (measured in this run or
+    found in the database), the best config and cost, and an ``rng`` seeded from ``seed``.
+    """
+
+    name: str = ""
+
+    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        self.task = task
+        self.space = task.space
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.batch_size = batch_size
+        self.visited: set[int] = set()
+        self.best_config: Config | None = None
+        self.best_cost = float("inf")
+
+    # ------------------------------------------------------------ the interface
+    @abstractmethod
+    def next_batch(self, n: int) -> list[Config]:
+        """Up to ``n`` unvisited valid configs to measure next (empty: nothing left)."""
+
+    def update(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """Learn from measured configs (the base records them as visited and tracks the best)."""
+        for c, r in zip(configs, results):
+            self.visited.add(c.index)
+            if r.ok and r.cost < self.best_cost:
+                self.best_cost, self.best_config = r.cost, c
+
+    def load_history(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """Past records of this task (from the database); by default treated like an update."""
+        self.update(configs, results)
+
+    # ------------------------------------------------------------ the loop
+    def tune(
+        self,
+        n_trial: int,
+        measurer: Measurer,
+        early_stopping: int | None = None,
+        time_budget: float | None = None,
+        callbacks: Sequence[Callback] = (),
+        database: Any = None,
+    ) -> TuneResult:
+        """Measure up to ``n_trial`` configs; stop early on the time budget (seconds of wall
+        time) or after ``early_stopping`` trials without improvement, or when the space is
+        exhausted. With a database, trials already stored for the task are loaded first
+        (never measured again, and this tuner's stored trials count against ``n_trial``)
+        and every new trial is committed as it completes.
+        """
+        from .records import history_from_db, record_trial
+
+        start = time.perf_counter()
+        done_before = 0
+        if database is not None:
+            configs, results, done_before = history_from_db(database, self)
+            if configs:
+                self.load_history(configs, results)
+        errors: Counter = Counter()
+        history: list[dict[str, float]] = []
+        measured = 0
+        last_improve = 0
+        stop = "trials"
+        budget = max(0, n_trial - done_before)
+
+        def commit(inp: MeasureInput, res: MeasureResult) -> None:
+            if database is not None:
+                record_trial(database, self, inp, res)
+
+        while measured < budget:
+            if time_budget is not None and time.perf_counter() - start >= time_budget:
+                stop = "time_budget"
+                break
+            if early_stopping is not None and measured - last_improve >= early_stopping:
+                stop = "early_stopping"
+                break
+            batch = [c for c in self.next_batch(min(self.batch_size, budget - measured)) if c.index not in self.visited]
+            if not batch:
+                stop = "space_exhausted"
+                break
+            inputs = [MeasureInput(self.task, c) for c in batch]
+            results = measurer.measure(inputs, commit)
+            before = self.best_cost
+            self.update(batch, results)
+            for k, r in enumerate(results):
+                measured += 1
+                if r.error is not ErrorKind.NONE:
+                    errors[r.error.value] += 1
+                history.append({"trial": measured, "elapsed": time.perf_counter() - start,
+                                "cost": r.cost, "best": self.best_cost})
+            if self.best_cost < before:
+                last_improve = measured
+            for cb in callbacks:
+                cb(self, inputs, results)
+        verified = self._verify_best(measurer)
+        return TuneResult(self.task, self.best_config, self.best_cost, measured, errors, history, stop, verified)
+
+    def _verify_best(self, measurer: Measurer) -> bool:
+        """Check the best config's output against the reference before reporting it."""
+        if self.best_config is None:
+            return False
+        if measurer.options.check_correctness:
+            return True  # every ok result already matched the reference
+        res = measurer.verify(MeasureInput(self.task, self.best_config))
+        if not res.ok:
+            self.best_config, self.best_cost = None, float("inf")
+            return False
+        return True

@@ -1,0 +1,112 @@
+"""Baseline tuners: random, grid and genetic (AutoTVM's GATuner)."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..measure import MeasureResult
+from ..space import Config
+from .base import DEFAULT_BATCH_SIZE, Tuner
+
+
+class RandomTuner(Tuner):
+    """Uniform sampling without replacement."""
+
+    name = "random"
+
+    def next_batch(self, n: int) -> list[Config]:
+        return self.space.sample(self.rng, n, exclude=self.visited)
+
+
+class GridTuner(Tuner):
+    """Every valid config in index order."""
+
+    name = "grid"
+
+    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        super().__init__(task, seed, batch_size)
+        self._cursor = 0
+
+    def next_batch(self, n: int) -> list[Config]:
+        out: list[Config] = []
+        size = len(self.space)
+        while len(out) < n and self._cursor < size:
+            c = self.space.get(self._cursor)
+            self._cursor += 1
+            if c.index not in self.visited and self.space.is_valid(c):
+                out.append(c)
+        return out
+
+
+#: AutoTVM's GATuner defaults.
+GA_POP_SIZE, GA_ELITE_NUM, GA_MUTATION_PROB = 100, 3, 0.1
+
+
+class GeneticTuner(Tuner):
+    """Genetic algorithm over knob positions (AutoTVM's GATuner).
+
+    Each generation of ``pop_size`` genes is measured; the next keeps the ``elite_num`` best,
+    and fills the rest by score-proportional parent selection, uniform crossover and
+    per-knob mutation with probability ``mutation_prob``. Children already measured are
+    redrawn, so no config is measured twice.
+    """
+
+    name = "genetic"
+
+    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+                 pop_size: int = GA_POP_SIZE, elite_num: int = GA_ELITE_NUM,
+                 mutation_prob: float = GA_MUTATION_PROB) -> None:
+        super().__init__(task, seed, batch_size)
+        self.pop_size = min(pop_size, len(self.space))
+        self.elite_num = min(elite_num, self.pop_size)
+        self.mutation_prob = mutation_prob
+        self.scores: dict[int, float] = {}  # config index -> GFLOPS-like score (0 for failures)
+        self._pending: list[Config] = []
+        self._generation: list[Config] = []
+
+    def _score(self, r: MeasureResult) -> float:
+        return 1.0 / r.cost if r.ok else 0.0
+
+    def update(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        super().update(configs, results)
+        for c, r in zip(configs, results):
+            self.scores[c.index] = self._score(r)
+
+    def next_batch(self, n: int) -> list[Config]:
+        if not self._pending:
+            self._pending = self._next_generation()
+        out = [c for c in self._pending[:n] if c.index not in self.visited]
+        self._pending = self._pending[n:]
+        if len(out) < n:  # fill from a new generation or at random
+            more = self._next_generation() if not self._pending else []
+            out += [c for c in more if c.index not in self.visited and c not in out][: n - len(out)]
+            self._pending = [c for c in more if c not in out]
+        return out
+
+    def _next_generation(self) -> list[Config]:
+        measured = [(s, i) for i, s in self.scores.items()]
+        if len(measured) < self.pop_size:
+            return self.space.sample(self.rng, self.pop_size, exclude=self.visited)
+        measured.sort(reverse=True)
+        parents = [self.space.get(i) for _, i in measured[: self.pop_size]]
+        weights = [s for s, _ in measured[: self.pop_size]]
+        if sum(weights) <= 0:
+            weights = [1.0] * len(parents)
+        children: list[Config] = []
+        seen = set(self.visited)
+        tries = 0
+        while len(children) < self.pop_size - self.elite_num and tries < 20 * self.pop_size:
+            tries += 1
+            a, b = self.rng.choices(parents, weights=weights, k=2)
+            pa, pb = self.space.positions(a), self.space.positions(b)
+            pos = [pa[j] if self.rng.random() < 0.5 else pb[j] for j in range(len(pa))]
+            for j, k in enumerate(self.space.knobs):
+                if self.rng.random() < self.mutation_prob:
+                    pos[j] = self.rng.randrange(len(k))
+            c = self.space.from_positions(pos)
+            if c.index in seen or not self.space.is_valid(c):
+                continue
+            seen.add(c.index)
+            children.append(c)
+        if len(children) < self.pop_size - self.elite_num:
+            children += self.space.sample(self.rng, self.pop_size - self.elite_num - len(children), exclude=seen)
+        return children

@@ -1,0 +1,51 @@
+"""The same computation in the library a user would otherwise call (numpy, PyTorch), timed."""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+
+def _median_time(fn: Callable[[], Any], min_time: float = 0.2, repeat: int = 7) -> float:
+    fn()
+    fn()
+    n = 1
+    while True:  # calibrate so one repeat lasts >= min_time / repeat
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt >= min_time / repeat or n >= 1 << 16:
+            break
+        n *= 2
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        samples.append((time.perf_counter() - t0) / n)
+    return statistics.median(samples)
+
+
+def library_latency(task: Any, threads: int) -> tuple[str, float]:
+    """``(library name, median seconds)`` of the task's op in numpy (GEMMs) or PyTorch (convs)."""
+    inputs = task.make_inputs(0)
+    if task.op in ("matmul", "dense", "batch_matmul"):
+        from threadpoolctl import threadpool_limits
+
+        a, b = inputs
+        fn = (lambda: a @ b.T) if task.op == "dense" else (lambda: np.matmul(a, b))  # BLAS reads B^T in place
+        with threadpool_limits(threads):
+            return "numpy", _median_time(fn)
+    if task.op in ("conv2d", "depthwise_conv2d"):
+        import torch
+
+        torch.set_num_threads(threads)
+        x, w = (torch.from_numpy(t) for t in inputs)
+        s, p = task.args["S"], task.args["P"]
+        groups = task.args["C"] if task.op == "depthwise_conv2d" else 1
+        with torch.no_grad():
+            return "pytorch", _median_time(lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p, groups=groups))
+    raise ValueError(f"no library reference for {task.op}")

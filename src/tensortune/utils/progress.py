@@ -1,0 +1,27 @@
+"""A tqdm progress bar as a tuning callback: trials, current and best GFLOPS, errors, elapsed."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+class ProgressBar:
+    """Tuner callback showing trials done out of ``total`` with current/best GFLOPS and errors."""
+
+    def __init__(self, total: int, desc: str = "", disable: bool = False) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="trial", disable=disable, dynamic_ncols=True)
+        self.errors = 0
+
+    def __call__(self, tuner: Any, inputs: Sequence[Any], results: Sequence[Any]) -> None:
+        flops = tuner.task.flops
+        ok = [r.cost for r in results if r.ok]
+        self.errors += sum(not r.ok for r in results)
+        cur = flops / min(ok) / 1e9 if ok else 0.0
+        best = flops / tuner.best_cost / 1e9 if tuner.best_cost < float("inf") else 0.0
+        self.bar.set_postfix_str(f"cur {cur:.1f} GFLOPS, best {best:.1f} GFLOPS, errors {self.errors}")
+        self.bar.update(len(results))
+
+    def close(self) -> None:
+        """Finish the bar."""
+        self.bar.close()
