@@ -167,10 +167,11 @@ def cmd_best(a: argparse.Namespace) -> int:
     """``tensortune best``."""
     _check_db_path(a.db, must_exist=True)
     db = _open_db(a.db, readonly=True)
+    from .task import Task
+
     rows = []
     for task, trial in db.best_all():
-        t = json.loads(task.task_json)
-        rows.append({"workload_key": task.workload_key, "task": f"{t['op']}({','.join(f'{k}={v}' for k, v in t['args'].items())})",
+        rows.append({"workload_key": task.workload_key, "task": Task.from_json(json.loads(task.task_json)).name,
                      "best_config": trial.config, "best_latency_ms": trial.cost * 1e3,
                      "best_gflops": task.flops / trial.cost / 1e9, "tuner": trial.tuner, "trials": db.count(task.workload_key)})
     db.close()
@@ -200,16 +201,18 @@ def cmd_export(a: argparse.Namespace) -> int:
 
 def cmd_import(a: argparse.Namespace) -> int:
     """``tensortune import``."""
-    from .database import DatabaseError, import_jsonl
+    from .database import DatabaseError, import_records, read_jsonl
 
     if not os.path.isfile(a.input):
         raise UsageError(f"{a.input}: no such file")
     _check_db_path(a.db, must_exist=False)
-    db = _open_db(a.db)
     try:
-        tasks, trials = import_jsonl(db, a.input)
+        records = read_jsonl(a.input)  # validate everything before the database is touched
     except DatabaseError as e:
         raise UsageError(str(e)) from None
+    db = _open_db(a.db)
+    try:
+        tasks, trials = import_records(db, *records)
     finally:
         db.close()
     print(f"imported {tasks} tasks and {trials} trials")

@@ -32,13 +32,9 @@ def export_jsonl(db: Database, out: str | os.PathLike[str] | TextIO, workload_ke
     return len(lines)
 
 
-def import_jsonl(db: Database, src: str | os.PathLike[str] | TextIO) -> tuple[int, int]:
-    """Add the tasks and trials in ``src`` to ``db``; return (tasks added, trials added).
-
-    Trials already present (same workload key, config index, timestamp and tuner) are skipped.
-    All lines are validated before anything is written, then inserted in one transaction;
-    a malformed line raises :class:`DatabaseError` naming its line number.
-    """
+def read_jsonl(src: str | os.PathLike[str] | TextIO) -> tuple[list[TaskRecord], list[TrialRecord]]:
+    """Parse and validate every line of ``src``; a malformed line raises :class:`DatabaseError`
+    naming its line number."""
     tasks: list[TaskRecord] = []
     trials: list[TrialRecord] = []
     with _opened(src, "r") as stream:
@@ -57,6 +53,14 @@ def import_jsonl(db: Database, src: str | os.PathLike[str] | TextIO) -> tuple[in
                     raise ValueError(f"expected an object with kind 'task' or 'trial', got {kind!r}")
             except ValueError as e:  # json.JSONDecodeError is a ValueError
                 raise DatabaseError(f"{name}, line {lineno}: {e}") from None
+    return tasks, trials
+
+
+def import_records(db: Database, tasks: list[TaskRecord], trials: list[TrialRecord]) -> tuple[int, int]:
+    """Insert records in one transaction; return (tasks added, trials added).
+
+    Trials already present (same workload key, config index, timestamp and tuner) are skipped.
+    """
 
     def insert(con: sqlite3.Connection) -> tuple[int, int]:
         n_tasks = sum(db._insert_task(con, t) for t in tasks)
@@ -70,3 +74,9 @@ def import_jsonl(db: Database, src: str | os.PathLike[str] | TextIO) -> tuple[in
         return n_tasks, n_trials
 
     return db._write(insert)
+
+
+def import_jsonl(db: Database, src: str | os.PathLike[str] | TextIO) -> tuple[int, int]:
+    """Add the tasks and trials in ``src`` to ``db``: all lines are validated before anything
+    is written (:func:`read_jsonl`), then inserted in one transaction (:func:`import_records`)."""
+    return import_records(db, *read_jsonl(src))

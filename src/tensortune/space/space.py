@@ -129,6 +129,8 @@ class ConfigSpace:
 
     def from_positions(self, pos: Sequence[int]) -> Config:
         """The config whose knobs sit at entity positions ``pos``."""
+        if len(pos) != len(self.knobs) or any(not 0 <= p < len(k) for p, k in zip(pos, self.knobs)):
+            raise IndexError(f"positions {list(pos)} do not fit knob sizes {self.dims}")
         idx, mul = 0, 1
         for k, p in zip(self.knobs, pos):
             idx += p * mul

@@ -100,13 +100,14 @@ class GenericTemplate(Template):
             acc = sch.cache_write(block, 0, "global")
             sch.reverse_compute_at(acc, lo)
             vectorize_own_loop(sch, acc, lo)
-            sch.decompose_reduction(block, reduce[0])
         sch.vectorize(li)
         par_loops = (outer_sp + [lo])[:depth] if depth else []
         top = sch.fuse(*par_loops) if len(par_loops) > 1 else (par_loops[0] if par_loops else sch.get_loops(block)[0])
         if par_loops:
             sch.parallel(top)
         annotate_unroll(sch, top, config)
+        if reduce:  # last: vectorize/parallel need the block whole
+            sch.decompose_reduction(block, reduce[0])
         return sch.mod
 
 

@@ -1,0 +1,86 @@
+"""Builder and runner: results, the error taxonomy under injected faults, worker recovery."""
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import pytest
+
+from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, Measurer
+from tensortune.task import Task
+
+HERE = os.path.dirname(__file__)
+
+
+@pytest.fixture(scope="module")
+def measurer():
+    # the workers import the fault plug-in; they inherit PYTHONPATH from this process
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([HERE] + ([old] if old else []))
+    sys.path.insert(0, HERE)
+    import fault_plugin  # noqa: F401  (register the template here too, for the space)
+
+    opts = MeasureOptions(build_timeout=4.0, run_timeout=4.0, imports=("fault_plugin",), repeat=2, min_repeat_ms=5)
+    m = Measurer(opts)
+    yield m
+    m.close()
+    sys.path.remove(HERE)
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+def faulty(fault: str) -> MeasureInput:
+    task = Task("matmul", {"M": 16, "N": 24, "K": 8}, template="faulty")
+    return MeasureInput(task, task.space.config_from_json({"knobs": {"fault": fault}}))
+
+
+def test_real_configs_measure_and_verify(measurer):
+    task = Task.from_op("matmul", [64, 64, 64])
+    configs = [task.default_config()] + task.space.sample(random.Random(0), 3)
+    results = measurer.measure([MeasureInput(task, c) for c in configs])
+    assert len(results) == 4
+    r = results[0]
+    assert r.ok and r.error is ErrorKind.NONE and r.extra["verified"]
+    assert len(r.costs) == 2 and all(c > 0 for c in r.costs)
+    assert r.cost == sorted(r.costs)[1] or r.cost == sum(r.costs) / 2
+    assert r.threads == measurer.options.threads and r.build_time > 0 and r.run_time > 0
+    assert r.extra["timed_s"] > 0
+
+
+EXPECTED = {
+    "raise": ErrorKind.INSTANTIATION,
+    "compile_error": ErrorKind.COMPILE,
+    "build_hang": ErrorKind.BUILD_TIMEOUT,
+    "build_crash": ErrorKind.COMPILE,
+    "segfault": ErrorKind.RUNTIME,
+    "abort": ErrorKind.RUNTIME,
+    "run_hang": ErrorKind.RUN_TIMEOUT,
+    "wrong": ErrorKind.WRONG_ANSWER,
+}
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+def test_fault_is_a_result_and_measurement_goes_on(measurer, fault):
+    batch = [faulty("none"), faulty(fault), faulty("none")]
+    results = measurer.measure(batch)
+    assert [r.ok for r in results] == [True, False, True], [(r.error, r.error_msg) for r in results]
+    bad = results[1]
+    assert bad.error is EXPECTED[fault], bad.error_msg
+    assert bad.error_msg
+    assert bad.cost == float("inf")
+
+
+def test_every_fault_in_one_batch(measurer):
+    batch = [faulty(f) for f in EXPECTED] + [faulty("none")]
+    results = measurer.measure(batch)
+    assert [r.error for r in results] == list(EXPECTED.values()) + [ErrorKind.NONE]
+
+
+def test_unchecked_runs_skip_the_reference_but_verify_checks(measurer):
+    inp = faulty("wrong")
+    res = measurer.runner.run([inp], measurer.builder.build([inp]), check_correctness=False)[0]
+    assert res.ok and "verified" not in res.extra
+    assert measurer.verify(inp).error is ErrorKind.WRONG_ANSWER

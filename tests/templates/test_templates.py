@@ -1,0 +1,144 @@
+"""Every template builds correct kernels: default and sampled configs, compiled in-process."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+import tensortune.target
+from tensortune.task import Task
+from tensortune.templates import Template, TemplateError, get_template
+
+N_SAMPLES = 6
+
+OP_CASES = {
+    "matmul": ("matmul", (32, 48, 64)),
+    "dense": ("dense", (32, 48, 64)),
+    "batch_matmul": ("batch_matmul", (2, 16, 24, 32)),
+    "conv2d": ("conv2d", (10, 10, 8, 16, 3, 1, 1)),
+    "conv2d-stride2": ("conv2d", (11, 11, 4, 8, 3, 2, 1)),
+    "conv2d-1x1": ("conv2d", (8, 8, 8, 16, 1, 1, 0)),
+    "conv2d-odd-channels": ("conv2d", (9, 9, 3, 12, 3, 1, 1)),
+    "depthwise": ("depthwise_conv2d", (12, 12, 8, 3, 1, 1)),
+    "depthwise-stride2": ("depthwise_conv2d", (13, 13, 6, 3, 2, 1)),
+}
+
+
+def add_relu_primfunc():
+    a = te.placeholder((6, 20), name="A")
+    b = te.placeholder((6, 20), name="B")
+    s = te.compute((6, 20), lambda i, j: a[i, j] + b[i, j], name="S")
+    r = te.compute((6, 20), lambda i, j: te.max(s[i, j], 0.0), name="R")
+    return te.create_prim_func([a, b, r])
+
+
+def matmul_primfunc():
+    a = te.placeholder((10, 12), name="A")
+    b = te.placeholder((12, 7), name="B")
+    k = te.reduce_axis((0, 12), name="k")
+    c = te.compute((10, 7), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return te.create_prim_func([a, b, c])
+
+
+def run_config(task: Task, config, inputs: list[np.ndarray]) -> np.ndarray:
+    """Schedule, compile and run one config in-process; return its output."""
+    ex = tvm.compile(task.instantiate(config), target=tensortune.target.make_target(task.target_json))
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    out = tvm.runtime.tensor(task.output_buffer(), dev)
+    ex.mod["main"](*args, out)
+    return out.numpy()
+
+
+def check_configs(task: Task, n_samples: int = N_SAMPLES, seed: int = 0) -> dict[int, str]:
+    """Default + sampled configs: each builds a correct kernel or raises (recorded, returned).
+
+    A wrong answer fails the test at once; so does an error on the default config.
+    """
+    inputs = task.make_inputs(0)
+    expected = task.reference(inputs)
+    default = task.default_config()
+    assert task.space.is_valid(default)
+    np.testing.assert_allclose(run_config(task, default, inputs), expected, rtol=1e-3, atol=1e-3,
+                               err_msg=f"default config {default}")
+    samples = task.space.sample(random.Random(seed), n_samples, exclude={default.index})
+    assert len(samples) == n_samples and all(task.space.is_valid(c) for c in samples)
+    errors: dict[int, str] = {}
+    for c in samples:
+        try:
+            got = run_config(task, c, inputs)
+        except Exception as e:  # noqa: BLE001 - a build error is a recorded result, not a failure
+            errors[c.index] = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            continue
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3, err_msg=f"config {c}")
+    return errors
+
+
+@pytest.mark.parametrize("case", sorted(OP_CASES))
+def test_op_templates_default_and_samples_correct(case: str) -> None:
+    op, shape = OP_CASES[case]
+    task = Task.from_op(op, shape)
+    check_configs(task)
+
+
+def test_generic_template_elementwise_primfunc() -> None:
+    task = Task.from_primfunc(add_relu_primfunc())
+    assert task.template_name == "generic"
+    errors = check_configs(task)
+    assert not errors, errors  # the elementwise space has no impossible config
+
+
+def test_generic_template_reduction_primfunc() -> None:
+    task = Task.from_primfunc(matmul_primfunc())
+    check_configs(task)
+
+
+def test_generic_template_whole_small_space_correct() -> None:
+    a = te.placeholder((3, 5), name="A")
+    out = te.compute((3, 5), lambda i, j: a[i, j] * 2.0 + 1.0, name="O")
+    task = Task.from_primfunc(te.create_prim_func([a, out]))
+    inputs = task.make_inputs(1)
+    expected = inputs[0] * 2.0 + 1.0
+    configs = list(task.space)
+    assert len(configs) == len(task.space) > 1
+    for c in configs:
+        np.testing.assert_allclose(run_config(task, c, inputs), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,shape", [("matmul", (7, 13, 5)), ("conv2d", (9, 9, 3, 5, 3, 2, 1)),
+                                      ("depthwise_conv2d", (7, 7, 3, 3, 1, 1))])
+def test_none_template_is_correct(op: str, shape) -> None:
+    task = Task.from_op(op, shape, template="none")
+    assert len(task.space) == 1
+    inputs = task.make_inputs(0)
+    np.testing.assert_allclose(run_config(task, task.default_config(), inputs), task.reference(inputs),
+                               rtol=1e-3, atol=1e-3)
+
+
+def test_knob_names_follow_autotvm() -> None:
+    names = lambda t: [k.name for k in t.space.knobs]  # noqa: E731
+    gemm = names(Task.from_op("matmul", (32, 48, 64)))
+    conv = names(Task.from_op("conv2d", (10, 10, 8, 16, 3, 1, 1)))
+    for n in ("tile_y", "tile_x", "tile_k", "auto_unroll_max_step", "unroll_explicit"):
+        assert n in gemm
+    for n in ("tile_f", "tile_y", "tile_x", "tile_rc", "auto_unroll_max_step", "unroll_explicit"):
+        assert n in conv
+
+
+def test_template_splits_cover_the_task_axes() -> None:
+    t = Task.from_op("matmul", (32, 48, 64))
+    c = t.space.get(t.space.index_of(t.default_config().knobs))
+    assert np.prod(c["tile_y"]) == 32 and np.prod(c["tile_x"]) == 48 and np.prod(c["tile_k"]) == 64
+
+
+def test_get_template() -> None:
+    for name in ("gemm", "conv2d", "depthwise_conv2d", "generic", "none"):
+        t = get_template(name)
+        assert isinstance(t, Template) and t.name == name
+    with pytest.raises(TemplateError):
+        get_template("nope")
+    with pytest.raises(TemplateError):
+        Task.from_op("matmul", (4, 4, 4), template="nope").space
