@@ -21,24 +21,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{s} must be positive")
-    return v
+def _positive(cast: type) -> Any:
+    """An argparse type: ``cast(text)``, which must be > 0."""
+
+    def parse(s: str) -> Any:
+        try:
+            v = cast(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{s!r} is not a{'n integer' if cast is int else ' number'}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"{s} must be positive")
+        return v
+
+    return parse
 
 
-def _positive_float(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{s} must be positive")
-    return v
+_positive_int, _positive_float = _positive(int), _positive(float)
 
 
 def _parse_shape(text: str) -> list[int]:
@@ -156,7 +154,8 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         lat = f"{out['best_latency_ms']:.4f} ms" if out["best_latency_ms"] is not None else "none"
-        print(f"{out['task']}: best {lat}, {out['best_gflops']:.1f} GFLOPS after {out['trials_measured']} trials "
+        spread = f" (spread {100 * out['best_spread']:.1f}%)" if out["best_latency_ms"] is not None else ""
+        print(f"{out['task']}: best {lat}{spread}, {out['best_gflops']:.1f} GFLOPS after {out['trials_measured']} trials "
               f"this run (stopped: {out['stop_reason']}); errors {out['errors'] or 'none'}")
         if out["best_config"] is not None:
             print(f"best config: {json.dumps(out['best_config'])}")

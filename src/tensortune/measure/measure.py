@@ -5,7 +5,6 @@ Both keep their worker processes alive across batches. Every candidate ends as a
 """
 from __future__ import annotations
 
-import json
 import os
 import queue
 import shutil
@@ -30,10 +29,6 @@ class MeasureInput:
     config: Config
 
 
-def _task_json(task: Any) -> str:
-    return json.dumps(task.to_json(), sort_keys=True)
-
-
 class LocalBuilder:
     """Compiles candidates in ``n_parallel`` persistent worker processes."""
 
@@ -55,7 +50,7 @@ class LocalBuilder:
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         """Build a batch; the results are in input order."""
         self.start()
-        jobs = [(_task_json(i.task), i.config.to_json()["knobs"]) for i in inputs]
+        jobs = [(i.task.json_text, i.config.to_json()["knobs"]) for i in inputs]
         results: list[BuildResult | None] = [None] * len(jobs)
         todo: queue.SimpleQueue[int] = queue.SimpleQueue()
         for k in range(len(jobs)):
@@ -129,7 +124,7 @@ class LocalRunner:
         if b.error is not ErrorKind.NONE or b.artifact is None:
             return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads)
         t0 = time.perf_counter()
-        res = self._worker.call(run_candidate, (_task_json(inp.task), b.artifact, opts), self.options.run_timeout)
+        res = self._worker.call(run_candidate, (inp.task.json_text, b.artifact, opts), self.options.run_timeout)
         dt = time.perf_counter() - t0
         try:
             os.remove(b.artifact)

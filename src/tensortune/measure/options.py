@@ -26,7 +26,7 @@ class MeasureOptions:
     check_correctness: bool = True
     seed: int = 0
     threads: int = field(default_factory=cpu_count)
-    build_timeout: float = 30.0
+    build_timeout: float = 20.0
     run_timeout: float = 30.0
     n_parallel: int = field(default_factory=cpu_count)
     imports: tuple[str, ...] = ()

@@ -70,6 +70,11 @@ class Task:
             d["func"] = self.func_json
         return d
 
+    @cached_property
+    def json_text(self) -> str:
+        """:meth:`to_json` as canonical JSON text (what worker processes receive)."""
+        return json.dumps(self.to_json(), sort_keys=True)
+
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Task":
         """Inverse of :meth:`to_json`."""
@@ -77,8 +82,9 @@ class Task:
 
     @cached_property
     def workload_key(self) -> str:
-        """Stable id: a digest of op, shape, template, target and (for PrimFuncs) the function."""
-        ident = {"op": self.op, "args": self.args, "template": self.template_name,
+        """Stable id: a digest of op, shape, template (and its version), target and (for
+        PrimFuncs) the function."""
+        ident = {"op": self.op, "args": self.args, "template": f"{self.template_name}@{self.template.version}",
                  "target": json.loads(target_key(self.target_json))}
         if self.func_json is not None:
             ident["func"] = hashlib.sha256(self.func_json.encode()).hexdigest()

@@ -24,6 +24,9 @@ class Template(ABC):
     """Search space + schedule for a class of tasks."""
 
     name: str = ""
+    #: Bumped whenever the space or the schedule changes: it is part of the workload key, so
+    #: records of an older space (whose config indices mean other configs) are never reused.
+    version: int = 1
 
     @abstractmethod
     def space(self, task: "Task") -> ConfigSpace:

@@ -16,6 +16,9 @@ from .base import Template, annotate_unroll, register_template, schedule_of, vec
 from .gemm import _pick
 
 MAX_ACCUMULATORS = 28
+#: auto_unroll_max_step choices: 512 unrolls whole reduction nests of big register tiles
+#: into thousands of FMAs that take LLVM 10-60 s to compile, for no speed (unroll_kw covers it).
+UNROLL_STEPS = (0, 16, 64)
 
 
 def schedule_padding(sch: Any, name: str = "pad") -> None:
@@ -33,6 +36,7 @@ class Conv2dTemplate(Template):
     """conv2d NCHW, any stride and padding (batch 1)."""
 
     name = "conv2d"
+    version = 2
 
     def space(self, task: Any) -> ConfigSpace:
         a = task.args
@@ -44,7 +48,7 @@ class Conv2dTemplate(Template):
         s.define_split("tile_x", OW, 2, max_innermost=16)
         s.define_split("tile_rc", IC, 2, max_innermost=64)
         s.define_choice("unroll_kw", [1, 0])
-        s.define_unroll()
+        s.define_unroll(UNROLL_STEPS)
         s.add_constraint("registers", lambda c: c["tile_x"][1] * -(-c["tile_f"][2] // lanes) <= MAX_ACCUMULATORS)
         if OC % lanes == 0:
             s.add_constraint("vector_lanes", lambda c: c["tile_f"][2] % lanes == 0)

@@ -29,6 +29,7 @@ class TuneResult:
     history: list[dict[str, float]] = field(default_factory=list)
     stop_reason: str = ""
     verified: bool = False
+    best_spread: float = 0.0  # (max - min) / median of the best config's repeats
 
     @property
     def best_gflops(self) -> float:
@@ -45,6 +46,7 @@ class TuneResult:
             "best_gflops": self.best_gflops,
             "trials_measured": self.trials_measured,
             "errors": dict(self.errors),
+            "best_spread": self.best_spread,
             "verified": self.verified,
             "stop_reason": self.stop_reason,
         }
@@ -68,6 +70,7 @@ class Tuner(ABC):
         self.visited: set[int] = set()
         self.best_config: Config | None = None
         self.best_cost = float("inf")
+        self.best_result: MeasureResult | None = None
 
     # ------------------------------------------------------------ the interface
     @abstractmethod
@@ -79,7 +82,7 @@ class Tuner(ABC):
         for c, r in zip(configs, results):
             self.visited.add(c.index)
             if r.ok and r.cost < self.best_cost:
-                self.best_cost, self.best_config = r.cost, c
+                self.best_cost, self.best_config, self.best_result = r.cost, c, r
 
     def load_history(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
         """Past records of this task (from the database); by default treated like an update."""
@@ -146,7 +149,8 @@ class Tuner(ABC):
             for cb in callbacks:
                 cb(self, inputs, results)
         verified = self._verify_best(measurer)
-        return TuneResult(self.task, self.best_config, self.best_cost, measured, errors, history, stop, verified)
+        spread = self.best_result.spread if self.best_result is not None and verified else 0.0
+        return TuneResult(self.task, self.best_config, self.best_cost, measured, errors, history, stop, verified, spread)
 
     def _verify_best(self, measurer: Measurer) -> bool:
         """Check the best config's output against the reference before reporting it."""
@@ -156,6 +160,6 @@ class Tuner(ABC):
             return True  # every ok result already matched the reference
         res = measurer.verify(MeasureInput(self.task, self.best_config))
         if not res.ok:
-            self.best_config, self.best_cost = None, float("inf")
+            self.best_config, self.best_cost, self.best_result = None, float("inf"), None
             return False
         return True

@@ -24,7 +24,7 @@ def ensure_task(db: Database, task: Any) -> None:
         db.add_task(TaskRecord(
             workload_key=task.workload_key, op=task.op, kernel_class=task.kernel_class,
             target=target_key(task.target_json), flops=float(task.flops),
-            task_json=json.dumps(task.to_json(), sort_keys=True), created=time.time(),
+            task_json=task.json_text, created=time.time(),
         ))
 
 
