@@ -15,6 +15,7 @@ bench/results/ceiling.db, not committed) makes an interrupted run resume.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -45,7 +46,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--db", default=str(RESULTS / "ceiling.db"))
     ap.add_argument("--name", default="ceiling")
+    ap.add_argument("--report-only", action="store_true", help="redo the table and plot from NAME.json")
     a = ap.parse_args()
+    if a.report_only:
+        saved = json.loads((RESULTS / f"{a.name}.json").read_text())
+        a.tuner, a.trials = saved["args"]["tuner"], saved["args"]["trials"]
+        report(saved["rows"], a, saved.get("total_s", float("nan")))
+        return
 
     work = load_workloads(a.groups.split(","))
     if a.only:
@@ -88,7 +95,8 @@ def main() -> None:
             rows.append(row)
             print(f"{name:7} {op:17} ours {row['ours_gflops']:7.1f} GFLOPS  {lib_name} {row['lib_gflops']:7.1f} GFLOPS  "
                   f"ratio {row['ratio']:.2f}  ({row['trials']} trials, {tune_s:.0f} s, {res.stop_reason})", flush=True)
-            save_json(a.name, {"machine": machine_info(), "args": vars(a), "rows": rows})
+            save_json(a.name, {"machine": machine_info(), "args": vars(a), "rows": rows,
+                               "total_s": time.perf_counter() - t_start})
     db.close()
     report(rows, a, time.perf_counter() - t_start)
 
@@ -121,7 +129,7 @@ def report(rows: list[dict], a: argparse.Namespace, total_s: float) -> None:
         ax.set_xticks(list(x), [r["name"] for r in rows], rotation=60)
         ax.set_ylabel("GFLOPS")
         ax.set_title(f"Search-space ceiling; median ratio on C1-C12 + MM = {med:.2f}")
-        ax.legend()
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
         fig.tight_layout()
         fig.savefig(RESULTS / f"{a.name}.png", dpi=110)
     except ImportError:

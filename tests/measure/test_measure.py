@@ -84,3 +84,13 @@ def test_unchecked_runs_skip_the_reference_but_verify_checks(measurer):
     res = measurer.runner.run([inp], measurer.builder.build([inp]), check_correctness=False)[0]
     assert res.ok and "verified" not in res.extra
     assert measurer.verify(inp).error is ErrorKind.WRONG_ANSWER
+
+
+def test_cache_flush_cooldown_and_thread_count_are_applied():
+    task = Task.from_op("matmul", [32, 48, 64])
+    opts = MeasureOptions(flush_cache=True, cooldown_ms=1, repeat=3, min_repeat_ms=2, threads=1)
+    with Measurer(opts) as m:
+        r = m.measure([MeasureInput(task, task.default_config())])[0]
+    assert r.ok, r.error_msg
+    assert len(r.costs) == 3
+    assert r.threads == 1  # the runner process ran with TVM_NUM_THREADS=1 and reported it

@@ -217,6 +217,19 @@ def test_genetic_first_generation_is_pop_size_random_configs() -> None:
     assert first == [c.index for c in space.sample(random.Random(5), 30)]
 
 
+def test_genetic_skips_configs_measured_elsewhere_without_losing_its_generation() -> None:
+    """Configs of the pending generation that got measured meanwhile (e.g. loaded from the
+    database) are skipped, and the batch is still filled from the same generation."""
+    space = plain_space()
+    ga = GeneticTuner(fake_task(space), seed=2, pop_size=30)
+    generation = [c.index for c in space.sample(random.Random(2), 30)]
+    first = [c.index for c in ga.next_batch(10)]
+    assert first == generation[:10]
+    ga.visited.update(generation[10:15])
+    second = [c.index for c in ga.next_batch(10)]
+    assert second == generation[15:25]
+
+
 def test_genetic_children_come_from_scored_parents() -> None:
     """After pop_size results, the next generation is made of unvisited, valid children whose
     every knob position comes from one of the parents that scored (mutation off)."""
@@ -243,7 +256,7 @@ def test_genetic_generation_size_respects_elites() -> None:
     ga = GeneticTuner(fake_task(space), seed=1, pop_size=12, elite_num=3)
     first = ga.next_batch(12)
     ga.update(first, [fake_result(c.index) for c in first])
-    gen = ga._next_generation()  # white box: one generation keeps the elites' slots
+    gen = ga._next_generation(ga.visited)  # white box: one generation keeps the elites' slots
     assert len(gen) == 12 - 3
     assert all(space.is_valid(c) and c.index not in ga.visited for c in gen)
     assert len({c.index for c in gen}) == len(gen)

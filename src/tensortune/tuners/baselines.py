@@ -61,7 +61,6 @@ class GeneticTuner(Tuner):
         self.mutation_prob = mutation_prob
         self.scores: dict[int, float] = {}  # config index -> GFLOPS-like score (0 for failures)
         self._pending: list[Config] = []
-        self._generation: list[Config] = []
 
     def _score(self, r: MeasureResult) -> float:
         return 1.0 / r.cost if r.ok else 0.0
@@ -72,27 +71,30 @@ class GeneticTuner(Tuner):
             self.scores[c.index] = self._score(r)
 
     def next_batch(self, n: int) -> list[Config]:
-        if not self._pending:
-            self._pending = self._next_generation()
-        out = [c for c in self._pending[:n] if c.index not in self.visited]
-        self._pending = self._pending[n:]
-        if len(out) < n:  # fill from a new generation or at random
-            more = self._next_generation() if not self._pending else []
-            out += [c for c in more if c.index not in self.visited and c not in out][: n - len(out)]
-            self._pending = [c for c in more if c not in out]
+        out: list[Config] = []
+        taken: set[int] = set()
+        while len(out) < n:
+            if not self._pending:
+                self._pending = self._next_generation(self.visited | taken)
+                if not self._pending:
+                    break  # the space is exhausted
+            c = self._pending.pop(0)
+            if c.index not in self.visited and c.index not in taken:
+                taken.add(c.index)
+                out.append(c)
         return out
 
-    def _next_generation(self) -> list[Config]:
+    def _next_generation(self, exclude: set[int]) -> list[Config]:
         measured = [(s, i) for i, s in self.scores.items()]
         if len(measured) < self.pop_size:
-            return self.space.sample(self.rng, self.pop_size, exclude=self.visited)
+            return self.space.sample(self.rng, self.pop_size, exclude=exclude)
         measured.sort(reverse=True)
         parents = [self.space.get(i) for _, i in measured[: self.pop_size]]
         weights = [s for s, _ in measured[: self.pop_size]]
         if sum(weights) <= 0:
             weights = [1.0] * len(parents)
         children: list[Config] = []
-        seen = set(self.visited)
+        seen = set(exclude)
         tries = 0
         while len(children) < self.pop_size - self.elite_num and tries < 20 * self.pop_size:
             tries += 1
