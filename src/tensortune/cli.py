@@ -254,12 +254,17 @@ COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "imp
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensortune`` console script."""
+    from .measure import WorkerStartError
+
     try:
         a = build_parser().parse_args(argv)
         return COMMANDS[a.cmd](a)
     except UsageError as e:
         print(f"tensortune: error: {e}", file=sys.stderr)
         return 2
+    except WorkerStartError as e:
+        print(f"tensortune: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("tensortune: interrupted; measured trials are in the database, rerun to resume", file=sys.stderr)
         return 130

@@ -94,3 +94,14 @@ def test_cache_flush_cooldown_and_thread_count_are_applied():
     assert r.ok, r.error_msg
     assert len(r.costs) == 3
     assert r.threads == 1  # the runner process ran with TVM_NUM_THREADS=1 and reported it
+
+
+def test_a_worker_that_cannot_start_raises_instead_of_failing_every_candidate():
+    from tensortune.measure import WorkerStartError
+
+    m = Measurer(MeasureOptions(imports=("tensortune_no_such_plugin",), n_parallel=1))
+    try:
+        with pytest.raises(WorkerStartError, match="tensortune_no_such_plugin"):
+            m.start()
+    finally:
+        m.close()

@@ -16,6 +16,10 @@ from tvm.support.popen_pool import PopenWorker
 KILL_GRACE = 3.0
 
 
+class WorkerStartError(RuntimeError):
+    """A worker process could not start (a broken environment, a plug-in that fails to import)."""
+
+
 class CallOutcome:
     """What a call returned, or how it failed: ``"ok"``, ``"timeout"``, ``"crash"``, ``"error"``."""
 
@@ -34,8 +38,14 @@ class Worker:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        """Start the process now (and run the initializer) instead of at the first call."""
-        self.call(_noop, (), timeout=600.0)
+        """Start the process now (and run the initializer) instead of at the first call.
+
+        Raises :class:`WorkerStartError` when it cannot start: a broken environment must not turn
+        into a tuning run where every candidate fails.
+        """
+        out = self.call(_noop, (), timeout=600.0)
+        if out.status != "ok":
+            raise WorkerStartError(f"could not start a worker process ({out.status}): {out.message}")
 
     def call(self, fn: Callable[..., Any], args: tuple, timeout: float) -> CallOutcome:
         """Run ``fn(*args)`` in the child with a deadline of ``timeout`` seconds."""
