@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from typing import Any, Sequence
 
@@ -228,19 +229,28 @@ def cmd_demo(a: argparse.Namespace) -> int:
     print(f"tensortune demo: {task.name} (ResNet-18 C6), {a.tuner} tuner, up to {a.trials} trials "
           f"or {a.time_budget:.0f} s, database {a.db}")
     res = _tune(DEMO_OP, DEMO_SHAPE, a.tuner, a.trials, a.db, a.seed, a.time_budget, None, None, progress=True)
+    rounds = 3  # interleaved, so drift of the machine hits every row alike; medians reported
+    runs: dict[str, list[float]] = {"default": [], "tuned": [], "lib": []}
     with Measurer() as m:
         threads = m.options.threads
         naive_task = Task.from_op(DEMO_OP, DEMO_SHAPE, template="none")
         naive = m.measure([MeasureInput(naive_task, naive_task.default_config())])[0]
-        default = m.measure([MeasureInput(task, task.default_config())])[0]
-        best = m.measure([MeasureInput(task, res.best_config)])[0] if res.best_config is not None else None
-    lib, lib_s = library_latency(task, threads)
+        for _ in range(rounds):
+            for key, cfg in (("default", task.default_config()), ("tuned", res.best_config)):
+                r = m.measure([MeasureInput(task, cfg)])[0] if cfg is not None else None
+                if r is not None and r.ok:
+                    runs[key].append(r.cost)
+            lib, lib_s = library_latency(task, threads)
+            runs["lib"].append(lib_s)
+    med = {k: statistics.median(v) if v else float("inf") for k, v in runs.items()}
+    lib_s = med["lib"]
     gf = lambda s: task.flops / s / 1e9  # noqa: E731
     rows = [("TVM, no schedule (naive loops)", naive.cost if naive.ok else float("inf")),
-            ("tensortune template default (untuned)", default.cost),
-            (f"tensortune tuned ({res.trials_measured} trials this run)", best.cost if best and best.ok else float("inf")),
+            ("tensortune template default (untuned)", med["default"]),
+            (f"tensortune tuned ({res.trials_measured} trials this run)", med["tuned"]),
             (f"{lib} ({threads} threads)", lib_s)]
-    print(f"\n{'':44} {'latency':>12} {'GFLOPS':>9} {'vs ' + lib:>10}")
+    print(f"\nmedians of {rounds} interleaved rounds (naive loops: one)")
+    print(f"{'':44} {'latency':>12} {'GFLOPS':>9} {'vs ' + lib:>10}")
     for name, s in rows:
         if s == float("inf"):
             print(f"{name:44} {'failed':>12}")

@@ -326,8 +326,9 @@ def test_tune_measures_exactly_n_distinct_configs(name: str, measurer, matmul_ta
     assert res.best_config.index in rec.indices
     assert res.best_cost == min(r.cost for r in rec.results)
     assert res.best_gflops == pytest.approx(matmul_task.flops / res.best_cost / 1e9)
-    if name == "grid":
-        assert rec.indices == [c.index for c in itertools.islice(matmul_task.space, 6)]
+    if name == "grid":  # the template default first, then index order, nothing skipped
+        d = matmul_task.default_config().index
+        assert rec.indices == [d] + [c.index for c in itertools.islice(matmul_task.space, 6) if c.index != d][:5]
 
 
 def test_best_is_verified_when_correctness_check_is_off(measurer, matmul_task) -> None:
@@ -382,3 +383,15 @@ def test_resume_from_database(name: str, measurer, matmul_task, tmp_path) -> Non
         assert third.best_config.index == best_stored.config_index
         assert third.best_cost == pytest.approx(best_stored.cost)
         assert third.verified
+
+
+def test_first_batch_measures_the_template_default_unless_told_not_to(matmul_task, measurer) -> None:
+    default = matmul_task.default_config().index
+    seen: list[int] = []
+    record = lambda tuner, inputs, results: seen.extend(i.config.index for i in inputs)  # noqa: E731
+    RandomTuner(matmul_task, seed=5, batch_size=4).tune(4, measurer, callbacks=[record])
+    plain = [c.index for c in RandomTuner(matmul_task, seed=5, batch_size=4).next_batch(4)]
+    assert seen == [default] + [i for i in plain if i != default][:3]
+    seen.clear()
+    RandomTuner(matmul_task, seed=5, batch_size=4, start_from_default=False).tune(4, measurer, callbacks=[record])
+    assert seen == plain

@@ -57,12 +57,16 @@ class Tuner(ABC):
 
     Bookkeeping shared by all: the set of visited config indices (measured in this run or
     found in the database), the best config and cost, and an ``rng`` seeded from ``seed``.
+    With ``start_from_default`` the template's default config is measured in the first
+    batch (when not measured yet), so a tuned result is never worse than the untuned one.
     """
 
     name: str = ""
 
-    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+                 start_from_default: bool = True) -> None:
         self.task = task
+        self.start_from_default = start_from_default
         self.space = task.space
         self.seed = seed
         self.rng = random.Random(seed)
@@ -130,7 +134,11 @@ class Tuner(ABC):
             if early_stopping is not None and measured - last_improve >= early_stopping:
                 stop = "early_stopping"
                 break
-            batch = [c for c in self.next_batch(min(self.batch_size, budget - measured)) if c.index not in self.visited]
+            size = min(self.batch_size, budget - measured)
+            first = self._unmeasured_default() if measured == 0 else None
+            lead = [first] if first is not None else []
+            batch = lead + [c for c in self.next_batch(size - len(lead))
+                            if c.index not in self.visited and (first is None or c.index != first.index)]
             if not batch:
                 stop = "space_exhausted"
                 break
@@ -151,6 +159,17 @@ class Tuner(ABC):
         verified = self._verify_best(measurer)
         spread = self.best_result.spread if self.best_result is not None and verified else 0.0
         return TuneResult(self.task, self.best_config, self.best_cost, measured, errors, history, stop, verified, spread)
+
+    def _unmeasured_default(self) -> Config | None:
+        """The template's default config, if asked for and not measured yet."""
+        make = getattr(self.task, "default_config", None)
+        if not self.start_from_default or make is None:
+            return None
+        try:
+            default = make()
+        except Exception:  # noqa: BLE001 - a template without a usable default: plain search
+            return None
+        return None if default.index in self.visited else default
 
     def _verify_best(self, measurer: Measurer) -> bool:
         """Check the best config's output against the reference before reporting it."""

@@ -22,8 +22,9 @@ class GridTuner(Tuner):
 
     name = "grid"
 
-    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
-        super().__init__(task, seed, batch_size)
+    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+                 start_from_default: bool = True) -> None:
+        super().__init__(task, seed, batch_size, start_from_default)
         self._cursor = 0
 
     def next_batch(self, n: int) -> list[Config]:
@@ -53,9 +54,9 @@ class GeneticTuner(Tuner):
     name = "genetic"
 
     def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
-                 pop_size: int = GA_POP_SIZE, elite_num: int = GA_ELITE_NUM,
+                 start_from_default: bool = True, pop_size: int = GA_POP_SIZE, elite_num: int = GA_ELITE_NUM,
                  mutation_prob: float = GA_MUTATION_PROB) -> None:
-        super().__init__(task, seed, batch_size)
+        super().__init__(task, seed, batch_size, start_from_default)
         self.pop_size = min(pop_size, len(self.space))
         self.elite_num = min(elite_num, self.pop_size)
         self.mutation_prob = mutation_prob
