@@ -3,15 +3,9 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-try:
-    import tensortune.database  # noqa: F401
-except ImportError:  # package not installed: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from tensortune.database import Database, DatabaseError, TaskRecord, TrialRecord, export_jsonl, import_jsonl
 

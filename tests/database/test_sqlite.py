@@ -8,16 +8,10 @@ import multiprocessing as mp
 import os
 import signal
 import sqlite3
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-try:
-    import tensortune.database  # noqa: F401
-except ImportError:  # package not installed: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from tensortune.database import Database, DatabaseError, TaskRecord, TrialRecord
 
