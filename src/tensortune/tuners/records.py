@@ -1,7 +1,6 @@
 """Glue between tuners and the database: store trials, load a task's history."""
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
