@@ -1,5 +1,5 @@
 # Quick start: `make demo` (set up + main job on defaults), `make test` (set up + test suite).
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
