@@ -107,7 +107,11 @@ class Task:
 
     # ---------------------------------------------------------------- compute
     def prim_func(self) -> Any:
-        """A fresh PrimFunc of the computation (inputs..., output)."""
+        """The PrimFunc of the computation (inputs..., output); built once, TVM IR is immutable."""
+        return self._prim_func
+
+    @cached_property
+    def _prim_func(self) -> Any:
         import tvm
         from tvm import te
 

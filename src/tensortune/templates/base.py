@@ -6,7 +6,7 @@ PrimFunc with ``tvm.s_tir.Schedule``, giving the scheduled module to build.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..space import Config, ConfigSpace
 
@@ -82,6 +82,23 @@ def vector_lanes(task: "Task") -> int:
     wide = ("skylake-avx512", "cascadelake", "icelake", "sapphirerapids", "znver4", "znver5", "tigerlake",
             "cooperlake", "rocketlake", "emeraldrapids", "graniterapids")
     return 16 if any(mcpu.startswith(w) for w in wide) else 8
+
+
+def largest_divisor_le(n: int, cap: int) -> int:
+    """The largest divisor of ``n`` that is at most ``cap``."""
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def largest_multiple_divisor(n: int, step: int, cap: int) -> int:
+    """The largest divisor of ``n`` that is a multiple of ``step`` and at most ``cap``
+    (else the largest divisor at most ``cap``)."""
+    cands = [d for d in range(step, min(n, cap) + 1, step) if n % d == 0]
+    return max(cands) if cands else largest_divisor_le(n, cap)
+
+
+def pick_entity(space: ConfigSpace, name: str, score: Callable[[Any], tuple]) -> Any:
+    """The entity of knob ``name`` that maximises ``score`` (a tuple of booleans/numbers)."""
+    return max(space.knob(name).entities, key=lambda e: tuple(score(e)))
 
 
 def vectorize_own_loop(sch: Any, block: Any, anchor: Any) -> None:

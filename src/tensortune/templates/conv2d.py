@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, annotate_unroll, register_template, schedule_of, vector_lanes, vectorize_own_loop
-from .gemm import _pick
+from .base import (Template, annotate_unroll, largest_divisor_le, pick_entity, register_template, schedule_of,
+                   vector_lanes, vectorize_own_loop)
 
 MAX_ACCUMULATORS = 28
 #: auto_unroll_max_step choices: 512 unrolls whole reduction nests of big register tiles
@@ -57,13 +57,12 @@ class Conv2dTemplate(Template):
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         lanes = vector_lanes(task)
         OW, IC = task.out_shape[3], task.args["IC"]
-        xi = max(d for d in range(1, min(OW, 8) + 1) if OW % d == 0)
-        rci = max(d for d in range(1, min(IC, 16) + 1) if IC % d == 0)
+        xi, rci = largest_divisor_le(OW, 8), largest_divisor_le(IC, 16)
         return {
-            "tile_f": _pick(space, "tile_f", lambda e: (e[2] == lanes, e[1] == 1)),
-            "tile_y": _pick(space, "tile_y", lambda e: (e[1] == 1,)),
-            "tile_x": _pick(space, "tile_x", lambda e: (e[1] == xi,)),
-            "tile_rc": _pick(space, "tile_rc", lambda e: (e[1] == rci,)),
+            "tile_f": pick_entity(space, "tile_f", lambda e: (e[2] == lanes, e[1] == 1)),
+            "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
+            "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == xi,)),
+            "tile_rc": pick_entity(space, "tile_rc", lambda e: (e[1] == rci,)),
             "unroll_kw": 0,
             "auto_unroll_max_step": 16,
             "unroll_explicit": 1,

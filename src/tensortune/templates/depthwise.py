@@ -4,9 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, annotate_unroll, register_template, schedule_of, vectorize_own_loop
+from .base import Template, annotate_unroll, pick_entity, register_template, schedule_of, vectorize_own_loop
 from .conv2d import schedule_padding
-from .gemm import _pick
 
 
 class DepthwiseTemplate(Template):
@@ -26,9 +25,9 @@ class DepthwiseTemplate(Template):
 
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         return {
-            "tile_c": _pick(space, "tile_c", lambda e: (e[1] == 1,)),
-            "tile_y": _pick(space, "tile_y", lambda e: (e[1] == 1,)),
-            "tile_x": _pick(space, "tile_x", lambda e: (e[1] == 16, e[1])),
+            "tile_c": pick_entity(space, "tile_c", lambda e: (e[1] == 1,)),
+            "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
+            "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == 16, e[1])),
             "unroll_kw": 1,
             "auto_unroll_max_step": 16,
             "unroll_explicit": 1,

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, annotate_unroll, register_template, schedule_of, vector_lanes, vectorize_own_loop
+from .base import (Template, annotate_unroll, largest_divisor_le, largest_multiple_divisor, pick_entity,
+                   register_template, schedule_of, vector_lanes, vectorize_own_loop)
 
 #: Register budget: yi * ceil(xi / lanes) accumulators at most.
 MAX_ACCUMULATORS = 28
@@ -45,9 +46,9 @@ class GemmTemplate(Template):
         M, N, K = task.args["M"], task.args["N"], task.args["K"]
         lanes = vector_lanes(task)
         return {
-            "tile_y": _pick(space, "tile_y", lambda e: (e[2] == _largest_le(M, 4), e[1] == 1)),
-            "tile_x": _pick(space, "tile_x", lambda e: (e[2] == _largest_mult(N, lanes, 4 * lanes), e[1] == 1)),
-            "tile_k": _pick(space, "tile_k", lambda e: (e[1] == _largest_le(K, 4),)),
+            "tile_y": pick_entity(space, "tile_y", lambda e: (e[2] == largest_divisor_le(M, 4), e[1] == 1)),
+            "tile_x": pick_entity(space, "tile_x", lambda e: (e[2] == largest_multiple_divisor(N, lanes, 4 * lanes), e[1] == 1)),
+            "tile_k": pick_entity(space, "tile_k", lambda e: (e[1] == largest_divisor_le(K, 4),)),
             "pack_b": 1,
             "auto_unroll_max_step": 64,
             "unroll_explicit": 1,
@@ -87,20 +88,6 @@ class GemmTemplate(Template):
         annotate_unroll(sch, ym if config["pack_b"] else par, config)
         sch.decompose_reduction(block, ko)
         return sch.mod
-
-
-def _largest_le(n: int, cap: int) -> int:
-    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
-
-
-def _largest_mult(n: int, lanes: int, cap: int) -> int:
-    cands = [d for d in range(lanes, min(n, cap) + 1, lanes) if n % d == 0]
-    return max(cands) if cands else _largest_le(n, cap)
-
-
-def _pick(space: ConfigSpace, name: str, score: Any) -> Any:
-    """The entity of knob ``name`` that maximises ``score`` (a tuple of booleans)."""
-    return max(space.knob(name).entities, key=lambda e: tuple(score(e)))
 
 
 register_template(GemmTemplate())

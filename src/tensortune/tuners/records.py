@@ -28,8 +28,7 @@ def ensure_task(db: Database, task: Any) -> None:
 
 
 def record_trial(db: Database, tuner: Any, inp: MeasureInput, res: MeasureResult) -> None:
-    """Commit one measured candidate."""
-    ensure_task(db, inp.task)
+    """Commit one measured candidate (its task must be stored: :func:`ensure_task`)."""
     db.add_trial(TrialRecord(
         workload_key=inp.task.workload_key, config_index=inp.config.index, config=inp.config.to_json()["knobs"],
         costs=list(res.costs), error=res.error.value, error_msg=res.error_msg, build_time=res.build_time,
