@@ -58,6 +58,10 @@ BAD_ARGS = {
     "negative trials": tune(trials="-2"),
     "non-integer trials": tune(trials="many"),
     "db in a missing folder": tune(db="missing/x.db"),
+    "model option for a plain tuner": tune() + ["--no-transfer"],
+    "unknown cost model": tune(tuner="autotvm") + ["--cost-model", "svm"],
+    "unknown feature kind": tune(tuner="autotvm") + ["--feature", "pixels"],
+    "unknown objective": tune(tuner="autotvm") + ["--objective", "lambdamart"],
     "db is a directory": tune(db="adir"),
     "db is a text file": tune(db="notes.txt"),
     "no command": [],
@@ -203,3 +207,21 @@ def test_rerun_resumes_without_measuring(tuned, capfd) -> None:
     assert again["best_latency_ms"] == pytest.approx(summary["best_latency_ms"])
     with Database(db, readonly=True) as d:
         assert d.count() == 4
+
+
+def test_autotvm_from_the_cli_with_and_without_transfer(tmp_path: Path, capfd) -> None:
+    """``--tuner autotvm`` tunes; with other tasks' records in the database, ``--no-transfer``
+    keeps them out and the default reports that there are too few of them."""
+    db = str(tmp_path / "a.db")
+    base = ["tune-op", "matmul", "--shape", "32,48,64", "--tuner", "autotvm", "--trials", "20", "--db", db, "--json"]
+    rc, out, _ = cli(capfd, *base)
+    first = one_json_line(out)
+    assert rc == 0 and first["trials_measured"] == 20 and first["verified"]
+    assert first["tuner_status"].startswith("xgb/rank/itervar, no transfer (0 successful records")
+    other = ["tune-op", "matmul", "--shape", "48,32,64", "--tuner", "autotvm", "--trials", "4", "--db", db, "--json"]
+    rc, out, _ = cli(capfd, *other, "--no-transfer")
+    assert rc == 0 and one_json_line(out)["tuner_status"] == "xgb/rank/itervar, no transfer"
+    rc, out, _ = cli(capfd, *other[:-1], "--trials", "6", "--transfer", "--json")
+    status = one_json_line(out)["tuner_status"]
+    assert rc == 0 and status.startswith("xgb/rank/itervar, no transfer (")
+    assert "need 64" in status  # 20 + 4 records are too little history: a notice, not an error

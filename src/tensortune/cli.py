@@ -78,7 +78,11 @@ def _open_db(path: str, readonly: bool = False) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     from .task.ops import OPS
+    from .costmodel import COST_MODELS
+    from .features import FEATURES
     from .tuners import TUNERS
+
+    FEATURE_NAMES = list(FEATURES)
 
     p = _Parser(prog="tensortune", description="Auto-tune tensor programs on Apache TVM.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -95,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--json", action="store_true", help="print one JSON object")
     t.add_argument("--no-progress", action="store_true")
+    m = t.add_argument_group("model-based tuners (autotvm)")
+    m.add_argument("--cost-model", default=None, help=f"one of {', '.join(COST_MODELS)} (default xgb)")
+    m.add_argument("--objective", default=None, choices=("rank", "reg"), help="XGBoost/TreeGRU loss (default rank)")
+    m.add_argument("--feature", default=None, help=f"cost-model features: one of {', '.join(FEATURE_NAMES)} (default itervar)")
+    m.add_argument("--acquisition", default=None, choices=("mean", "ei", "ucb"),
+                   help="use a bootstrap ensemble with this acquisition")
+    m.add_argument("--transfer", dest="transfer", action="store_true", default=None,
+                   help="learn from other tasks' records in --db (the default when there are enough)")
+    m.add_argument("--no-transfer", dest="transfer", action="store_false", help="never use other tasks' records")
 
     b = sub.add_parser("best", help="best stored config of each task")
     b.add_argument("--db", required=True)
@@ -120,10 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- commands
 def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: str, seed: int,
           time_budget: float | None, early_stopping: int | None, batch_size: int | None,
-          progress: bool) -> Any:
+          progress: bool, model_options: dict[str, Any] | None = None) -> Any:
     from .measure import Measurer
     from .task import OpError, Task
-    from .tuners import DEFAULT_BATCH_SIZE, TUNERS, get_tuner
+    from .tuners import DEFAULT_BATCH_SIZE, MODEL_TUNERS, TUNERS, get_tuner
     from .utils.progress import ProgressBar
 
     if tuner_name not in TUNERS:
@@ -132,9 +145,16 @@ def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: 
         task = Task.from_op(op, shape)
     except OpError as e:
         raise UsageError(str(e)) from None
+    options = {k: v for k, v in (model_options or {}).items() if v is not None}
+    if options and tuner_name not in MODEL_TUNERS:
+        raise UsageError(f"--{next(iter(options)).replace('_', '-')} applies to model-based tuners "
+                         f"({', '.join(MODEL_TUNERS)}), not {tuner_name!r}")
+    try:
+        tuner = get_tuner(tuner_name, task, seed=seed, batch_size=batch_size or DEFAULT_BATCH_SIZE, **options)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     _check_db_path(db_path, must_exist=False)
     db = _open_db(db_path)
-    tuner = get_tuner(tuner_name, task, seed=seed, batch_size=batch_size or DEFAULT_BATCH_SIZE)
     bar = ProgressBar(trials, desc=f"{tuner_name} {task.name}", disable=not progress)
     try:
         with Measurer() as m:
@@ -148,9 +168,13 @@ def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: 
 
 def cmd_tune_op(a: argparse.Namespace) -> int:
     """``tensortune tune-op``."""
+    model_options = {"cost_model": a.cost_model, "objective": a.objective, "feature": a.feature,
+                     "acquisition": a.acquisition, "transfer": a.transfer}
     res = _tune(a.op, _parse_shape(a.shape), a.tuner, a.trials, a.db, a.seed, a.time_budget,
-                a.early_stopping, a.batch_size, progress=not (a.no_progress or a.json))
+                a.early_stopping, a.batch_size, progress=not (a.no_progress or a.json), model_options=model_options)
     out = res.to_json()
+    if res.tuner_status:
+        out["tuner_status"] = res.tuner_status
     if a.json:
         print(json.dumps(out))
     else:
@@ -160,6 +184,8 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
               f"this run (stopped: {out['stop_reason']}); errors {out['errors'] or 'none'}")
         if out["best_config"] is not None:
             print(f"best config: {json.dumps(out['best_config'])}")
+        if res.tuner_status:
+            print(f"model: {res.tuner_status}")
     return 0
 
 

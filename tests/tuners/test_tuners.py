@@ -21,7 +21,7 @@ from tensortune.task import Task
 from tensortune.tuners import TUNERS, GeneticTuner, GridTuner, RandomTuner, get_tuner
 from tensortune.tuners.baselines import GA_ELITE_NUM, GA_MUTATION_PROB, GA_POP_SIZE
 
-TUNER_NAMES = ["random", "grid", "genetic"]
+TUNER_NAMES = ["random", "grid", "genetic", "autotvm"]
 MATMUL = ("matmul", (32, 48, 64))
 
 
@@ -86,6 +86,8 @@ def propose(tuner, rounds: int = 5, n: int = 16) -> list[int]:
 def make_tuner(name: str, task, seed: int = 0, **kw):
     if name == "genetic":
         kw.setdefault("pop_size", 20)
+    if name == "autotvm":  # fake tasks cannot be scheduled: learn on the config vector
+        kw.setdefault("feature", "knob")
     return get_tuner(name, task, seed=seed, **kw)
 
 
@@ -134,7 +136,7 @@ class Recorder:
 # ---------------------------------------------------------------- registry
 def test_get_tuner() -> None:
     task = fake_task(plain_space())
-    assert set(TUNERS) == {"random", "grid", "genetic"}
+    assert set(TUNERS) == {"random", "grid", "genetic", "autotvm"}
     assert isinstance(get_tuner("random", task), RandomTuner)
     assert isinstance(get_tuner("grid", task), GridTuner)
     assert isinstance(get_tuner(GeneticTuner, task, seed=3), GeneticTuner)
@@ -152,7 +154,7 @@ def test_same_seed_same_sequence(name: str) -> None:
     assert len(a) == 80 and len(set(a)) == 80  # never the same config twice
 
 
-@pytest.mark.parametrize("name", ["random", "genetic"])
+@pytest.mark.parametrize("name", ["random", "genetic", "autotvm"])
 def test_different_seeds_differ(name: str) -> None:
     a = propose(make_tuner(name, fake_task(plain_space()), seed=1))
     b = propose(make_tuner(name, fake_task(plain_space()), seed=2))

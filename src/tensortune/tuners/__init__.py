@@ -4,9 +4,12 @@ from __future__ import annotations
 from typing import Any
 
 from .base import DEFAULT_BATCH_SIZE, Tuner, TuneResult
+from .autotvm import AutoTVMTuner
 from .baselines import GeneticTuner, GridTuner, RandomTuner
 
-TUNERS: dict[str, type[Tuner]] = {t.name: t for t in (RandomTuner, GridTuner, GeneticTuner)}
+TUNERS: dict[str, type[Tuner]] = {t.name: t for t in (RandomTuner, GridTuner, GeneticTuner, AutoTVMTuner)}
+#: Tuners that take cost-model options (cost_model, objective, feature, acquisition, transfer).
+MODEL_TUNERS = ("autotvm",)
 
 
 def get_tuner(name: str | type[Tuner], task: Any, **kwargs: Any) -> Tuner:
@@ -20,4 +23,4 @@ def get_tuner(name: str | type[Tuner], task: Any, **kwargs: Any) -> Tuner:
     return cls(task, **kwargs)
 
 
-__all__ = ["DEFAULT_BATCH_SIZE", "GeneticTuner", "GridTuner", "RandomTuner", "TUNERS", "TuneResult", "Tuner", "get_tuner"]
+__all__ = ["AutoTVMTuner", "DEFAULT_BATCH_SIZE", "MODEL_TUNERS", "GeneticTuner", "GridTuner", "RandomTuner", "TUNERS", "TuneResult", "Tuner", "get_tuner"]

@@ -30,6 +30,7 @@ class TuneResult:
     stop_reason: str = ""
     verified: bool = False
     best_spread: float = 0.0  # (max - min) / median of the best config's repeats
+    tuner_status: str = ""  # model-based tuners: model and transfer in one line
 
     @property
     def best_gflops(self) -> float:
@@ -158,7 +159,8 @@ class Tuner(ABC):
                 cb(self, inputs, results)
         verified = self._verify_best(measurer)
         spread = self.best_result.spread if self.best_result is not None and verified else 0.0
-        return TuneResult(self.task, self.best_config, self.best_cost, measured, errors, history, stop, verified, spread)
+        return TuneResult(self.task, self.best_config, self.best_cost, measured, errors, history, stop, verified, spread,
+                          getattr(self, "status", ""))
 
     def _unmeasured_default(self) -> Config | None:
         """The template's default config, if asked for and not measured yet."""

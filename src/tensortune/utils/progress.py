@@ -19,7 +19,9 @@ class ProgressBar:
         self.errors += sum(not r.ok for r in results)
         cur = flops / min(ok) / 1e9 if ok else 0.0
         best = flops / tuner.best_cost / 1e9 if tuner.best_cost < float("inf") else 0.0
-        self.bar.set_postfix_str(f"cur {cur:.1f} GFLOPS, best {best:.1f} GFLOPS, errors {self.errors}")
+        note = getattr(tuner, "status", "")
+        note = f", {note}" if note else ""
+        self.bar.set_postfix_str(f"cur {cur:.1f} GFLOPS, best {best:.1f} GFLOPS, errors {self.errors}{note}")
         self.bar.update(len(results))
 
     def close(self) -> None:

@@ -1,0 +1,38 @@
+"""Cost models: XGBoost (rank / regression, bootstrap ensembles) and a TreeGRU over the loop AST.
+
+``make_cost_model("xgb" | "xgb-ensemble" | "treegru", ...)`` builds one by short name.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .base import CostModel, TaskData
+
+COST_MODELS = ("xgb", "xgb-ensemble", "treegru")
+
+
+def make_cost_model(kind: str, feature: str = "itervar", objective: str = "rank", seed: int = 0,
+                    acquisition: str | None = None, base: CostModel | None = None, **kwargs: Any) -> CostModel:
+    """A cost model by short name.
+
+    ``xgb`` with an ``acquisition`` ("ei", "ucb", "mean") becomes a bootstrap ensemble;
+    ``base`` (a fitted global model) makes an XGBoost model learn on top of its margin.
+    ``treegru`` reads the loop AST itself (``feature`` is ignored) and takes no base model.
+    """
+    from .xgb import BootstrapEnsemble, XGBoostCostModel
+
+    if kind == "xgb" and acquisition is None:
+        return XGBoostCostModel(feature, objective, seed, base=base, **kwargs)
+    if kind in ("xgb", "xgb-ensemble"):
+        return BootstrapEnsemble(feature, objective if kind == "xgb-ensemble" else "reg", seed,
+                                 acquisition=acquisition or "ei", base=base, **kwargs)
+    if kind == "treegru":
+        if base is not None:
+            raise ValueError("the treegru model cannot learn on top of a global model; use xgb for transfer")
+        from .treegru import TreeGRUCostModel
+
+        return TreeGRUCostModel(loss=objective, seed=seed, **kwargs)
+    raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODELS)}")
+
+
+__all__ = ["COST_MODELS", "CostModel", "TaskData", "make_cost_model"]

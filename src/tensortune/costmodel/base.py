@@ -1,0 +1,68 @@
+"""The cost-model interface: fit on measured candidates, score unmeasured ones.
+
+Scores are "higher is faster" and only their order matters to explorers and selectors.
+Training labels are per-task normalised throughputs: ``(1/cost) / max(1/cost)`` over the
+task's successful trials, and 0 for every failed candidate, so a failure never teaches a
+model that it is fast.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..space import Config
+
+
+@dataclass
+class TaskData:
+    """Measured candidates of one task: ``costs`` in seconds, ``inf`` for failures."""
+
+    task: Any
+    configs: list[Config] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+
+    def labels(self) -> np.ndarray:
+        """Normalised throughput in [0, 1]; failures are 0."""
+        thr = np.array([1.0 / c if c > 0 and math.isfinite(c) else 0.0 for c in self.costs], dtype=np.float64)
+        top = thr.max() if len(thr) else 0.0
+        return (thr / top if top > 0 else thr).astype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+
+class CostModel(ABC):
+    """Learned score of candidates. ``fit`` replaces what the model knew before."""
+
+    name: str = ""
+
+    @abstractmethod
+    def fit(self, data: Sequence[TaskData]) -> None:
+        """Train on one or more tasks' measured candidates (each task is its own rank group)."""
+
+    @abstractmethod
+    def predict(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+        """Scores of ``configs`` (float64, higher = predicted faster)."""
+
+    def predict_dist(self, task: Any, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation of the score; single models have no spread."""
+        mean = self.predict(task, configs)
+        return mean, np.zeros_like(mean)
+
+    @property
+    def fitted(self) -> bool:
+        """True once :meth:`fit` has seen enough data to predict."""
+        return True
+
+    def save(self, path: str | Path) -> None:
+        """Write the model to ``path`` (JSON / safetensors-style formats, never pickle)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be saved")
+
+    def load(self, path: str | Path) -> None:
+        """Read a model written by :meth:`save`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be loaded")

@@ -1,0 +1,151 @@
+"""Parallel simulated annealing over a config space with a cost model as energy (AutoTVM).
+
+``n_chains`` Markov chains walk the space one knob one step at a time; a move to a config
+with a lower score is accepted with probability ``exp((new - old) / T)``, the temperature
+falling linearly from ``temp[0]`` to ``temp[1]``. With ``persistent`` chains the last
+points are kept across calls (across model updates), as in AutoTVM.
+"""
+from __future__ import annotations
+
+import heapq
+import random
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..space import ConfigSpace
+
+#: AutoTVM's SimulatedAnnealingOptimizer defaults.
+SA_CHAINS, SA_MAX_STEPS, SA_EARLY_STOP, SA_TEMP = 128, 500, 50, (1.0, 0.0)
+
+#: Scores positions [n, n_knobs] -> scores [n] (higher is better).
+ScoreFn = Callable[[np.ndarray], np.ndarray]
+
+
+class SimulatedAnnealing:
+    """Finds the configs a score function rates highest; explores by one-step neighbours."""
+
+    name = "sa"
+
+    def __init__(self, space: ConfigSpace, n_chains: int = SA_CHAINS, max_steps: int = SA_MAX_STEPS,
+                 early_stop: int = SA_EARLY_STOP, temp: tuple[float, float] = SA_TEMP,
+                 persistent: bool = True, seed: int = 0) -> None:
+        self.space = space
+        self.n_chains = n_chains
+        self.max_steps = max_steps
+        self.early_stop = early_stop
+        self.temp = temp
+        self.persistent = persistent
+        self.rng = random.Random(seed)
+        self.np_rng = np.random.default_rng(seed)
+        self.dims = np.array(space.dims, dtype=np.int64)
+        self.radix = np.concatenate([[1], np.cumprod(self.dims)[:-1]]).astype(np.int64)
+        self.points: np.ndarray | None = None
+        self.steps_run = 0
+        self._valid: dict[int, bool] = {}
+
+    # ------------------------------------------------------------ helpers
+    def indices(self, pos: np.ndarray) -> np.ndarray:
+        """Config indices of rows of positions."""
+        return (pos * self.radix).sum(axis=1)
+
+    def _is_valid(self, idx: int) -> bool:
+        ok = self._valid.get(idx)
+        if ok is None:
+            ok = self.space.is_valid(self.space.get(int(idx)))
+            if len(self._valid) < 1_000_000:
+                self._valid[idx] = ok
+        return ok
+
+    def _random_points(self, n: int) -> np.ndarray:
+        configs = self.space.sample(self.rng, n)
+        if not configs:
+            return np.zeros((0, len(self.dims)), dtype=np.int64)
+        pts = [self.space.positions(c) for c in configs]
+        while len(pts) < n:  # a small space: chains may start at the same point
+            pts.append(pts[self.rng.randrange(len(configs))])
+        return np.array(pts, dtype=np.int64)
+
+    def _moves(self, pos: np.ndarray) -> np.ndarray:
+        """One valid neighbour per row (a row with no valid move found stays where it is)."""
+        n, k = pos.shape
+        out = pos.copy()
+        movable = np.nonzero(self.dims > 1)[0]
+        if len(movable) == 0:
+            return out
+        for _ in range(4):  # retry rows whose move was invalid
+            pending = np.nonzero((out == pos).all(axis=1))[0]
+            if len(pending) == 0:
+                break
+            knob = movable[self.np_rng.integers(0, len(movable), size=len(pending))]
+            step = self.np_rng.choice((-1, 1), size=len(pending))
+            cand = pos[pending].copy()
+            cur = cand[np.arange(len(pending)), knob]
+            new = cur + step
+            bad = (new < 0) | (new >= self.dims[knob])
+            new[bad] = cur[bad] - step[bad]
+            cand[np.arange(len(pending)), knob] = np.clip(new, 0, self.dims[knob] - 1)
+            for row, c, idx in zip(pending, cand, self.indices(cand)):
+                if self._is_valid(int(idx)):
+                    out[row] = c
+        return out
+
+    # ------------------------------------------------------------ search
+    def find_maximums(self, score: ScoreFn, n: int, exclude: set[int] | None = None,
+                      seeds: Sequence[int] = ()) -> list[int]:
+        """Indices of up to ``n`` distinct configs with the highest scores seen, skipping
+        ``exclude``. ``seeds`` (config indices) replace random chain starts when the chains
+        are new."""
+        exclude = exclude or set()
+        if self.points is None or not self.persistent:
+            start = [self.space.positions(self.space.get(int(i))) for i in list(seeds)[: self.n_chains]]
+            rand = self._random_points(self.n_chains - len(start)) if len(start) < self.n_chains else None
+            pts = np.array(start, dtype=np.int64).reshape(-1, len(self.dims))
+            self.points = pts if rand is None else np.concatenate([pts, rand])
+        if len(self.points) == 0:
+            return []
+        points = self.points
+        scores = np.asarray(score(points), dtype=np.float64)
+        top: list[tuple[float, int]] = []  # min-heap of (score, index)
+        in_top: set[int] = set()
+
+        def offer(sc: np.ndarray, idx: np.ndarray) -> bool:
+            changed = False
+            for s, i in zip(sc, idx):
+                i = int(i)
+                if i in exclude or i in in_top:
+                    continue
+                if len(top) < n:
+                    heapq.heappush(top, (float(s), i))
+                    in_top.add(i)
+                    changed = True
+                elif s > top[0][0]:
+                    _, old = heapq.heapreplace(top, (float(s), i))
+                    in_top.discard(old)
+                    in_top.add(i)
+                    changed = True
+            return changed
+
+        offer(scores, self.indices(points))
+        t0, t1 = self.temp
+        cool = (t0 - t1) / (self.max_steps + 1)
+        t = t0
+        last_change = 0
+        step = 0
+        for step in range(1, self.max_steps + 1):
+            new = self._moves(points)
+            new_scores = np.asarray(score(new), dtype=np.float64)
+            with np.errstate(over="ignore"):
+                prob = np.exp(np.minimum((new_scores - scores) / (t + 1e-5), 1.0))
+            accept = self.np_rng.random(len(points)) < prob
+            points = np.where(accept[:, None], new, points)
+            scores = np.where(accept, new_scores, scores)
+            if offer(new_scores, self.indices(new)):
+                last_change = step
+            if step - last_change >= self.early_stop:
+                break
+            t -= cool
+        self.steps_run = step
+        self.points = points
+        return [i for _, i in sorted(top, reverse=True)]
+

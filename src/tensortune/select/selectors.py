@@ -1,0 +1,79 @@
+"""Selectors: pick the batch to measure from scored candidates.
+
+* ``top-k``: the ``n`` best scores.
+* ``diversity``: AutoTVM's diversity-aware selection (Eq. 3 of Chen et al. 2018): from the
+  ``lam * n`` best, greedily add the candidate that most increases
+  ``L(S) = sum score(s) + alpha * sum_j |{values of knob j in S}|``. ``L`` is submodular,
+  so the greedy choice is within ``1 - 1/e`` of the optimum. Scores are min-max
+  normalised over the pool first, so ``alpha`` is in units of the pool's score range.
+* ``epsilon_mix``: replace a share ``epsilon`` of a batch by random unmeasured configs.
+"""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import numpy as np
+
+from ..space import Config, ConfigSpace
+
+#: Defaults: lambda (pool size as a multiple of the batch) and alpha (weight of a new knob value).
+DIVERSITY_LAMBDA = 2.0
+DIVERSITY_ALPHA = 0.1
+EPSILON = 0.05
+
+
+def top_k(configs: Sequence[Config], scores: np.ndarray, n: int) -> list[Config]:
+    """The ``n`` configs with the highest scores (stable for ties)."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    return [configs[i] for i in order[:n]]
+
+
+def diversity_select(configs: Sequence[Config], scores: np.ndarray, n: int, space: ConfigSpace,
+                     lam: float = DIVERSITY_LAMBDA, alpha: float = DIVERSITY_ALPHA) -> list[Config]:
+    """Greedy maximiser of ``sum score + alpha * (distinct knob values)`` over the top ``lam*n``."""
+    scores = np.asarray(scores, dtype=np.float64)
+    pool_n = min(len(configs), max(n, int(round(lam * n))))
+    order = np.argsort(-scores, kind="stable")[:pool_n]
+    pool = [configs[i] for i in order]
+    s = scores[order]
+    span = s.max() - s.min() if len(s) else 0.0
+    s = (s - s.min()) / span if span > 0 else np.zeros_like(s)
+    pos = np.array([space.positions(c) for c in pool], dtype=np.int64).reshape(len(pool), -1)
+    seen = [set() for _ in range(pos.shape[1])]
+    chosen: list[int] = []
+    remain = list(range(len(pool)))
+    while remain and len(chosen) < n:
+        best_k, best_gain = -1, -np.inf
+        for k in remain:
+            gain = s[k] + alpha * sum(1 for j, v in enumerate(pos[k]) if v not in seen[j])
+            if gain > best_gain:
+                best_k, best_gain = k, gain
+        chosen.append(best_k)
+        remain.remove(best_k)
+        for j, v in enumerate(pos[best_k]):
+            seen[j].add(int(v))
+    return [pool[k] for k in chosen]
+
+
+def objective(configs: Sequence[Config], scores: np.ndarray, space: ConfigSpace, alpha: float) -> float:
+    """``L(S)`` of Eq. 3 for a chosen set (scores as given; used by tests and reports)."""
+    pos = np.array([space.positions(c) for c in configs], dtype=np.int64).reshape(len(configs), -1)
+    distinct = sum(len(set(pos[:, j])) for j in range(pos.shape[1])) if len(configs) else 0
+    return float(np.sum(scores)) + alpha * distinct
+
+
+def epsilon_mix(batch: Sequence[Config], space: ConfigSpace, rng: random.Random, epsilon: float = EPSILON,
+                exclude: set[int] | None = None) -> list[Config]:
+    """``batch`` with ``epsilon * len(batch)`` of its last entries replaced by random unmeasured
+    configs (the fractional part decided at random, so small batches still explore)."""
+    want = epsilon * len(batch)
+    n_rand = int(want) + (rng.random() < want - int(want))
+    if n_rand == 0:
+        return list(batch)
+    keep = list(batch[: len(batch) - n_rand])
+    taken = set(exclude or ()) | {c.index for c in batch}
+    return keep + space.sample(rng, n_rand, exclude=taken)
+
+
+SELECTORS = {"top-k": top_k, "diversity": diversity_select}

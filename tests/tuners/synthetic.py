@@ -1,0 +1,45 @@
+"""A fake measurer with a known cost landscape over a real task's space (no building, no running)."""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any, Callable, Sequence
+
+from tensortune.measure import ErrorKind, MeasureInput, MeasureResult
+
+
+def conv_landscape(config: Any) -> float:
+    """A smooth-ish synthetic latency for conv2d configs: best with mid-size register tiles,
+    a wide reduction split and unrolling; a band of configs "fails to build"."""
+    f = config["tile_f"]
+    x = config["tile_x"]
+    rc = config["tile_rc"]
+    cost = 1.0
+    cost *= 1 + 0.3 * abs(math.log2(f[2]) - 4)
+    cost *= 1 + 0.25 * abs(math.log2(x[1]) - 2)
+    cost *= 1 + 0.1 * abs(math.log2(rc[1]) - 4)
+    cost *= 1 + 0.05 * f[1]
+    cost *= 0.9 if config["auto_unroll_max_step"] == 16 else 1.0
+    return cost * 1e-3
+
+
+class FakeMeasurer:
+    """Measures by evaluating ``landscape``; configs for which ``fails`` is true are compile errors."""
+
+    def __init__(self, landscape: Callable[[Any], float], fails: Callable[[Any], bool] = lambda c: False) -> None:
+        self.landscape, self.fails = landscape, fails
+        self.options = SimpleNamespace(check_correctness=True)
+        self.measured: list[int] = []
+
+    def measure(self, inputs: Sequence[MeasureInput], on_result: Any = None) -> list[MeasureResult]:
+        out = []
+        for inp in inputs:
+            self.measured.append(inp.config.index)
+            if self.fails(inp.config):
+                r = MeasureResult([], ErrorKind.COMPILE, "synthetic failure")
+            else:
+                r = MeasureResult([self.landscape(inp.config)] * 3, extra={"verified": True})
+            if on_result is not None:
+                on_result(inp, r)
+            out.append(r)
+        return out
