@@ -152,6 +152,8 @@ def _compile(src: str) -> Callable[..., tuple] | None:
 _BIN = {"Add": "+", "Sub": "-", "Mul": "*", "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 _FUNC = {"FloorDiv": "_fd", "FloorMod": "_fm", "Div": "_td", "Mod": "_tm", "Min": "min", "Max": "max"}
 _LOAD_NAMES = ("BufferLoad", "TensorLoad")
+#: Binary arithmetic node -> slot of the float-op counts (add/sub, mul, other).
+_BINARY_OP_SLOT = {"Add": 0, "Sub": 0, "Mul": 1, **{name: 2 for name in _FUNC}}
 _DTYPE_BYTES: dict[str, int] = {}
 _DTYPE_FLOAT: dict[str, bool] = {}
 
@@ -318,22 +320,10 @@ class _Walker:
                 return
             if name in ("IntImm", "FloatImm", "Var", "SizeVar", "StringImm", "Ramp"):
                 return
-            if name == "Add" or name == "Sub":
-                if _is_float(e):
-                    ops[0] += 1
-                self.value(e.a, path, ops)
-                self.value(e.b, path, ops)
-            elif name == "Mul":
-                if _is_float(e):
-                    ops[1] += 1
-                self.value(e.a, path, ops)
-                self.value(e.b, path, ops)
-            elif name in _FUNC:
-                if _is_float(e):
-                    ops[2] += 1
-                self.value(e.a, path, ops)
-                self.value(e.b, path, ops)
-            elif name in _BIN or name in ("And", "Or"):
+            binary_op = _BINARY_OP_SLOT.get(name, -1 if name in _BIN or name in ("And", "Or") else None)
+            if binary_op is not None:  # add/sub -> 0, mul -> 1, div/mod/min/max -> 2, comparisons -> none
+                if binary_op >= 0 and _is_float(e):
+                    ops[binary_op] += 1
                 self.value(e.a, path, ops)
                 self.value(e.b, path, ops)
             elif name == "Not":
