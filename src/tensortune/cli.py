@@ -4,13 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from typing import Any, Sequence
 
-#: The main job's built-in workload: ResNet-18 layer C6 (AutoTVM paper, Table 1).
-DEMO_OP, DEMO_SHAPE = "conv2d", (28, 28, 128, 128, 3, 1, 1)
-DEMO_TIME_BUDGET, DEMO_TRIALS, DEMO_TUNER = 180.0, 400, "genetic"
+#: The main job on defaults: tune this built-in model for a few minutes, then compare.
+DEMO_MODEL, DEMO_TUNER, DEMO_TIME_BUDGET, DEMO_DB = "resnet18", "autotvm", 300.0, "tensortune_demo.db"
+DEMO_SCHEDULER = "sequential"
 
 
 class UsageError(Exception):
@@ -80,9 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .task.ops import OPS
     from .costmodel import COST_MODELS
     from .features import FEATURES
+    from .scheduler import SCHEDULERS
     from .tuners import TUNERS
 
     FEATURE_NAMES = list(FEATURES)
+    SCHEDULER_NAMES = list(SCHEDULERS)
 
     p = _Parser(prog="tensortune", description="Auto-tune tensor programs on Apache TVM.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -121,11 +122,46 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--db", required=True)
     i.add_argument("input", help="JSON-lines file")
 
-    d = sub.add_parser("demo", help="the main job on defaults: tune ResNet-18 C6 and compare with PyTorch")
+    def model_args(q: argparse.ArgumentParser) -> None:
+        q.add_argument("model", help="a built-in model name (tensortune models) or a path to an ONNX file")
+        q.add_argument("--batch", type=_positive_int, default=1, help="batch size of a built-in model (default 1)")
+        q.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                       help="fix an ONNX input's shape (repeatable)")
+
+    tm = sub.add_parser("tune", help="tune every task of a model")
+    model_args(tm)
+    tm.add_argument("--tuner", default="autotvm", help=f"one of {', '.join(TUNERS)} (default autotvm)")
+    tm.add_argument("--trials-per-task", type=_positive_int, default=None, help="trials per task (stored ones count)")
+    tm.add_argument("--time-budget", type=_positive_float, default=None, help="seconds for the whole model")
+    tm.add_argument("--scheduler", default="sequential", help=f"one of {', '.join(SCHEDULER_NAMES)}")
+    tm.add_argument("--db", required=True, help="SQLite database file (created if missing)")
+    tm.add_argument("--batch-size", type=_positive_int, default=None)
+    tm.add_argument("--seed", type=int, default=0)
+    tm.add_argument("--json", action="store_true", help="print one JSON object")
+    tm.add_argument("--no-progress", action="store_true")
+
+    ts = sub.add_parser("tasks", help="list the tasks of a model")
+    model_args(ts)
+    ts.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("compile", help="build a model with the best stored schedules")
+    model_args(c)
+    c.add_argument("--db", default=None, help="database of tuning records (none: template defaults)")
+    c.add_argument("-o", "--output", required=True, help="shared library to write (a .json description goes beside it)")
+    c.add_argument("--json", action="store_true")
+
+    bm = sub.add_parser("bench", help="check and time a compiled model against PyTorch and ONNX Runtime")
+    model_args(bm)
+    bm.add_argument("--db", default=None, help="database of tuning records (none: the tuned row equals the untuned one)")
+    bm.add_argument("--threads", type=_positive_int, default=None, help="threads for every system (default: all cores)")
+    bm.add_argument("--no-onnxruntime", action="store_true")
+    bm.add_argument("--json", action="store_true")
+
+    d = sub.add_parser("demo", help=f"the main job on defaults: tune {DEMO_MODEL} for a few minutes, then compare")
+    d.add_argument("--model", default=DEMO_MODEL)
     d.add_argument("--time-budget", type=_positive_float, default=DEMO_TIME_BUDGET)
-    d.add_argument("--trials", type=_positive_int, default=DEMO_TRIALS)
     d.add_argument("--tuner", default=DEMO_TUNER)
-    d.add_argument("--db", default="tensortune_demo.db")
+    d.add_argument("--db", default=DEMO_DB)
     d.add_argument("--seed", type=int, default=0)
     return p
 
@@ -245,47 +281,210 @@ def cmd_import(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(a: argparse.Namespace) -> int:
-    """The main job: tune ResNet-18 C6 for a few minutes; GFLOPS before/after next to PyTorch."""
-    from .measure import MeasureInput, Measurer
-    from .task import Task
-    from .utils.libs import library_latency
+def _load(a: argparse.Namespace) -> Any:
+    """The model named on the command line (UsageError on bad input)."""
+    from .models.importer import ModelError, load_model
 
-    task = Task.from_op(DEMO_OP, DEMO_SHAPE)
-    print(f"tensortune demo: {task.name} (ResNet-18 C6), {a.tuner} tuner, up to {a.trials} trials "
-          f"or {a.time_budget:.0f} s, database {a.db}")
-    res = _tune(DEMO_OP, DEMO_SHAPE, a.tuner, a.trials, a.db, a.seed, a.time_budget, None, None, progress=True)
-    rounds = 3  # interleaved, so drift of the machine hits every row alike; medians reported
-    runs: dict[str, list[float]] = {"default": [], "tuned": [], "lib": []}
-    with Measurer() as m:
-        threads = m.options.threads
-        naive_task = Task.from_op(DEMO_OP, DEMO_SHAPE, template="none")
-        naive = m.measure([MeasureInput(naive_task, naive_task.default_config())])[0]
-        for _ in range(rounds):
-            for key, cfg in (("default", task.default_config()), ("tuned", res.best_config)):
-                r = m.measure([MeasureInput(task, cfg)])[0] if cfg is not None else None
-                if r is not None and r.ok:
-                    runs[key].append(r.cost)
-            lib, lib_s = library_latency(task, threads)
-            runs["lib"].append(lib_s)
-    med = {k: statistics.median(v) if v else float("inf") for k, v in runs.items()}
-    lib_s = med["lib"]
-    gf = lambda s: task.flops / s / 1e9  # noqa: E731
-    rows = [("TVM, no schedule (naive loops)", naive.cost if naive.ok else float("inf")),
-            ("tensortune template default (untuned)", med["default"]),
-            (f"tensortune tuned ({res.trials_measured} trials this run)", med["tuned"]),
-            (f"{lib} ({threads} threads)", lib_s)]
-    print(f"\nmedians of {rounds} interleaved rounds (naive loops: one)")
-    print(f"{'':44} {'latency':>12} {'GFLOPS':>9} {'vs ' + lib:>10}")
-    for name, s in rows:
-        if s == float("inf"):
-            print(f"{name:44} {'failed':>12}")
-            continue
-        print(f"{name:44} {s * 1e3:9.3f} ms {gf(s):9.1f} {lib_s / s:9.2f}x")
+    shapes: dict[str, list[int]] = {}
+    for spec in getattr(a, "input_shape", []) or []:
+        name, sep, dims = spec.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--input-shape {spec!r}: expected NAME=D0,D1,...")
+        shapes[name] = _parse_shape(dims)
+    try:
+        return load_model(a.model, batch=getattr(a, "batch", 1), input_shapes=shapes or None)
+    except ModelError as e:
+        raise UsageError(str(e)) from None
+
+
+def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int | None, time_budget: float | None,
+                scheduler: str, seed: int, batch_size: int | None, progress: bool) -> tuple[list[Any], Any, float]:
+    """Tune every task of ``model``; returns (outcomes, tasks, wall seconds)."""
+    import time
+
+    from .measure import Measurer
+    from .models.compile import model_tasks
+    from .scheduler import get_scheduler
+    from .tuners import DEFAULT_BATCH_SIZE, TUNERS, get_tuner
+    from .utils.progress import ModelProgress
+
+    if tuner_name not in TUNERS:
+        raise UsageError(f"unknown tuner {tuner_name!r}; known tuners: {', '.join(TUNERS)}")
+    try:
+        sched_cls = get_scheduler(scheduler)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if trials_per_task is None and time_budget is None:
+        raise UsageError("give --trials-per-task N, --time-budget SECONDS, or both")
+    _check_db_path(db_path, must_exist=False)
+    tasks = model_tasks(model)
+    bs = batch_size or DEFAULT_BATCH_SIZE
+    db = _open_db(db_path)
+
+    def make_tuner(task: Any, round_: int) -> Any:
+        return get_tuner(tuner_name, task, seed=seed + round_, batch_size=bs)
+
+    t0 = time.perf_counter()
+    try:
+        with Measurer() as m:
+            bar = ModelProgress(model.name, tasks, trials_per_task, time_budget, disable=not progress)
+            sched = sched_cls(tasks, make_tuner, m, db, trials_per_task, time_budget, callbacks=[bar], batch_size=bs)
+            try:
+                outcomes = sched.run()
+            finally:
+                bar.close()
+    finally:
+        db.close()
+    return outcomes, tasks, time.perf_counter() - t0
+
+
+def _print_outcomes(model: Any, outcomes: list[Any], wall: float) -> dict[str, Any]:
+    from .scheduler import estimated_total
+
+    total, n = estimated_total(outcomes)
+    rows = [o.to_json() for o in outcomes]
+    print(f"{'task':58} {'weight':>6} {'trials':>7} {'best':>11} {'x weight':>11}")
+    for r in rows:
+        best = f"{r['best_latency_ms']:8.3f} ms" if r["best_latency_ms"] is not None else "-"
+        wt = f"{r['weighted_ms']:8.3f} ms" if r["weighted_ms"] is not None else "-"
+        print(f"{r['task'][:58]:58} {r['weight']:6d} {r['trials']:7d} {best:>11} {wt:>11}")
+    print(f"estimated total {total * 1e3:.2f} ms over {n}/{len(rows)} tasks with a measured schedule; "
+          f"tuning wall time {wall:.0f} s")
+    return {"model": model.name, "tasks": rows, "estimated_total_ms": total * 1e3, "tasks_measured": n,
+            "wall_s": wall}
+
+
+def cmd_tune(a: argparse.Namespace) -> int:
+    """``tensortune tune``."""
+    from .scheduler import SCHEDULERS
+    from .tuners import TUNERS
+
+    if a.tuner not in TUNERS:  # check the cheap arguments before importing a model
+        raise UsageError(f"unknown tuner {a.tuner!r}; known tuners: {', '.join(TUNERS)}")
+    if a.scheduler not in SCHEDULERS:
+        raise UsageError(f"unknown scheduler {a.scheduler!r}; known: {', '.join(SCHEDULERS)}")
+    if a.trials_per_task is None and a.time_budget is None:
+        raise UsageError("give --trials-per-task N, --time-budget SECONDS, or both")
+    _check_db_path(a.db, must_exist=False)
+    model = _load(a)
+    outcomes, _, wall = _tune_model(model, a.tuner, a.db, a.trials_per_task, a.time_budget, a.scheduler, a.seed,
+                                    a.batch_size, progress=not (a.no_progress or a.json))
+    if a.json:
+        from .scheduler import estimated_total
+
+        total, n = estimated_total(outcomes)
+        print(json.dumps({"model": model.name, "tuner": a.tuner, "scheduler": a.scheduler,
+                          "tasks": [o.to_json() for o in outcomes], "estimated_total_ms": total * 1e3,
+                          "tasks_measured": n, "wall_s": wall}))
+    else:
+        _print_outcomes(model, outcomes, wall)
     return 0
 
 
-COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import, "demo": cmd_demo}
+def cmd_tasks(a: argparse.Namespace) -> int:
+    """``tensortune tasks``."""
+    from .models.compile import model_tasks
+
+    model = _load(a)
+    tasks = model_tasks(model)
+    if a.json:
+        print(json.dumps([t.to_json() for t in tasks]))
+        return 0
+    print(f"{model.name}: {len(tasks)} tasks ({sum(t.weight for t in tasks)} calls)")
+    for t in tasks:
+        note = f"  [{t.note}]" if t.note else ""
+        print(f"{t.weight:3d} x {t.task.name[:70]:70} {t.task.flops / 1e6:10.1f} MFLOP  {t.task.template_name}{note}")
+    return 0
+
+
+def cmd_compile(a: argparse.Namespace) -> int:
+    """``tensortune compile``."""
+    from .models.compile import compile_model
+
+    model = _load(a)
+    db = None
+    if a.db is not None:
+        _check_db_path(a.db, must_exist=True)
+        db = _open_db(a.db, readonly=True)
+    out_dir = os.path.dirname(os.path.abspath(a.output))
+    if not os.path.isdir(out_dir):
+        raise UsageError(f"-o {a.output}: folder {out_dir} does not exist")
+    try:
+        cm = compile_model(model, db)
+    finally:
+        if db is not None:
+            db.close()
+    lib, meta = cm.export(a.output)
+    if a.json:
+        print(json.dumps({"model": model.name, "library": lib, "description": meta, "counts": cm.counts(),
+                          "tasks": [c.to_json() for c in cm.choices]}))
+        return 0
+    for c in cm.choices:
+        extra = f" best {c.best_ms:.3f} ms" if c.best_ms is not None else ""
+        print(f"{c.source:8} {c.weight:3d} x {c.task[:64]:64} {c.reason}{extra}")
+    counts = cm.counts()
+    print(f"{model.name}: {counts['tuned']} tasks tuned, {counts['default']} template default, "
+          f"{counts['generic']} generic default, {counts['naive']} unscheduled; wrote {lib} and {meta}")
+    return 0
+
+
+def _threads_env(threads: int | None) -> int:
+    from .target import cpu_count
+
+    n = threads or cpu_count()
+    os.environ["TVM_NUM_THREADS"] = str(n)  # before TVM's runtime starts its thread pool
+    return n
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    """``tensortune bench``."""
+    from .models.bench import bench_model
+
+    threads = _threads_env(a.threads)
+    model = _load(a)
+    db = None
+    if a.db is not None:
+        _check_db_path(a.db, must_exist=True)
+        db = _open_db(a.db, readonly=True)
+    try:
+        report = bench_model(model, db, threads, with_ort=not a.no_onnxruntime)
+    finally:
+        if db is not None:
+            db.close()
+    if a.json:
+        print(json.dumps(report.to_json()))
+    else:
+        print(report.table())
+    failed = [r.name for r in report.rows if not r.ok]
+    return 1 if failed else 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    """The main job on defaults: tune a built-in model for a few minutes, compile, compare."""
+    from .models.bench import bench_model
+    from .models.importer import ModelError, load_model
+
+    threads = _threads_env(None)
+    print(f"tensortune demo: tune {a.model} with {a.tuner} for {a.time_budget:.0f} s (database {a.db}, resumes), "
+          f"then compare with PyTorch and ONNX Runtime")
+    try:
+        model = load_model(a.model)
+    except ModelError as e:
+        raise UsageError(str(e)) from None
+    outcomes, _, wall = _tune_model(model, a.tuner, a.db, None, a.time_budget, DEMO_SCHEDULER, a.seed, None, True)
+    _print_outcomes(model, outcomes, wall)
+    db = _open_db(a.db, readonly=True)
+    try:
+        report = bench_model(model, db, threads)
+    finally:
+        db.close()
+    print()
+    print(report.table())
+    return 1 if any(not r.ok for r in report.rows) else 0
+
+
+COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import, "demo": cmd_demo,
+            "tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from functools import cached_property
 from typing import Any, Sequence
 
@@ -61,6 +62,24 @@ class Task:
         args = {f"p{i}_d{j}": d for i, s in enumerate(shapes) for j, d in enumerate(s)}
         return cls("primfunc", args, target, template, tvm.ir.save_json(func), kernel_class)
 
+    @classmethod
+    def from_fused(cls, func: Any, target: dict[str, Any] | None = None, name_hint: str = "") -> "Task":
+        """Task of a model's fused PrimFunc: the op template of its anchor (``conv2d-add-relu``
+        is scheduled by the conv2d template, its epilogue fused) when :mod:`.pattern`
+        recognises one, else the generic template. ``name_hint`` (the Relax function name,
+        e.g. ``fused_softmax_broadcast_to2``) names the kernel class of generic functions.
+        """
+        import tvm
+
+        from .pattern import analyze_func
+
+        if func.attrs is None or "global_symbol" not in func.attrs:
+            func = func.with_attr("global_symbol", "main")
+        pat = analyze_func(func)
+        if pat.op is None:
+            return cls.from_primfunc(func, target, "generic", generic_kernel_class(name_hint))
+        return cls(pat.op, pat.args, target, None, tvm.ir.save_json(func), pat.kernel_class)
+
     # ---------------------------------------------------------------- identity
     def to_json(self) -> dict[str, Any]:
         """Everything needed to rebuild the task in another process."""
@@ -86,8 +105,10 @@ class Task:
         PrimFuncs) the function."""
         ident = {"op": self.op, "args": self.args, "template": f"{self.template_name}@{self.template.version}",
                  "target": json.loads(target_key(self.target_json))}
-        if self.func_json is not None:
-            ident["func"] = hashlib.sha256(self.func_json.encode()).hexdigest()
+        if self.func_json is not None:  # structural: the same function from any model, any names
+            import tvm_ffi
+
+            ident["func"] = f"{tvm_ffi.structural_hash(self.prim_func()):016x}"
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
 
     @property
@@ -99,8 +120,9 @@ class Task:
     def name(self) -> str:
         """Short human-readable name, e.g. ``conv2d(H=28,W=28,...)``."""
         if self.op == "primfunc":
-            return f"primfunc[{self.workload_key[:8]}]"
-        return f"{self.op}(" + ",".join(f"{k}={v}" for k, v in self.args.items()) + ")"
+            return f"{self._kernel_class}[{self.workload_key[:8]}]"
+        head = self.op if self.func_json is None else self._kernel_class
+        return f"{head}(" + ",".join(f"{k}={v}" for k, v in self.args.items()) + ")"
 
     def __repr__(self) -> str:
         return f"Task({self.name}, key={self.workload_key})"
@@ -140,13 +162,15 @@ class Task:
 
     @cached_property
     def flops(self) -> float:
-        """Floating-point operations of one call."""
-        if self.op != "primfunc":
+        """Floating-point operations of one call (a fused function's epilogue included)."""
+        if self.func_json is None:
             return get_op(self.op).flops(self.args)
         from tvm.s_tir import analysis
 
-        try:
-            return float(analysis.estimate_tir_flops(self.prim_func()))
+        import tvm
+
+        try:  # the anchor's multiply-adds (+ the epilogue's elementwise work) of a fused function
+            return float(analysis.estimate_tir_flops(tvm.IRModule({"main": self.prim_func()})))
         except Exception:
             return float(np.prod(self.out_shape))
 
@@ -160,6 +184,13 @@ class Task:
             feats["OW"] = float(conv_out(a["W"], a["K"], a["S"], a["P"]))
         feats["log_flops"] = float(np.log2(max(self.flops, 1.0)))
         return feats
+
+    @cached_property
+    def pattern(self) -> Any:
+        """What the PrimFunc computes: anchor block, padding, epilogue (:mod:`.pattern`)."""
+        from .pattern import analyze_func
+
+        return analyze_func(self.prim_func())
 
     # ---------------------------------------------------------------- space
     @property
@@ -210,13 +241,23 @@ class Task:
     @property
     def has_numpy_reference(self) -> bool:
         """True for named ops (PrimFunc tasks are checked against TVM's unscheduled build)."""
-        return self.op != "primfunc"
+        return self.func_json is None
 
     def reference(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
-        """Expected output for ``inputs`` (numpy for named ops)."""
-        if self.op == "primfunc":
+        """Expected output for ``inputs`` (numpy for named ops, TVM's unscheduled build of the
+        function otherwise)."""
+        if self.func_json is not None:
             return _unscheduled_output(self, inputs)
         return np.asarray(get_op(self.op).reference(self.args, inputs), dtype=self.output_buffer().dtype)
+
+
+def generic_kernel_class(name_hint: str) -> str:
+    """Kernel class of a function without a recognised anchor, from its Relax name:
+    ``fused_softmax_broadcast_to2`` -> ``softmax-broadcast-to``, ``layer_norm`` -> ``layer-norm``."""
+    name = name_hint.removeprefix("fused_")
+    parts = [re.sub(r"(?<=[a-z])\d+$", "", p) for p in name.split("_")]
+    parts = [p for p in parts if p and not p.isdigit()]
+    return "-".join(parts) or "generic"
 
 
 def param_buffers(func: Any) -> list[Any]:

@@ -68,6 +68,35 @@ def schedule_of(task: "Task"):
     return st.Schedule(tvm.IRModule({"main": task.prim_func()}))
 
 
+def inline_prologue(sch: Any, pattern: Any) -> None:
+    """Inline the stages a fused function computes before its anchor (other than padding)."""
+    for name in pattern.prologue:
+        sch.compute_inline(sch.get_sblock(name))
+
+
+def fuse_epilogue(sch: Any, pattern: Any) -> Any | None:
+    """Inline a fused function's elementwise epilogue chain into its last block and return
+    that block (None without an epilogue).
+
+    The returned block reads the anchor's result once per output element (bias add,
+    residual add, folded batch-norm scale/shift, activation): templates attach it at their
+    register-tile loop in place of a cache-write stage, so the epilogue runs on the tile
+    while it is still hot.
+    """
+    if not pattern.epilogue:
+        return None
+    blocks = [sch.get_sblock(n) for n in pattern.epilogue]
+    for b in blocks[:-1]:
+        sch.compute_inline(b)
+    return blocks[-1]
+
+
+def output_stage(sch: Any, block: Any, pattern: Any) -> Any:
+    """The stage that writes the anchor's tile out: the fused epilogue, else a cache-write."""
+    out = fuse_epilogue(sch, pattern)
+    return out if out is not None else sch.cache_write(block, 0, "global")
+
+
 def annotate_unroll(sch: Any, loop: Any, config: Config) -> None:
     """Apply the ``auto_unroll_max_step`` / ``unroll_explicit`` knobs to ``loop``."""
     step = config.knobs.get("auto_unroll_max_step", 0)

@@ -5,15 +5,17 @@ accumulated over the whole reduction (``tile_rc`` x kernel rows x kernel columns
 kernel block of each parallel channel tile is repacked to ``[rc, ry, rx, fi]`` (channels
 innermost, so the inner loop loads whole vectors) inside the parallel loop, and input
 values are broadcast, so strided convolutions need no data repacking. The padded input is
-materialised once by a parallel loop. Inputs and outputs stay NCHW / OIHW.
+materialised once by a parallel loop. Inputs and outputs stay NCHW / OIHW. In a model's fused function (``conv2d-add-relu``)
+the elementwise epilogue is written out at the register-tile level in place of the
+cache-write stage.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, annotate_unroll, largest_divisor_le, pick_entity, register_template, schedule_of,
-                   vector_lanes, vectorize_own_loop)
+from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, output_stage, pick_entity,
+                   register_template, schedule_of, vector_lanes, vectorize_own_loop)
 
 MAX_ACCUMULATORS = 28
 #: auto_unroll_max_step choices: 512 unrolls whole reduction nests of big register tiles
@@ -21,12 +23,11 @@ MAX_ACCUMULATORS = 28
 UNROLL_STEPS = (0, 16, 64)
 
 
-def schedule_padding(sch: Any, name: str = "pad") -> None:
+def schedule_padding(sch: Any, name: str | None) -> None:
     """Parallelise the padding stage over channels and vectorise its rows (if present)."""
-    try:
-        pad = sch.get_sblock(name)
-    except Exception:  # no padding stage (P = 0)
+    if name is None:  # no padding stage (P = 0)
         return
+    pad = sch.get_sblock(name)
     loops = sch.get_loops(pad)
     sch.parallel(sch.fuse(*loops[:2]))
     sch.vectorize(loops[-1])
@@ -69,18 +70,20 @@ class Conv2dTemplate(Template):
         }
 
     def apply(self, task: Any, config: Config) -> Any:
+        pat = task.pattern
         sch = schedule_of(task)
-        block = sch.get_sblock("conv")
+        inline_prologue(sch, pat)
+        block = sch.get_sblock(pat.anchor)
         n, f, y, x, rc, ry, rx = sch.get_loops(block)
         fo, fm, fi = sch.split(f, list(config["tile_f"]))
         yo, yi = sch.split(y, list(config["tile_y"]))
         xo, xi = sch.split(x, list(config["tile_x"]))
         rco, rci = sch.split(rc, list(config["tile_rc"]))
         sch.reorder(n, fo, yo, xo, fm, yi, rco, ry, rx, rci, xi, fi)
-        acc = sch.cache_write(block, 0, "global")
+        acc = output_stage(sch, block, pat)
         sch.reverse_compute_at(acc, yi)
         bf = config["tile_f"][2]
-        packed = sch.cache_read(block, 1, "global")
+        packed = sch.cache_read(block, pat.weight_read, "global")
         sch.transform_layout(packed, ("write", 0), lambda o, i, h, w: (o // bf, i, h, w, o % bf))
         sch.compute_at(packed, fo)
         vectorize_own_loop(sch, packed, fo)
@@ -92,7 +95,7 @@ class Conv2dTemplate(Template):
         sch.vectorize(fi)
         annotate_unroll(sch, yo, config)  # the compute nest, not the kernel packing
         sch.decompose_reduction(block, rco)
-        schedule_padding(sch)
+        schedule_padding(sch, pat.pad)
         return sch.mod
 
 

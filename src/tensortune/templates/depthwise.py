@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, annotate_unroll, pick_entity, register_template, schedule_of, vectorize_own_loop
+from .base import (Template, annotate_unroll, inline_prologue, output_stage, pick_entity, register_template, schedule_of,
+                   vectorize_own_loop)
 from .conv2d import schedule_padding
 
 
@@ -34,24 +35,26 @@ class DepthwiseTemplate(Template):
         }
 
     def apply(self, task: Any, config: Config) -> Any:
+        pat = task.pattern
         sch = schedule_of(task)
-        block = sch.get_sblock("conv")
-        n, c, y, x, ry, rx = sch.get_loops(block)
+        inline_prologue(sch, pat)
+        block = sch.get_sblock(pat.anchor)
+        n, c, y, x, *red = sch.get_loops(block)  # a model's group conv has a unit rc loop too
         co, ci = sch.split(c, list(config["tile_c"]))
         yo, yi = sch.split(y, list(config["tile_y"]))
         xo, xi = sch.split(x, list(config["tile_x"]))
-        sch.reorder(n, co, yo, xo, ci, yi, ry, rx, xi)
-        acc = sch.cache_write(block, 0, "global")
+        sch.reorder(n, co, yo, xo, ci, yi, *red, xi)
+        acc = output_stage(sch, block, pat)
         sch.reverse_compute_at(acc, yi)
         par = sch.fuse(n, co, yo)
         sch.parallel(par)
         if config["unroll_kw"]:
-            sch.unroll(rx)
+            sch.unroll(red[-1])
         sch.vectorize(xi)
         vectorize_own_loop(sch, acc, yi)
         annotate_unroll(sch, par, config)
-        sch.decompose_reduction(block, ry)
-        schedule_padding(sch)
+        sch.decompose_reduction(block, red[0])
+        schedule_padding(sch, pat.pad)
         return sch.mod
 
 

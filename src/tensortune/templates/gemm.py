@@ -12,11 +12,25 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, annotate_unroll, largest_divisor_le, largest_multiple_divisor, pick_entity,
-                   register_template, schedule_of, vector_lanes, vectorize_own_loop)
+from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, largest_multiple_divisor,
+                   output_stage, pick_entity, register_template, schedule_of, vector_lanes, vectorize_own_loop)
 
 #: Register budget: yi * ceil(xi / lanes) accumulators at most.
 MAX_ACCUMULATORS = 28
+
+
+def _packed_b_layout(pat: Any, bx: int) -> Any:
+    """Index map of B's packed copy: ``[..., K, N]`` or ``[..., N, K]`` to ``[..., N/bx, K, bx]``."""
+    nk = pat.b_layout == "nk"
+    lead = pat.b_ndim - 2
+
+    def index_map(*idx: Any) -> tuple:
+        kk, n = (idx[-1], idx[-2]) if nk else (idx[-2], idx[-1])
+        return (*idx[:lead], n // bx, kk, n % bx)
+
+    from tvm.tirx import IndexMap
+
+    return IndexMap.from_func(index_map, ndim=pat.b_ndim, index_dtype=pat.index_dtype)
 
 
 class GemmTemplate(Template):
@@ -55,27 +69,23 @@ class GemmTemplate(Template):
         }
 
     def apply(self, task: Any, config: Config) -> Any:
+        pat = task.pattern
         sch = schedule_of(task)
-        block = sch.get_sblock("C")
+        inline_prologue(sch, pat)
+        block = sch.get_sblock(pat.anchor)
         loops = sch.get_loops(block)
         batch, (i, j, k) = loops[:-3], loops[-3:]
         yo, ym, yi = sch.split(i, list(config["tile_y"]))
         xo, xm, xi = sch.split(j, list(config["tile_x"]))
         ko, ki = sch.split(k, list(config["tile_k"]))
         sch.reorder(*batch, xo, yo, ym, xm, ko, ki, yi, xi)
-        acc = sch.cache_write(block, 0, "global")
+        acc = output_stage(sch, block, pat)
         sch.reverse_compute_at(acc, xm)
         if config["pack_b"]:
-            packed = sch.cache_read(block, 1, "global")
-            bx = config["tile_x"][2]
-            if task.op == "dense":
-                sch.transform_layout(packed, ("write", 0), lambda n, kk: (n // bx, kk, n % bx))
-            elif task.op == "matmul":
-                sch.transform_layout(packed, ("write", 0), lambda kk, n: (n // bx, kk, n % bx))
-            else:
-                sch.transform_layout(packed, ("write", 0), lambda b, kk, n: (b, n // bx, kk, n % bx))
+            packed = sch.cache_read(block, pat.weight_read, "global")
+            sch.transform_layout(packed, ("write", 0), _packed_b_layout(pat, config["tile_x"][2]))
             sch.compute_at(packed, xo)
-            if task.op != "dense":
+            if pat.b_layout == "kn":
                 vectorize_own_loop(sch, packed, xo)
             par = sch.fuse(*batch, xo) if batch else xo
         else:

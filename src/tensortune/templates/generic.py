@@ -3,7 +3,10 @@
 The last block (the function's output) gets its spatial loops reordered outside its
 reduction loops, the innermost spatial loop split ``tile_inner`` = [outer, inner] with the
 inner part vectorised, the leading spatial loops fused and parallelised (``parallel_depth``
-of them), and the unroll knobs on the parallel loop.
+of them), and the unroll knobs on the parallel loop. Blocks that cannot be inlined (the
+row reductions of softmax and layer norm, a pooling window's padding) are computed inside
+the output's parallel loop where their region allows it, else parallelised on their own,
+so no stage of a model is left as naive serial loops.
 """
 from __future__ import annotations
 
@@ -50,6 +53,39 @@ def _inline_all(sch: Any) -> None:
                 pass
 
 
+def _parallel_own(sch: Any, block: Any) -> None:
+    """Fixed schedule of a stage that stays separate: its leading spatial loops fused and
+    parallel, its innermost loop vectorised when it is spatial."""
+    kinds = _loop_kinds(sch, block)
+    lead = []
+    for lp, _, red in kinds:
+        if red:
+            break
+        lead.append(lp)
+    if len(kinds) > len(lead) or len(lead) < 2:  # keep a spatial innermost loop to vectorise
+        outer = lead[: min(len(lead), 3)]
+    else:
+        outer = lead[:-1][:3]
+    if outer:
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    if not kinds[-1][2] and len(lead) > len(outer) and kinds[-1][1] <= 1024:
+        try:
+            sch.vectorize(sch.get_loops(block)[-1])
+        except Exception:  # noqa: BLE001 - not vectorisable (a gather, a branch): leave it scalar
+            pass
+
+
+def _attach_producers(sch: Any, producers: list[Any], loop: Any | None) -> None:
+    """Compute each remaining producer under ``loop`` (consumers first), else on its own."""
+    for b in reversed(producers):
+        try:
+            if loop is None:
+                raise ValueError("no loop to attach to")
+            sch.compute_at(b, loop)
+        except Exception:  # noqa: BLE001 - region not computable per iteration
+            _parallel_own(sch, b)
+
+
 class GenericTemplate(Template):
     """A space for PrimFuncs no op template knows."""
 
@@ -87,10 +123,12 @@ class GenericTemplate(Template):
         sch = schedule_of(task)
         _inline_all(sch)
         block = _main_block(sch)
+        producers = list(sch.get_child_blocks(sch.get_sblock("root")))[:-1]
         kinds = _loop_kinds(sch, block)
         spatial = [lp for lp, _, r in kinds if not r]
         reduce = [lp for lp, _, r in kinds if r]
         if not spatial:
+            _attach_producers(sch, producers, None)
             return sch.mod
         outer_sp, last = spatial[:-1], spatial[-1]
         lo, li = sch.split(last, list(config["tile_inner"]))
@@ -106,6 +144,7 @@ class GenericTemplate(Template):
         if par_loops:
             sch.parallel(top)
         annotate_unroll(sch, top, config)
+        _attach_producers(sch, producers, top if par_loops else None)
         if reduce:  # last: vectorize/parallel need the block whole
             sch.decompose_reduction(block, reduce[0])
         return sch.mod

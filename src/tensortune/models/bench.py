@@ -1,0 +1,138 @@
+"""Benchmark a compiled model against its framework: outputs checked first, then latency.
+
+Rows: tuned tensortune (best records of the database), untuned tensortune (template
+defaults), PyTorch eager (zoo and torch models) and ONNX Runtime (the ONNX file, or the
+PyTorch model exported to ONNX). Every row's outputs are compared with the reference
+(PyTorch, else ONNX Runtime) on the same inputs before it is timed; a row whose outputs
+do not match is reported as a failure and gets no latency. Latencies are medians over
+interleaved rounds at one fixed thread count (:func:`.reference.interleaved_latency`).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from .compile import CompiledModel, compile_model
+from .importer import Model
+from .reference import (DEFAULT_RTOL, OrtRunner, ReferenceRunError, TorchRunner, compare_outputs, export_onnx,
+                        interleaved_latency, set_threads)
+
+#: Interleaved timing rounds of ``tensortune bench``.
+BENCH_ROUNDS = 5
+#: Seconds of timed runs per system per round.
+BENCH_MIN_TIME_S = 0.3
+
+
+@dataclass
+class BenchRow:
+    """One system of the comparison."""
+
+    name: str
+    check: str  # one-line output check message (or why the system is unavailable)
+    ok: bool
+    latency: Any = None  # reference.Latency when timed
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"name": self.name, "outputs_match": self.ok, "check": self.check,
+                "latency": self.latency.to_json() if self.latency is not None else None}
+
+
+@dataclass
+class BenchReport:
+    """The comparison table of one model."""
+
+    model: str
+    reference: str
+    threads: int
+    rtol: float
+    rows: list[BenchRow] = field(default_factory=list)
+    tuned_counts: dict[str, int] = field(default_factory=dict)
+
+    def row(self, name: str) -> BenchRow | None:
+        """The row called ``name``."""
+        return next((r for r in self.rows if r.name == name), None)
+
+    def ratio(self, name: str, base: str = "pytorch") -> float | None:
+        """``base`` median / ``name`` median (> 1: ``name`` is faster), when both were timed."""
+        a, b = self.row(name), self.row(base)
+        if a is None or b is None or a.latency is None or b.latency is None:
+            return None
+        return b.latency.median_ms / a.latency.median_ms
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (``tensortune bench --json``)."""
+        return {"model": self.model, "reference": self.reference, "threads": self.threads, "rtol": self.rtol,
+                "tasks": self.tuned_counts, "rows": [r.to_json() for r in self.rows],
+                "speedup_vs_pytorch": {r.name: self.ratio(r.name) for r in self.rows if self.ratio(r.name)}}
+
+    def table(self) -> str:
+        """The printed comparison."""
+        base = self.row("pytorch") or self.row("onnxruntime")
+        lines = [f"{self.model}: outputs checked against {self.reference} (max|got-ref| <= {self.rtol:g} x max|ref|); "
+                 f"medians of {BENCH_ROUNDS} interleaved rounds, {self.threads} threads",
+                 f"{'':28} {'latency':>11} {'p25-p75':>17} {'vs ' + (base.name if base else '-'):>14}  outputs"]
+        for r in self.rows:
+            if r.latency is None:
+                lines.append(f"{r.name:28} {'-':>11} {'':>17} {'':>14}  {'FAILED: ' if not r.ok else ''}{r.check}")
+                continue
+            lat = r.latency
+            vs = f"{base.latency.median_ms / lat.median_ms:13.2f}x" if base is not None and base.latency else ""
+            lines.append(f"{r.name:28} {lat.median_ms:8.2f} ms {lat.p25_ms:7.2f}-{lat.p75_ms:<7.2f}ms {vs:>14}  {r.check}")
+        return "\n".join(lines)
+
+
+def bench_model(model: Model, database: Any = None, threads: int | None = None, rounds: int = BENCH_ROUNDS,
+                min_time_s: float = BENCH_MIN_TIME_S, with_ort: bool = True,
+                tuned: CompiledModel | None = None) -> BenchReport:
+    """Compile ``model`` tuned (``database``) and untuned, check every system's outputs, time them."""
+    from ..target import cpu_count
+
+    threads = threads or cpu_count()
+    set_threads(threads)
+    inputs = model.example_inputs
+    tuned = tuned or compile_model(model, database)
+    untuned = compile_model(model, None)
+    systems: dict[str, Any] = {}
+    runners: dict[str, Any] = {"tensortune tuned": tuned, "tensortune untuned": untuned}
+    if model.torch_module is not None:
+        runners["pytorch"] = TorchRunner(model.torch_module, threads)
+    ort_note = ""
+    if with_ort:
+        try:
+            path = model.onnx_path
+            if path is None:
+                tmp = tempfile.mkdtemp(prefix="tensortune-onnx-")
+                path = export_onnx(model.torch_module, _torch_inputs(inputs), os.path.join(tmp, f"{model.name}.onnx"))
+            runners["onnxruntime"] = OrtRunner(path, threads)
+        except (ReferenceRunError, Exception) as e:  # noqa: BLE001 - ORT is optional for the comparison
+            ort_note = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+    ref_name = "pytorch" if "pytorch" in runners else "onnxruntime"
+    report = BenchReport(model.name, ref_name, threads, DEFAULT_RTOL, tuned_counts=tuned.counts())
+    if ref_name not in runners:
+        raise ReferenceRunError(f"{model.name}: no reference to check against ({ort_note or 'no ONNX Runtime'})")
+    expected = runners[ref_name].run(inputs)
+    for name, runner in runners.items():
+        try:
+            got = runner.run(inputs)
+            check = compare_outputs(got, expected)
+            ok, msg = check.ok, ("reference" if name == ref_name else check.message)
+        except Exception as e:  # noqa: BLE001 - a crash is a failed row
+            ok, msg = False, f"error: {str(e).splitlines()[0][:160]}"
+        report.rows.append(BenchRow(name, msg, ok))
+        if ok:
+            systems[name] = runner.callable(inputs)
+    if with_ort and "onnxruntime" not in runners:
+        report.rows.append(BenchRow("onnxruntime", f"unavailable: {ort_note}", True))
+    lat = interleaved_latency(systems, rounds=rounds, min_time_s=min_time_s)
+    for r in report.rows:
+        r.latency = lat.get(r.name)
+    return report
+
+
+def _torch_inputs(inputs: Any) -> list[Any]:
+    import torch
+
+    return [torch.from_numpy(x.copy()) for x in inputs]

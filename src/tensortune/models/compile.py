@@ -1,0 +1,217 @@
+"""Compile a model with the best stored schedule of each task, a sane default for the rest.
+
+Every fused PrimFunc of the model is scheduled before the Relax VM build, in this order
+of preference, and the report says which one each function got and why:
+
+1. ``tuned``: the best verified config of its task in the database;
+2. ``default``: its template's default config (no record, or the best record failed to apply);
+3. ``generic``: the generic template's default (parallel + vectorised), when the op
+   template could not schedule it;
+4. ``naive``: TVM's unscheduled loops, only if even that failed (reported loudly).
+
+The build then runs TVM's own lowering passes (``dataflow_lower_passes`` and
+``finalize_passes`` of the CPU pipeline) without fusing again, so no schedule is lost.
+The result exports to a shared library that ``tvm.runtime.load_module`` plus
+``relax.VirtualMachine`` run without tensortune (:func:`load_library`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..target import host_target_json, make_target
+from ..task import Task
+from .extract import ModelTask, call_counts, extract_tasks, is_view, lower_to_fused, prim_funcs
+from .importer import Model
+
+#: How each function was scheduled, best first.
+SOURCES = ("tuned", "default", "generic", "naive")
+
+
+@dataclass
+class FuncChoice:
+    """What one task's functions were compiled with."""
+
+    task: str
+    kernel_class: str
+    workload_key: str
+    weight: int
+    source: str  # one of SOURCES
+    reason: str = ""
+    trials: int = 0
+    best_ms: float | None = None  # the stored best latency of the task (tuned only)
+    funcs: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for reports."""
+        return dict(self.__dict__)
+
+
+@dataclass
+class CompiledModel:
+    """A built model: the Relax VM executable and what each task was compiled with."""
+
+    model: Model
+    executable: Any
+    choices: list[FuncChoice]
+    target_json: dict[str, Any]
+
+    @property
+    def vm(self) -> Any:
+        """A ``relax.VirtualMachine`` on the CPU (created once)."""
+        if not hasattr(self, "_vm"):
+            from tvm import relax
+            import tvm
+
+            self._vm = relax.VirtualMachine(self.executable, tvm.cpu())
+        return self._vm
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Outputs (flattened to a list) for numpy ``inputs``."""
+        return _flatten(self.vm["main"](*_to_tvm(inputs)))
+
+    def callable(self, inputs: Sequence[np.ndarray]) -> Callable[[], None]:
+        """A zero-argument function that runs one inference on ``inputs`` (for timing)."""
+        args = _to_tvm(inputs)
+        f = self.vm["main"]
+        return lambda: f(*args)
+
+    def counts(self) -> dict[str, int]:
+        """Number of tasks per source."""
+        out = {s: 0 for s in SOURCES}
+        for c in self.choices:
+            out[c.source] += 1
+        return out
+
+    def export(self, path: str) -> tuple[str, str]:
+        """Write the shared library to ``path`` and its description to ``path + '.json'``."""
+        import tvm
+
+        os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+        self.executable.export_library(path)
+        meta = {
+            "model": self.model.name, "source": self.model.source, "batch": self.model.batch,
+            "inputs": [s.to_json() for s in self.model.inputs], "target": self.target_json,
+            "tvm_version": tvm.__version__, "tasks": [c.to_json() for c in self.choices],
+            "load": "tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cpu())['main'](*inputs)",
+        }
+        with open(path + ".json", "w") as f:
+            json.dump(meta, f, indent=1)
+        return path, path + ".json"
+
+
+def _to_tvm(inputs: Sequence[np.ndarray]) -> list[Any]:
+    import tvm
+
+    return [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in inputs]
+
+
+def _flatten(out: Any) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    res: list[np.ndarray] = []
+    for o in out:
+        res.extend(_flatten(o))
+    return res
+
+
+def _best_config(task: Task, database: Any) -> tuple[Any | None, int, float | None]:
+    """The task's best verified stored config, its trial count and latency (ms)."""
+    if database is None:
+        return None, 0, None
+    best = database.best(task.workload_key)
+    n = database.count(task.workload_key)
+    if best is None:
+        return None, n, None
+    try:
+        return task.space.config_from_json({"knobs": best.config}), n, best.cost * 1e3
+    except Exception:  # noqa: BLE001 - a record of another space version
+        return None, n, None
+
+
+def _schedule(task: Task, database: Any) -> tuple[Any, str, str, int, float | None]:
+    """(scheduled PrimFunc, source, reason, trials, best ms) for one task."""
+    config, n, best_ms = _best_config(task, database)
+    reason = ""
+    if config is not None:
+        try:
+            return task.instantiate(config)["main"], "tuned", f"best of {n} trials", n, best_ms
+        except Exception as e:  # noqa: BLE001
+            reason = f"best record failed to apply ({str(e).splitlines()[0][:80]}); "
+    elif database is None:
+        reason = "no database; "
+    elif n:
+        reason = f"no successful verified trial among {n}; "
+    else:
+        reason = "not tuned; "
+    try:
+        return task.instantiate(task.default_config())["main"], "default", reason + f"{task.template_name} default", n, None
+    except Exception as e:  # noqa: BLE001
+        reason += f"{task.template_name} default failed ({str(e).splitlines()[0][:80]}); "
+    if task.template_name != "generic":
+        try:
+            g = Task.from_primfunc(task.prim_func(), task.target_json, "generic", task.kernel_class)
+            return g.instantiate(g.default_config())["main"], "generic", reason + "generic default", n, None
+        except Exception as e:  # noqa: BLE001
+            reason += f"generic default failed ({str(e).splitlines()[0][:80]}); "
+    return task.prim_func(), "naive", reason + "unscheduled loops", n, None
+
+
+def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = None) -> tuple[Any, list[FuncChoice]]:
+    """Replace every fused PrimFunc of ``fused`` by its scheduled version."""
+    counts = call_counts(fused)
+    choices: dict[str, FuncChoice] = {}
+    scheduled: dict[str, Any] = {}
+    mod = fused.clone()
+    for name, func in prim_funcs(fused).items():
+        if counts.get(name, 0) == 0 or is_view(func):
+            continue
+        task = Task.from_fused(func, target_json, name)
+        key = task.workload_key
+        if key not in scheduled:
+            sched, source, reason, n, best_ms = _schedule(task, database)
+            scheduled[key] = sched
+            choices[key] = FuncChoice(task.name, task.kernel_class, key, 0, source, reason, n, best_ms)
+        choice = choices[key]
+        choice.weight += counts[name]
+        choice.funcs.append(name)
+        new = scheduled[key].with_attrs(func.attrs) if func.attrs is not None else scheduled[key]
+        if func.attrs is None or "global_symbol" not in func.attrs:
+            new = new.without_attr("global_symbol")
+        mod.update_func(mod.get_global_var(name), new)
+    return mod, list(choices.values())
+
+
+def compile_model(model: Model, database: Any = None, target_json: dict[str, Any] | None = None) -> CompiledModel:
+    """Build ``model`` with the best stored schedules of ``database`` (None: defaults only)."""
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    tj = dict(target_json or host_target_json())
+    target = make_target(tj)
+    fused = lower_to_fused(model.mod, target)
+    mod, choices = schedule_module(fused, tj, database)
+    lowering = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
+    with target:
+        ex = tvm.compile(mod, target, relax_pipeline=lowering)
+    return CompiledModel(model, ex, choices, tj)
+
+
+def model_tasks(model: Model, target_json: dict[str, Any] | None = None) -> list[ModelTask]:
+    """The tasks of ``model`` (legalized and fused for ``target_json``)."""
+    tj = dict(target_json or host_target_json())
+    return extract_tasks(lower_to_fused(model.mod, make_target(tj)), tj)
+
+
+def load_library(path: str) -> Callable[..., list[np.ndarray]]:
+    """Load an exported model with TVM alone; returns ``f(*numpy_inputs) -> outputs``."""
+    import tvm
+    from tvm import relax
+
+    lib = tvm.runtime.load_module(path)
+    vm = relax.VirtualMachine(lib, tvm.cpu())
+    return lambda *inputs: _flatten(vm["main"](*_to_tvm(inputs)))

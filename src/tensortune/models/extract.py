@@ -1,0 +1,110 @@
+"""A model's tasks: legalize and fuse its Relax module, one task per distinct fused PrimFunc.
+
+The passes are TVM's own (the CPU pipeline's legalize stage): ``DecomposeOpsForInference,
+LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR``. Each fused PrimFunc
+becomes a :class:`~tensortune.task.Task` through :meth:`Task.from_fused` (op template for a
+recognised anchor, generic otherwise). Functions that the VM turns into a free view
+(pure reshapes) are not tasks. Structurally equal functions are one task whose weight is
+the number of calls in the model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..task import Task
+
+
+@dataclass
+class ModelTask:
+    """One task of a model: the task, its weight (calls per inference) and its functions."""
+
+    task: Task
+    weight: int
+    funcs: list[str] = field(default_factory=list)  # Relax names of the functions it covers
+    tunable: bool = True  # False: a fixed schedule only (multi-output function)
+    note: str = ""  # why a function got the generic template or a fixed schedule
+
+    @property
+    def kernel_class(self) -> str:
+        """The task's kernel class (``conv2d-add-relu``, ``layer-norm`` ...)."""
+        return self.task.kernel_class
+
+    def to_json(self) -> dict[str, Any]:
+        """A row of ``tensortune tasks --json``."""
+        return {"workload_key": self.task.workload_key, "name": self.task.name, "kernel_class": self.kernel_class,
+                "template": self.task.template_name, "weight": self.weight, "flops": self.task.flops,
+                "funcs": self.funcs, "tunable": self.tunable, "note": self.note}
+
+
+def fuse_passes() -> list[Any]:
+    """TVM's legalize-and-fuse passes, in order."""
+    from tvm import relax
+
+    t = relax.transform
+    return [t.DecomposeOpsForInference(), t.LegalizeOps(), t.AnnotateTIROpPattern(), t.FoldConstant(), t.FuseOps(),
+            t.FuseTIR()]
+
+
+def lower_to_fused(mod: Any, target: Any) -> Any:
+    """The module after legalization and fusion (under ``target``)."""
+    import tvm
+
+    with target:
+        return tvm.transform.Sequential(fuse_passes())(mod)
+
+
+def call_counts(mod: Any) -> dict[str, int]:
+    """Relax name of each PrimFunc -> how many ``call_tir`` sites of ``main`` call it."""
+    from tvm import relax
+
+    counts: dict[str, int] = {}
+
+    def visit(e: Any) -> None:
+        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir":
+            gv = e.args[0]
+            counts[gv.name_hint] = counts.get(gv.name_hint, 0) + 1
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return counts
+
+
+def prim_funcs(mod: Any) -> dict[str, Any]:
+    """Relax name -> PrimFunc of every TIR function in ``mod`` (sorted by name)."""
+    import tvm
+
+    out = {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    return dict(sorted(out.items()))
+
+
+def is_view(func: Any) -> bool:
+    """True for functions the VM replaces by a free reshape view (no kernel runs)."""
+    from tvm import relax
+
+    try:
+        return bool(relax.analysis.has_reshape_pattern(func))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def extract_tasks(fused: Any, target_json: dict[str, Any]) -> list[ModelTask]:
+    """The tasks of a fused module, heaviest first (weight x FLOPs)."""
+    counts = call_counts(fused)
+    by_key: dict[str, ModelTask] = {}
+    for name, func in prim_funcs(fused).items():
+        n = counts.get(name, 0)
+        if n == 0 or is_view(func):
+            continue
+        task = Task.from_fused(func, target_json, name)
+        pat = task.pattern
+        key = task.workload_key
+        if key in by_key:
+            by_key[key].weight += n
+            by_key[key].funcs.append(name)
+            continue
+        tunable = pat.n_outputs == 1
+        note = "" if pat.op else f"generic template: {pat.reason}"
+        if not tunable:
+            note = f"fixed schedule: {pat.reason}"
+        by_key[key] = ModelTask(task, n, [name], tunable, note)
+    return sorted(by_key.values(), key=lambda t: (-t.weight * t.task.flops, t.task.name))

@@ -1,0 +1,212 @@
+"""Import a model into a Relax module: a built-in name, an ONNX file or a ``torch.nn.Module``.
+
+Every path ends in the same :class:`Model`: the Relax module with its weights bound as
+constants and batch norm folded into the preceding convolutions
+(``relax.transform.FoldBatchnormToConv2D``, as any deployment compiler does), the
+static input signature, reproducible example inputs and the framework model that serves
+as the reference (the PyTorch module, or the ONNX file for ONNX Runtime).
+
+Anything that cannot be imported raises :class:`ModelError` with one line naming what
+and where: a path that is not a file, a file that is not ONNX, an operator the frontend
+lacks, a dynamic dimension that was not fixed with ``input_shapes``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+
+class ModelError(ValueError):
+    """A model that cannot be imported (one-line message)."""
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: name, static shape, dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (saved next to a compiled library)."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass
+class Model:
+    """An imported model, ready for task extraction and compilation."""
+
+    name: str
+    source: str  # "zoo" | "torch" | "onnx"
+    mod: Any  # Relax IRModule, weights bound, batch norm folded, not yet legalized
+    inputs: list[InputSpec]
+    example_inputs: list[np.ndarray]
+    torch_module: Any = None  # reference for zoo / torch models
+    onnx_path: str | None = None  # reference (ONNX Runtime) for ONNX models
+    batch: int = 1
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # TVM errors end with the useful line; Python ones start with it
+    line = lines[-1] if type(e).__module__.startswith("tvm") and lines else lines[0]
+    return line[:300]
+
+
+def load_model(model: Any, example_inputs: Sequence[Any] | None = None, *, batch: int = 1, seed: int = 0,
+               input_shapes: dict[str, Sequence[int]] | None = None) -> Model:
+    """Import ``model``: a built-in name (see :func:`tensortune.models.zoo.model_names`), a path to
+    an ONNX file, or a ``torch.nn.Module`` with ``example_inputs``."""
+    if isinstance(model, str):
+        from .zoo import MODELS
+
+        if model in MODELS:
+            if batch < 1:
+                raise ModelError(f"batch size {batch} must be at least 1")
+            from .zoo import build_model
+
+            module, inputs = build_model(model, batch=batch, seed=seed)
+            m = from_torch(module, inputs, name=model)
+            m.source, m.batch = "zoo", batch
+            return m
+        if not os.path.exists(model):
+            raise ModelError(f"{model}: no such file, and not a built-in model (built-ins: {', '.join(MODELS)})")
+        if os.path.isdir(model):
+            raise ModelError(f"{model}: is a directory, not a model file")
+        return from_onnx(model, input_shapes=input_shapes, seed=seed)
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch = None
+    if torch is not None and isinstance(model, torch.nn.Module):
+        if example_inputs is None:
+            raise ModelError(f"{type(model).__name__}: a torch.nn.Module needs example inputs")
+        return from_torch(model, list(example_inputs), name=type(model).__name__)
+    raise ModelError(f"cannot import a {type(model).__name__}: give a built-in name, an ONNX path or a torch.nn.Module")
+
+
+# ---------------------------------------------------------------- PyTorch
+def from_torch(module: Any, example_inputs: Sequence[Any], name: str) -> Model:
+    """Import a ``torch.nn.Module`` through ``torch.export`` and the Relax PyTorch frontend."""
+    import torch
+
+    module = module.eval()
+    inputs = [x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x)) for x in example_inputs]
+    try:
+        with torch.no_grad():
+            ep = torch.export.export(module, tuple(inputs))
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"{name}: torch.export failed: {_first_line(e)}") from None
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        mod = from_exported_program(ep)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"{name}: the Relax PyTorch frontend cannot import it: {_unsupported(e)}") from None
+    names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    specs = [InputSpec(n, tuple(int(d) for d in x.shape), str(x.dtype).removeprefix("torch.")) for n, x in zip(names, inputs)]
+    mod = _finish(mod, name)
+    return Model(name, "torch", mod, specs, [x.detach().numpy().copy() for x in inputs], torch_module=module,
+                 batch=int(inputs[0].shape[0]) if inputs and inputs[0].dim() else 1)
+
+
+def _unsupported(e: BaseException) -> str:
+    text = str(e)
+    m = re.search(r"Unsupported function types? \[([^\]]*)\]", text)
+    if m:
+        return f"unsupported operator(s) {m.group(1)}"
+    m = re.search(r"operators are not supported[^:]*:\s*(.+)", text)
+    if m:
+        return f"unsupported operator(s) {m.group(1).strip()}"
+    return _first_line(e)
+
+
+# ---------------------------------------------------------------- ONNX
+def _onnx_dtype(elem_type: int) -> str:
+    import onnx
+
+    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+
+
+def from_onnx(path: str, input_shapes: dict[str, Sequence[int]] | None = None, seed: int = 0) -> Model:
+    """Import an ONNX file through ``tvm.relax.frontend.onnx`` (static shapes only)."""
+    import onnx
+
+    try:
+        proto = onnx.load(path)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"{path}: not an ONNX model ({_first_line(e)})") from None
+    if not proto.graph.node:
+        raise ModelError(f"{path}: not an ONNX model (the graph has no nodes)")
+    init_names = {t.name for t in proto.graph.initializer}
+    given = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
+    specs: list[InputSpec] = []
+    graph_inputs = [i for i in proto.graph.input if i.name not in init_names]
+    unknown = set(given) - {i.name for i in graph_inputs}
+    if unknown:
+        raise ModelError(f"{path}: no input named {sorted(unknown)[0]!r} (inputs: {', '.join(i.name for i in graph_inputs)})")
+    for inp in graph_inputs:
+        tt = inp.type.tensor_type
+        dims = list(tt.shape.dim)
+        if inp.name in given:
+            shape = given[inp.name]
+            if len(shape) != len(dims):
+                raise ModelError(f"{path}: input {inp.name!r} has rank {len(dims)}, --input-shape gave {len(shape)} values")
+        else:
+            shape_l = []
+            for k, d in enumerate(dims):
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    shape_l.append(int(d.dim_value))
+                else:
+                    sym = d.dim_param or "?"
+                    raise ModelError(f"{path}: input {inp.name!r} has a dynamic dimension {sym!r} at axis {k}; "
+                                     f"fix it with --input-shape {inp.name}=d0,d1,...")
+            shape = tuple(shape_l)
+        specs.append(InputSpec(inp.name, tuple(shape), _onnx_dtype(tt.elem_type)))
+    from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx
+
+    try:
+        mod = relax_from_onnx(proto, shape_dict={s.name: list(s.shape) for s in specs},
+                              dtype_dict={s.name: s.dtype for s in specs}, keep_params_in_input=False)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"{path}: TVM's ONNX frontend cannot import it: {_unsupported(e)}") from None
+    name = os.path.splitext(os.path.basename(path))[0]
+    mod = _finish(mod, path)
+    rng = np.random.default_rng(seed)
+    examples = [_example(s, rng) for s in specs]
+    return Model(name, "onnx", mod, specs, examples, onnx_path=os.path.abspath(path),
+                 batch=specs[0].shape[0] if specs and specs[0].shape else 1)
+
+
+def _example(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
+    """A reproducible example input: standard normal floats, small non-negative integers
+    (valid as indices into any embedding table)."""
+    dt = np.dtype(spec.dtype)
+    if dt.kind == "f":
+        return rng.standard_normal(spec.shape).astype(dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, spec.shape).astype(dt)
+    return rng.integers(0, 2, spec.shape).astype(dt)
+
+
+# ---------------------------------------------------------------- common
+def _finish(mod: Any, where: str) -> Any:
+    """Fold batch norm into convolutions; refuse dynamic shapes."""
+    from tvm import relax
+
+    mod = relax.transform.FoldBatchnormToConv2D()(mod)
+    main = mod["main"]
+    for p in main.params:
+        ty = p.ty  # TVM 0.27: relax.TensorType (struct_info is gone)
+        shape = getattr(ty, "shape", None)
+        values = getattr(shape, "values", None)
+        if values is None or any(type(v).__name__ != "IntImm" for v in values):
+            raise ModelError(f"{where}: input {p.name_hint!r} has a dynamic shape ({ty}); only static shapes can be tuned")
+    return mod

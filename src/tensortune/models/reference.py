@@ -1,0 +1,566 @@
+"""Reference runners for whole models, ONNX export, output checks and the latency protocol.
+
+A model compiled with TVM is compared against PyTorch eager (:class:`TorchRunner`) and ONNX Runtime
+(:class:`OrtRunner`) on the same numpy inputs and the same thread count. Every system is reduced to
+two things: ``run(inputs) -> list of numpy arrays`` for the output check (:func:`compare_outputs`)
+and a zero-argument callable doing one inference for timing (:func:`interleaved_latency`, which the
+caller also uses for TVM by wrapping it as a plain Python callable).
+
+Timing protocol: each system is warmed up once, then measured in ``rounds`` rounds; inside a round
+the systems are timed one after the other (never concurrently), in an order rotated each round, and
+each round contributes the median of its runs. Reported figures are over those per-round medians,
+so slow machine drift (thermal, other load) is shared by all systems instead of favouring one.
+
+ONNX export uses PyTorch's TorchScript-based exporter (``torch.onnx.export(..., dynamo=False)``),
+which needs no package beyond ``torch`` and ``onnx``; the ``torch.export``-based exporter (the default
+of ``torch.onnx.export`` since torch 2.9) is only tried as a fallback and needs ``onnxscript``.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "DEFAULT_MAX_RUNS", "DEFAULT_MIN_TIME_S", "DEFAULT_OPSET", "DEFAULT_ROUNDS", "DEFAULT_RTOL", "DEFAULT_THREADS", "ABS_FLOOR",
+    "Latency", "OrtRunner", "OutputCheck", "ReferenceRunError", "TorchRunner",
+    "compare_outputs", "export_onnx", "interleaved_latency", "set_threads", "time_callable",
+]
+
+
+def _usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+DEFAULT_THREADS: int = _usable_cores()
+"""Threads given to every system: the cores usable by this process (``len(os.sched_getaffinity(0))``)."""
+DEFAULT_RTOL: float = 1e-3
+"""Output tolerance, relative to the largest reference magnitude of each output (see :func:`compare_outputs`)."""
+ABS_FLOOR: float = 1e-6
+"""Absolute tolerance added to ``rtol * max|ref|`` so that all-zero (or tiny) outputs can pass."""
+DEFAULT_OPSET: int = 17
+"""ONNX opset used by :func:`export_onnx`."""
+DEFAULT_MIN_TIME_S: float = 0.2
+"""Minimum measuring time of one :func:`time_callable` call (one system in one round)."""
+DEFAULT_MAX_RUNS: int = 1000
+"""Maximum timed runs of one :func:`time_callable` call."""
+DEFAULT_ROUNDS: int = 5
+"""Rounds of :func:`interleaved_latency`."""
+
+_DYNAMO_MIN_OPSET = 18  # the torch.export-based exporter writes opset-18 ops (Split num_outputs) even when asked for 17
+
+
+class ReferenceRunError(RuntimeError):
+    """A reference system could not export, load or run a model. The message is one line."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first non-empty line of the message``, shortened to ``limit`` characters."""
+    plain = _ANSI.sub("", str(exc))
+    text = next((ln.strip() for ln in plain.splitlines() if ln.strip()), "")
+    out = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------------------------------
+# Threads
+# --------------------------------------------------------------------------------------------------
+
+def set_threads(n: int) -> None:
+    """Make PyTorch use ``n`` intra-op threads (and ``n`` inter-op threads, if that can still be set).
+
+    PyTorch only accepts the inter-op thread count once and before its first parallel work; later
+    attempts raise ``RuntimeError``, which is ignored (eager inference does not use the inter-op pool).
+    """
+    if n < 1:
+        raise ValueError(f"thread count must be >= 1, got {n}")
+    torch.set_num_threads(n)
+    # torch >= 2.13 names it set_num_interop_threads; older releases set_interop_threads
+    set_interop = getattr(torch, "set_num_interop_threads", None) or getattr(torch, "set_interop_threads", None)
+    if set_interop is not None and torch.get_num_interop_threads() != n:
+        try:
+            set_interop(n)
+        except RuntimeError:
+            pass
+
+
+# --------------------------------------------------------------------------------------------------
+# PyTorch eager
+# --------------------------------------------------------------------------------------------------
+
+def _flatten_outputs(out: Any) -> list[torch.Tensor]:
+    """A tensor, or (nested) tuples/lists/dicts of tensors, as a flat list in order."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in _flatten_outputs(item)]
+    if isinstance(out, dict):
+        return [t for item in out.values() for t in _flatten_outputs(item)]
+    raise ReferenceRunError(f"model output of type {type(out).__name__} is not a tensor or a tuple/list/dict of tensors")
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):  # no numpy equivalent
+        t = t.float()
+    return t.numpy()
+
+
+def _to_tensors(inputs: Sequence[np.ndarray]) -> list[torch.Tensor]:
+    return [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
+
+
+class TorchRunner:
+    """PyTorch eager reference: module in eval mode, run under ``torch.inference_mode()`` on CPU.
+
+    The module is put in eval mode (permanently). PyTorch's thread count is global; it is set to
+    ``threads`` at construction and again before each :meth:`run` / :meth:`callable` if it changed.
+    """
+
+    name = "pytorch"
+
+    def __init__(self, module: torch.nn.Module, threads: int = DEFAULT_THREADS) -> None:
+        """Wrap ``module`` (switched to eval mode) to run with ``threads`` intra-op threads."""
+        self.module = module.eval()
+        self.threads = threads
+        set_threads(threads)
+
+    def _ensure_threads(self) -> None:
+        if torch.get_num_threads() != self.threads:
+            set_threads(self.threads)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One forward pass on ``inputs``; the outputs (a tensor or tuple/list of tensors) as a flat list of arrays."""
+        self._ensure_threads()
+        tensors = _to_tensors(inputs)
+        try:
+            with torch.inference_mode():
+                out = self.module(*tensors)
+        except Exception as exc:
+            raise ReferenceRunError(f"pytorch forward failed: {_one_line(exc)}") from exc
+        return [_to_numpy(t) for t in _flatten_outputs(out)]
+
+    def callable(self, inputs: Sequence[np.ndarray]) -> Callable[[], None]:
+        """A zero-argument function running one forward pass on ``inputs`` (converted to tensors once), for timing."""
+        self._ensure_threads()
+        tensors = _to_tensors(inputs)
+        module = self.module
+
+        def forward() -> None:
+            with torch.inference_mode():
+                module(*tensors)
+
+        return forward
+
+
+# --------------------------------------------------------------------------------------------------
+# ONNX Runtime
+# --------------------------------------------------------------------------------------------------
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16, "tensor(int8)": np.int8,
+    "tensor(uint64)": np.uint64, "tensor(uint32)": np.uint32, "tensor(uint16)": np.uint16,
+    "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_,
+}
+
+
+class OrtRunner:
+    """ONNX Runtime CPU reference.
+
+    Session: ``CPUExecutionProvider``, ``intra_op_num_threads=threads``, ``inter_op_num_threads=1``,
+    sequential execution, graph optimisation level ``ORT_ENABLE_ALL``, only errors logged.
+    Inputs are given positionally, in the order of :attr:`input_names`; their dtypes and (static)
+    shapes must match the model's, otherwise :class:`ReferenceRunError` says which input is wrong.
+    """
+
+    name = "onnxruntime"
+
+    def __init__(self, onnx_path: str, threads: int = DEFAULT_THREADS) -> None:
+        """Load ``onnx_path`` into an ONNX Runtime CPU session using ``threads`` intra-op threads."""
+        import onnxruntime as ort
+
+        if threads < 1:
+            raise ValueError(f"thread count must be >= 1, got {threads}")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3  # errors only
+        try:
+            self.session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            raise ReferenceRunError(f"onnxruntime could not load {onnx_path}: {_one_line(exc)}") from exc
+        self.onnx_path = str(onnx_path)
+        self.threads = threads
+        meta = self.session.get_inputs()
+        self.input_names: list[str] = [i.name for i in meta]
+        self._input_types: list[str] = [i.type for i in meta]
+        self._input_shapes: list[list[Any]] = [list(i.shape) for i in meta]
+        self.output_names: list[str] = [o.name for o in self.session.get_outputs()]
+
+    def _feed(self, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        if len(inputs) != len(self.input_names):
+            raise ReferenceRunError(f"onnxruntime model takes {len(self.input_names)} inputs, got {len(inputs)}")
+        feed: dict[str, np.ndarray] = {}
+        for name, typ, shape, x in zip(self.input_names, self._input_types, self._input_shapes, inputs):
+            arr = np.ascontiguousarray(x)
+            want = _ORT_TYPES.get(typ)
+            if want is not None and arr.dtype != np.dtype(want):
+                raise ReferenceRunError(f"onnxruntime input {name!r} expects {np.dtype(want).name}, got {arr.dtype.name}")
+            static = len(shape) == arr.ndim and all(not isinstance(d, int) or d == s for d, s in zip(shape, arr.shape))
+            if not static:
+                raise ReferenceRunError(f"onnxruntime input {name!r} expects shape {tuple(shape)}, got {arr.shape}")
+            feed[name] = arr
+        return feed
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One inference on ``inputs`` (positional, in :attr:`input_names` order); all outputs as arrays."""
+        feed = self._feed(inputs)
+        try:
+            return list(self.session.run(None, feed))
+        except Exception as exc:
+            raise ReferenceRunError(f"onnxruntime run failed: {_one_line(exc)}") from exc
+
+    def callable(self, inputs: Sequence[np.ndarray]) -> Callable[[], None]:
+        """A zero-argument function running one inference on ``inputs`` (feed built once), for timing."""
+        feed = self._feed(inputs)
+        session = self.session
+
+        def infer() -> None:
+            session.run(None, feed)
+
+        return infer
+
+
+# --------------------------------------------------------------------------------------------------
+# ONNX export
+# --------------------------------------------------------------------------------------------------
+
+def _flush_all() -> None:
+    """Flush Python's and C's stdio buffers, so nothing written inside :func:`_quiet` surfaces later."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence Python warnings, Python-level prints, the ``torch.onnx`` loggers and C/C++ prints on fds 1/2.
+
+    File descriptors 1 and 2 point at a scratch file while inside (output of other threads during
+    that time is lost too); if they cannot be redirected, only the Python-level silencing applies.
+    """
+    onnx_logger = logging.getLogger("torch.onnx")
+    old_level = onnx_logger.level
+    saved: list[int] = []  # duplicates of the original fds 1 and 2
+    with contextlib.ExitStack() as stack:
+        try:
+            onnx_logger.setLevel(logging.CRITICAL)
+            try:
+                _flush_all()
+                sink = stack.enter_context(tempfile.TemporaryFile())
+                saved.append(os.dup(1))
+                saved.append(os.dup(2))
+                os.dup2(sink.fileno(), 1)
+                os.dup2(sink.fileno(), 2)
+            except OSError:
+                for fd, old in zip((1, 2), saved):
+                    os.dup2(old, fd)
+                for old in saved:
+                    os.close(old)
+                saved.clear()
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
+            yield
+        finally:
+            onnx_logger.setLevel(old_level)
+            if saved:
+                _flush_all()
+                for fd, old in zip((1, 2), saved):
+                    os.dup2(old, fd)
+                    os.close(old)
+
+
+def _export_torchscript(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path: str, opset: int,
+                        input_names: list[str], output_names: list[str]) -> None:
+    torch.onnx.export(module, args, path, dynamo=False, opset_version=opset, input_names=input_names,
+                      output_names=output_names, do_constant_folding=True)
+
+
+def _export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path: str, opset: int,
+                   input_names: list[str], output_names: list[str]) -> None:
+    torch.onnx.export(module, args, path, dynamo=True, opset_version=max(opset, _DYNAMO_MIN_OPSET),
+                      input_names=input_names, output_names=output_names, optimize=True, external_data=False)
+
+
+def _check_exported(path: str) -> None:
+    """The file is a valid ONNX model whose graph inputs all have fixed positive dimensions."""
+    import onnx
+
+    onnx.checker.check_model(path)
+    model = onnx.load(path, load_external_data=False)
+    initializers = {init.name for init in model.graph.initializer}
+    for inp in model.graph.input:
+        if inp.name in initializers:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
+            raise ValueError(f"input {inp.name!r} has a dynamic shape")
+
+
+def export_onnx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path: str,
+                opset: int = DEFAULT_OPSET) -> str:
+    """Export ``module`` (in eval mode) to ONNX at ``path`` with the static shapes of ``example_inputs``; return ``path``.
+
+    Graph inputs are named ``input0, input1, ...`` and outputs ``output0, output1, ...`` (the module's
+    outputs flattened). The TorchScript-based exporter (``dynamo=False``, needs only ``torch`` and
+    ``onnx``) is used at opset ``opset``; if it fails and ``onnxscript`` is importable, the
+    ``torch.export``-based exporter is tried at opset ``max(opset, 18)`` (it cannot write a valid
+    opset-17 model for ``chunk``/``split``). The result is checked with ``onnx.checker`` and for
+    static input shapes. Exporter prints and warnings are suppressed. The module's training flag is
+    restored afterwards.
+
+    Raises:
+        ReferenceRunError: (one line) if no exporter produced a valid model.
+    """
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = [example_inputs]
+    args = tuple(example_inputs)
+    path = os.fspath(path)
+    model_name = type(module).__name__
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    was_training = module.training
+    module.eval()
+    try:
+        try:
+            with torch.no_grad():
+                n_outputs = len(_flatten_outputs(module(*args)))
+        except ReferenceRunError:
+            raise
+        except Exception as exc:
+            raise ReferenceRunError(f"ONNX export of {model_name} failed: the module does not run on the example "
+                                    f"inputs: {_one_line(exc)}") from exc
+        input_names = [f"input{i}" for i in range(len(args))]
+        output_names = [f"output{i}" for i in range(n_outputs)]
+
+        exporters: list[tuple[str, Callable[..., None]]] = [("torchscript exporter", _export_torchscript)]
+        if _has_onnxscript():
+            exporters.append(("dynamo exporter", _export_dynamo))
+        errors: list[str] = []
+        for label, exporter in exporters:
+            try:
+                with _quiet(), torch.no_grad():
+                    exporter(module, args, path, opset, input_names, output_names)
+                _check_exported(path)
+                return path
+            except Exception as exc:
+                errors.append(f"{label}: {_one_line(exc, 200)}")
+        if len(exporters) == 1:
+            errors.append("dynamo exporter: not tried, onnxscript is not installed")
+        raise ReferenceRunError(f"ONNX export of {model_name} failed: " + "; ".join(errors))
+    finally:
+        module.train(was_training)
+
+
+def _has_onnxscript() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("onnxscript") is not None
+
+
+# --------------------------------------------------------------------------------------------------
+# Output check
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class OutputCheck:
+    """Result of :func:`compare_outputs`.
+
+    ``max_abs_err`` / ``max_rel_err`` are the worst over all outputs; they are ``inf`` when the
+    outputs could not be compared (count, shape or dtype mismatch, non-finite values, error).
+    """
+
+    ok: bool
+    max_abs_err: float
+    max_rel_err: float
+    rtol: float
+    message: str
+
+    def to_json(self) -> dict:
+        """A JSON-safe dict (non-finite errors become ``None``)."""
+        d = asdict(self)
+        for key in ("max_abs_err", "max_rel_err"):
+            if not math.isfinite(d[key]):
+                d[key] = None
+        return d
+
+
+def _fail(message: str, rtol: float) -> OutputCheck:
+    return OutputCheck(ok=False, max_abs_err=math.inf, max_rel_err=math.inf, rtol=rtol, message=message)
+
+
+def compare_outputs(got: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: float = DEFAULT_RTOL) -> OutputCheck:
+    """Check a system's outputs ``got`` against reference outputs ``ref``.
+
+    Rule: there must be as many outputs as reference outputs, and for each pair the shapes and
+    dtypes must be equal, and ``got`` must be finite wherever ``ref`` is finite (positions where
+    ``ref`` is NaN/inf are not compared). The pair passes when
+    ``max|got - ref| <= rtol * max|ref| + 1e-6`` (:data:`ABS_FLOOR`), both maxima over the positions
+    where ``ref`` is finite. ``max_rel_err`` is ``max|got - ref| / max|ref|`` of the worst output.
+    All outputs must pass. The message is one line, e.g. ``outputs match (max abs err 3.1e-05,
+    2.0e-06 of max |ref|; tolerance 1e-03)``, or says why the check failed.
+    """
+    try:
+        got_l, ref_l = list(got), list(ref)
+        if len(got_l) != len(ref_l):
+            return _fail(f"output count mismatch: got {len(got_l)}, expected {len(ref_l)}", rtol)
+        worst_abs = 0.0
+        worst_rel = 0.0
+        failures: list[str] = []
+        skipped = 0
+        for i, (g_raw, r_raw) in enumerate(zip(got_l, ref_l)):
+            g, r = np.asarray(g_raw), np.asarray(r_raw)
+            if g.shape != r.shape:
+                return _fail(f"output {i}: shape mismatch: got {g.shape}, expected {r.shape}", rtol)
+            if g.dtype != r.dtype:
+                return _fail(f"output {i}: dtype mismatch: got {g.dtype}, expected {r.dtype}", rtol)
+            g64, r64 = g.astype(np.float64), r.astype(np.float64)
+            ref_finite = np.isfinite(r64)
+            bad = int(np.count_nonzero(ref_finite & ~np.isfinite(g64)))
+            if bad:
+                return _fail(f"output {i}: {bad} non-finite value(s) (NaN/inf) where the reference is finite", rtol)
+            skipped += int(r64.size - np.count_nonzero(ref_finite))
+            if not np.any(ref_finite):
+                continue
+            abs_err = float(np.max(np.abs(g64[ref_finite] - r64[ref_finite])))
+            scale = float(np.max(np.abs(r64[ref_finite])))
+            rel_err = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else math.inf)
+            worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
+            if abs_err > rtol * scale + ABS_FLOOR:
+                failures.append(f"output {i} differs: max abs err {abs_err:.1e}, {rel_err:.1e} of max |ref| {scale:.1e}")
+        note = f"; {skipped} non-finite reference value(s) not compared" if skipped else ""
+        if failures:
+            more = f" (and {len(failures) - 1} more output(s))" if len(failures) > 1 else ""
+            return OutputCheck(False, worst_abs, worst_rel, rtol,
+                               f"{failures[0]}; tolerance {rtol:.0e}{more}{note}")
+        return OutputCheck(True, worst_abs, worst_rel, rtol,
+                           f"outputs match (max abs err {worst_abs:.1e}, {worst_rel:.1e} of max |ref|; "
+                           f"tolerance {rtol:.0e}{note})")
+    except Exception as exc:  # e.g. outputs that are not arrays at all
+        return _fail(f"could not compare outputs: {_one_line(exc, 200)}", rtol)
+
+
+# --------------------------------------------------------------------------------------------------
+# Latency
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Latency:
+    """Latency of one system in milliseconds, over ``samples`` per-round medians."""
+
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+    min_ms: float
+    max_ms: float
+    samples: int
+
+    def spread(self) -> float:
+        """Interquartile range relative to the median, ``(p75 - p25) / median`` (0 for a zero median and range)."""
+        iqr = self.p75_ms - self.p25_ms
+        if self.median_ms <= 0:
+            return 0.0 if iqr == 0 else math.inf
+        return iqr / self.median_ms
+
+    def to_json(self) -> dict:
+        """The fields as a dict, plus ``spread``."""
+        d = asdict(self)
+        spread = self.spread()
+        d["spread"] = spread if math.isfinite(spread) else None
+        return d
+
+    @classmethod
+    def from_samples_s(cls, samples_s: Sequence[float]) -> Latency:
+        """Summarise per-round times given in seconds."""
+        ms = np.asarray(samples_s, dtype=np.float64) * 1e3
+        if ms.size == 0:
+            raise ValueError("no latency samples")
+        p25, med, p75 = np.percentile(ms, [25, 50, 75])
+        return cls(median_ms=float(med), p25_ms=float(p25), p75_ms=float(p75),
+                   min_ms=float(ms.min()), max_ms=float(ms.max()), samples=int(ms.size))
+
+
+def time_callable(fn: Callable[[], None], min_time_s: float = DEFAULT_MIN_TIME_S,
+                  max_runs: int = DEFAULT_MAX_RUNS) -> list[float]:
+    """Time ``fn``: one untimed warm-up call, then repeated calls until ``min_time_s`` has elapsed.
+
+    At least one and at most ``max_runs`` timed calls are made; elapsed time is wall time since the
+    first timed call. Returns the seconds of each timed call (``time.perf_counter`` around the call).
+    """
+    if max_runs < 1:
+        raise ValueError(f"max_runs must be >= 1, got {max_runs}")
+    fn()
+    times: list[float] = []
+    clock = time.perf_counter
+    start = clock()
+    while True:
+        t0 = clock()
+        fn()
+        t1 = clock()
+        times.append(t1 - t0)
+        if len(times) >= max_runs or t1 - start >= min_time_s:
+            return times
+
+
+def interleaved_latency(fns: dict[str, Callable[[], None]], rounds: int = DEFAULT_ROUNDS,
+                        min_time_s: float = DEFAULT_MIN_TIME_S) -> dict[str, Latency]:
+    """Latency of several systems measured in interleaved rounds, so machine drift hits all of them alike.
+
+    Every callable is first called once (warm-up). Then, in each of ``rounds`` rounds, every callable
+    is timed with :func:`time_callable` (``min_time_s``), one after the other, never concurrently; the
+    order is rotated by one each round (round ``r`` starts with system ``r mod n``, in ``fns`` order).
+    A round contributes the median of its runs per system; each :class:`Latency` is over those
+    ``rounds`` per-round medians. Returns one :class:`Latency` per key of ``fns``, in ``fns`` order.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if not fns:
+        raise ValueError("no callables to time")
+    names = list(fns)
+    for name in names:
+        fns[name]()
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            per_round[name].append(float(np.median(time_callable(fns[name], min_time_s))))
+    return {name: Latency.from_samples_s(per_round[name]) for name in names}

@@ -1,0 +1,176 @@
+"""Task schedulers: split a model's tuning budget across its tasks.
+
+``sequential`` tunes the tasks one after the other, heaviest first (weight x FLOPs);
+``round-robin`` gives every task one batch in turn until each has its trials or the time
+is spent. Both work through :meth:`Tuner.tune` with the database, so every trial is
+committed as it completes and a rerun resumes where the last run stopped (a task's
+stored trials count against its budget and are never measured again).
+
+With a time budget, ``sequential`` gives each task a share of the remaining time in
+proportion to its weight x FLOPs (at least :data:`MIN_SHARE` of an even split), and time
+a task does not use passes to the tasks after it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..models.extract import ModelTask
+
+#: The smallest time share of a task, as a fraction of an even split of the budget.
+MIN_SHARE = 0.25
+#: Trials per task when only a time budget is given (a cap the clock normally ends first).
+UNBOUNDED_TRIALS = 100_000
+
+
+@dataclass
+class TaskOutcome:
+    """One task's state after a run."""
+
+    mtask: ModelTask
+    trials_total: int = 0  # stored in the database for the task
+    measured: int = 0  # this run
+    best_s: float = float("inf")
+    errors: dict[str, int] = field(default_factory=dict)
+    stop_reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """A row of ``tensortune tune --json``."""
+        t = self.mtask.task
+        best = self.best_s if self.best_s < float("inf") else None
+        return {"task": t.name, "kernel_class": t.kernel_class, "workload_key": t.workload_key,
+                "weight": self.mtask.weight, "trials": self.trials_total, "measured_this_run": self.measured,
+                "best_latency_ms": best * 1e3 if best else None,
+                "weighted_ms": best * 1e3 * self.mtask.weight if best else None,
+                "errors": self.errors, "stop_reason": self.stop_reason}
+
+
+def estimated_total(outcomes: Sequence[TaskOutcome]) -> tuple[float, int]:
+    """(sum of weight x best latency in seconds over measured tasks, number of such tasks)."""
+    done = [o for o in outcomes if o.best_s < float("inf")]
+    return sum(o.mtask.weight * o.best_s for o in done), len(done)
+
+
+class TaskScheduler:
+    """Base: runs ``make_tuner(task)`` on each task with one measurer and one database."""
+
+    name = ""
+
+    def __init__(self, tasks: Sequence[ModelTask], make_tuner: Callable[[Any, int], Any], measurer: Any, database: Any,
+                 trials_per_task: int | None = None, time_budget: float | None = None,
+                 callbacks: Sequence[Callable[..., None]] = (), batch_size: int = 16) -> None:
+        if trials_per_task is None and time_budget is None:
+            raise ValueError("give trials per task, a time budget, or both")
+        self.tasks = [t for t in tasks if t.tunable]
+        self.make_tuner = make_tuner
+        self.measurer = measurer
+        self.database = database
+        self.trials = trials_per_task or UNBOUNDED_TRIALS
+        self.time_budget = time_budget
+        self.callbacks = list(callbacks)
+        self.batch_size = batch_size
+        self.outcomes = {t.task.workload_key: TaskOutcome(t) for t in tasks}
+        self.current: ModelTask | None = None
+        self._start = 0.0
+
+    def remaining(self) -> float | None:
+        """Seconds left of the time budget (None: no time budget)."""
+        if self.time_budget is None:
+            return None
+        return self.time_budget - (time.perf_counter() - self._start)
+
+    def _tune(self, mt: ModelTask, n_trial: int, time_budget: float | None, round_: int = 0) -> int:
+        """One ``Tuner.tune`` call on ``mt`` up to ``n_trial`` stored trials; returns trials measured."""
+        self.current = mt
+        out = self.outcomes[mt.task.workload_key]
+        tuner = self.make_tuner(mt.task, round_)
+        res = tuner.tune(n_trial, self.measurer, time_budget=time_budget, database=self.database,
+                         callbacks=[self._callback])
+        out.measured += res.trials_measured
+        out.trials_total = self.database.count(mt.task.workload_key)
+        for k, v in res.errors.items():
+            out.errors[k] = out.errors.get(k, 0) + v
+        if res.best_config is not None and res.best_cost < out.best_s:
+            out.best_s = res.best_cost
+        out.stop_reason = res.stop_reason
+        return res.trials_measured
+
+    def _callback(self, tuner: Any, inputs: Any, results: Any) -> None:
+        out = self.outcomes[tuner.task.workload_key]
+        out.best_s = min(out.best_s, tuner.best_cost)
+        for cb in self.callbacks:
+            cb(self, tuner, inputs, results)
+
+    def load_bests(self) -> None:
+        """Best stored latency of every task (before tuning, for the estimate and resumes)."""
+        for out in self.outcomes.values():
+            best = self.database.best(out.mtask.task.workload_key)
+            out.trials_total = self.database.count(out.mtask.task.workload_key)
+            if best is not None:
+                out.best_s = min(out.best_s, best.cost)
+
+    def run(self) -> list[TaskOutcome]:
+        """Tune until every task has its trials or the time budget is spent."""
+        self._start = time.perf_counter()
+        self.load_bests()
+        self._run()
+        return list(self.outcomes.values())
+
+    def _run(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class SequentialScheduler(TaskScheduler):
+    """Each task in turn, heaviest first, until its trials (or its share of the time) are spent."""
+
+    name = "sequential"
+
+    def _run(self) -> None:
+        cost = [max(t.weight * t.task.flops, 1.0) for t in self.tasks]
+        for k, mt in enumerate(self.tasks):
+            left = self.remaining()
+            if left is not None and left <= 0:
+                break
+            budget = None
+            if left is not None:
+                rest = cost[k:]
+                budget = left * min(1.0, max(cost[k] / sum(rest), MIN_SHARE / len(rest)))
+            self._tune(mt, self.trials, budget)
+
+
+class RoundRobinScheduler(TaskScheduler):
+    """One batch per task in turn until every task has its trials or the time is spent."""
+
+    name = "round-robin"
+
+    def _run(self) -> None:
+        active = list(self.tasks)
+        round_ = 0
+        while active:
+            for mt in list(active):
+                left = self.remaining()
+                if left is not None and left <= 0:
+                    return
+                out = self.outcomes[mt.task.workload_key]
+                have = self.database.count(mt.task.workload_key)
+                target = min(self.trials, have + self.batch_size)
+                n = self._tune(mt, target, left, round_)
+                if n == 0 or out.trials_total >= self.trials or out.stop_reason == "space_exhausted":
+                    active.remove(mt)
+            round_ += 1
+
+
+SCHEDULERS: dict[str, type[TaskScheduler]] = {s.name: s for s in (SequentialScheduler, RoundRobinScheduler)}
+
+
+def get_scheduler(name: str) -> type[TaskScheduler]:
+    """The scheduler class called ``name``."""
+    try:
+        return SCHEDULERS[name]
+    except KeyError:
+        raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(SCHEDULERS)}") from None
+
+
+__all__ = ["MIN_SHARE", "SCHEDULERS", "RoundRobinScheduler", "SequentialScheduler", "TaskOutcome", "TaskScheduler",
+           "estimated_total", "get_scheduler"]

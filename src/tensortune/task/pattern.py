@@ -1,0 +1,393 @@
+"""Recognise what a PrimFunc computes: its anchor op, shapes, padding and fused epilogue.
+
+A model's fused functions (``fused_conv2d_add_relu`` ...) carry a padding stage before
+the anchor reduction and elementwise stages after it. :func:`analyze_func` reads the
+unscheduled TIR (block iteration variables and the index expressions of the loads) and
+says which op template can schedule it, with which shape arguments and which blocks play
+which role, or that none can (``op is None``: the generic template).
+
+Recognised anchors (a multiply-accumulate reduction block ``C += X * Y``):
+
+- ``conv2d``: ``out[n,f,y,x] += data[n, rc, y*S+ry, x*S+rx] * w[f, rc, ry, rx]``, square
+  kernel and stride, no dilation, batch 1, optional symmetric zero padding stage.
+- ``depthwise_conv2d``: the same with ``data[n, f(+rc), ...]`` and ``w[f, 0|rc, ry, rx]``.
+- ``matmul`` / ``dense`` / ``batch_matmul``: one reduction variable ``k``,
+  ``out[..., i, j] += A[..., i, k] * B[..., k, j]`` (``B[..., j, k]``: dense).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Anchor op -> name used in kernel classes.
+_CONV_OPS = ("conv2d", "depthwise_conv2d")
+
+
+@dataclass(frozen=True)
+class FuncPattern:
+    """What :func:`analyze_func` found in a PrimFunc."""
+
+    op: str | None  # template op, or None: no recognised anchor (generic)
+    args: dict[str, int] = field(default_factory=dict)
+    anchor: str | None = None  # block name of the anchor reduction
+    pad: str | None = None  # block name of the padding stage feeding the anchor's data
+    weight_read: int = 1  # index of the weight (conv) / B (gemm) operand in the anchor's reads
+    b_layout: str = "kn"  # gemm: "kn" (B[..., k, j]) or "nk" (B[..., j, k])
+    b_ndim: int = 2  # gemm: rank of B
+    index_dtype: str = "int32"  # dtype of the buffers' shape values (int64 in Relax-made functions)
+    prologue: tuple[str, ...] = ()  # other blocks before the anchor
+    epilogue: tuple[str, ...] = ()  # blocks after the anchor, in program order
+    epilogue_ops: tuple[str, ...] = ()  # one short name per epilogue block (add, relu, clip, ...)
+    n_outputs: int = 1
+    reason: str = ""  # why op is None
+
+    @property
+    def kernel_class(self) -> str:
+        """The whole fused pattern, e.g. ``conv2d-add-relu`` (``generic`` without an anchor)."""
+        if self.op is None:
+            return "generic"
+        return "-".join((self.op, *self.epilogue_ops))
+
+
+# ---------------------------------------------------------------- small expression helpers
+def _strip_cast(e: Any) -> Any:
+    while type(e).__name__ == "Cast":
+        e = e.value
+    return e
+
+
+def _is_load(e: Any) -> bool:
+    return type(e).__name__ in ("BufferLoad", "TensorLoad")
+
+
+def _load_buffer(e: Any) -> Any:
+    return e.source if type(e).__name__ == "TensorLoad" else e.buffer
+
+
+def _linear(e: Any) -> tuple[dict[Any, int], int] | None:
+    """``e`` as ``sum(coef * var) + const`` over variables (keyed by handle), else None."""
+    e = _strip_cast(e)
+    name = type(e).__name__
+    if name == "IntImm":
+        return {}, int(e.value)
+    if name in ("Var", "SizeVar"):
+        return {e.__chandle__(): 1}, 0
+    if name in ("Add", "Sub"):
+        a, b = _linear(e.a), _linear(e.b)
+        if a is None or b is None:
+            return None
+        sign = 1 if name == "Add" else -1
+        coefs = dict(a[0])
+        for v, c in b[0].items():
+            coefs[v] = coefs.get(v, 0) + sign * c
+        return {v: c for v, c in coefs.items() if c}, a[1] + sign * b[1]
+    if name == "Mul":
+        a, b = _linear(e.a), _linear(e.b)
+        if a is None or b is None:
+            return None
+        if not a[0]:
+            a, b = b, a
+        if b[0]:  # product of two variables
+            return None
+        return {v: c * b[1] for v, c in a[0].items() if c * b[1]}, a[1] * b[1]
+    return None
+
+
+def _shape(buf: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(d) for d in buf.shape)
+    except Exception:  # noqa: BLE001 - symbolic dimension
+        return None
+
+
+@dataclass
+class _Block:
+    name: str
+    vars: list[Any]  # var handles in iteration order
+    kinds: list[bool]  # True: reduction
+    extents: list[int]
+    store: Any
+    reads: list[Any]
+    write_buffers: list[Any]
+    has_init: bool
+
+    @property
+    def spatial(self) -> list[Any]:
+        return [v for v, r in zip(self.vars, self.kinds) if not r]
+
+    @property
+    def reduction(self) -> list[Any]:
+        return [v for v, r in zip(self.vars, self.kinds) if r]
+
+    def extent(self, var: Any) -> int:
+        return self.extents[self.vars.index(var)]
+
+
+def _blocks(func: Any) -> list[_Block]:
+    import tvm
+    import tvm.s_tir as st
+
+    sch = st.Schedule(tvm.IRModule({"main": func}))
+    out = []
+    for b in sch.get_child_blocks(sch.get_sblock("root")):
+        blk = sch.get(b)
+        extents = []
+        for iv in blk.iter_vars:
+            dom = iv.dom.extent
+            extents.append(int(dom) if type(dom).__name__ == "IntImm" else -1)
+        out.append(_Block(
+            str(blk.name_hint), [iv.var.__chandle__() for iv in blk.iter_vars],
+            [int(iv.iter_type) == 2 for iv in blk.iter_vars], extents, blk.body,
+            [r.source for r in blk.reads], [w.source for w in blk.writes], blk.init is not None,
+        ))
+    return out
+
+
+def _mac_operands(b: _Block) -> tuple[Any, Any] | None:
+    """The two loads ``X, Y`` of a reduction block ``C = C + X * Y`` (else None)."""
+    st = b.store
+    if type(st).__name__ != "BufferStore" or not b.reduction or not b.has_init:
+        return None
+    v = _strip_cast(st.value)
+    if type(v).__name__ != "Add":
+        return None
+    for acc, prod in ((v.a, v.b), (v.b, v.a)):
+        acc, prod = _strip_cast(acc), _strip_cast(prod)
+        if _is_load(acc) and _load_buffer(acc).same_as(st.buffer) and type(prod).__name__ == "Mul":
+            x, y = _strip_cast(prod.a), _strip_cast(prod.b)
+            if _is_load(x) and _is_load(y):
+                return x, y
+    return None
+
+
+def _plain_var(e: Any) -> Any | None:
+    e = _strip_cast(e)
+    return e.__chandle__() if type(e).__name__ in ("Var", "SizeVar") else None
+
+
+def _epilogue_op(b: _Block) -> str:
+    """Short name of an elementwise block: ``add``, ``relu``, ``clip``, ``sigmoid`` ..."""
+    if b.name.startswith("T_"):
+        return re.sub(r"_?\d+$", "", b.name[2:])
+    v = _strip_cast(b.store.value) if type(b.store).__name__ == "BufferStore" else None
+    name = type(v).__name__
+    if name == "Max":
+        inner = _strip_cast(v.a)
+        const = _strip_cast(v.b)
+        if type(inner).__name__ == "Min" or type(const).__name__ == "Min":
+            return "clip"
+        if type(const).__name__ == "FloatImm" and float(const.value) == 0.0:
+            return "relu"
+        return "max"
+    if name == "Min":
+        return "clip" if "Max" in (type(_strip_cast(v.a)).__name__, type(_strip_cast(v.b)).__name__) else "min"
+    if name == "Call":
+        return str(v.op.name).split(".")[-1]
+    return {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}.get(name, re.sub(r"_\d+$", "", b.name))
+
+
+def _generic(reason: str, n_outputs: int = 1) -> FuncPattern:
+    return FuncPattern(None, reason=reason, n_outputs=n_outputs)
+
+
+def analyze_func(func: Any) -> FuncPattern:
+    """Classify ``func`` (see the module doc); never raises for a well-formed PrimFunc."""
+    try:
+        blocks = _blocks(func)
+    except Exception as e:  # noqa: BLE001 - no root block, nested blocks ...
+        return _generic(f"unusual block structure ({str(e).splitlines()[0][:80]})")
+    params = {p.__chandle__() for p in func.params}  # TVM 0.27: parameters are the buffers
+    outputs = {w.__chandle__() for b in blocks for w in b.write_buffers if w.__chandle__() in params}
+    n_out = max(1, len(outputs))
+    if n_out > 1:
+        return _generic(f"{n_out} outputs", n_out)
+    anchors = [(k, ops) for k, b in enumerate(blocks) if (ops := _mac_operands(b)) is not None]
+    if not anchors:
+        return _generic("no multiply-accumulate reduction")
+    size = lambda kb: _prod(blocks[kb[0]].extents)  # noqa: E731
+    k, (x, y) = max(anchors, key=size)
+    anchor = blocks[k]
+    if any(e < 0 for e in anchor.extents):
+        return _generic("symbolic extents")
+    before, after = blocks[:k], blocks[k + 1:]
+    if any(b.reduction for b in after):
+        return _generic("a reduction after the anchor")
+    ep_ops = tuple(_epilogue_op(b) for b in after)
+    common = {"anchor": anchor.name, "epilogue": tuple(b.name for b in after), "epilogue_ops": ep_ops}
+    if len(anchor.reduction) == 1:
+        return _gemm(anchor, x, y, before, common)
+    return _conv(anchor, x, y, before, common)
+
+
+def _prod(xs: list[int]) -> int:
+    p = 1
+    for v in xs:
+        p *= max(v, 1)
+    return p
+
+
+# ---------------------------------------------------------------- GEMMs
+def _gemm(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any]) -> FuncPattern:
+    (k,) = b.reduction
+    out_idx = [_plain_var(e) for e in b.store.indices]
+    if any(v is None for v in out_idx) or out_idx != b.spatial or b.vars[-1] != k or len(out_idx) < 2:
+        return _generic("gemm output is not indexed by its loops in order")
+    i, j = out_idx[-2], out_idx[-1]
+    batch = out_idx[:-2]
+
+    def vars_of(load: Any) -> list[Any] | None:
+        vs = []
+        for e in load.indices:
+            v = _plain_var(e)
+            if v is None:
+                lin = _linear(e)
+                if lin is None or lin[0]:
+                    return None
+                v = "const"
+            vs.append(v)
+        return vs
+
+    xv, yv = vars_of(x), vars_of(y)
+    if xv is None or yv is None:
+        return _generic("gemm operands are not indexed by plain loop variables")
+    if i in xv and j in yv and i not in yv and j not in xv:
+        a_vars, b_vars, b_pos = xv, yv, 1
+    elif i in yv and j in xv and i not in xv and j not in yv:
+        a_vars, b_vars, b_pos = yv, xv, 0
+    else:
+        return _generic("gemm operands do not separate rows and columns")
+    if k not in a_vars or k not in b_vars or any(v in b_vars for v in a_vars if v not in batch and v not in (k, "const")):
+        return _generic("gemm reduction variable is not shared")
+    if b_vars[-2:] == [k, j]:
+        layout = "kn"
+    elif b_vars[-2:] == [j, k]:
+        layout = "nk"
+    else:
+        return _generic("B is not [..., K, N] or [..., N, K]")
+    b_batch = [v for v in b_vars[:-2] if v != "const"]
+    if any(v not in batch for v in b_batch) or len(b_batch) != len(b_vars) - 2:
+        return _generic("B has dimensions that are not batch dimensions")
+    if len(b_vars) > 4:
+        return _generic("B has more than two batch dimensions")
+    reads = [r.__chandle__() for r in b.reads]
+    bbuf = _load_buffer(y if b_pos == 1 else x)
+    bh = bbuf.__chandle__()
+    if bh not in reads:
+        return _generic("B is not among the anchor's reads")
+    M, N, K = b.extent(i), b.extent(j), b.extent(k)
+    nb = _prod([b.extent(v) for v in batch])
+    if b_batch:
+        op, args = "batch_matmul", {"B": nb, "M": M, "N": N, "K": K}
+    else:
+        op, args = ("dense" if layout == "nk" else "matmul"), {"M": M, "N": N, "K": K}
+    return FuncPattern(op, args, weight_read=reads.index(bh), b_layout=layout, b_ndim=len(b_vars),
+                       index_dtype=str(bbuf.shape[0].ty.dtype),
+                       prologue=tuple(p.name for p in before), **common)
+
+
+# ---------------------------------------------------------------- convolutions
+def _conv(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any]) -> FuncPattern:
+    out_idx = [_plain_var(e) for e in b.store.indices]
+    if len(out_idx) != 4 or any(v is None for v in out_idx) or out_idx != b.spatial or b.vars[:4] != out_idx:
+        return _generic("reduction output is not NCHW indexed by its loops")
+    n, f, oy, ox = out_idx
+    if b.extent(n) != 1:
+        return _generic("batch > 1 convolution")
+    red = b.reduction
+    if len(red) == 3:
+        rc, ry, rx = red
+    elif len(red) == 2:
+        rc, (ry, rx) = None, red
+    else:
+        return _generic(f"{len(red)} reduction variables")
+    # the weight is indexed by plain variables / constants only
+    for data, weight in ((x, y), (y, x)):
+        wv = [_plain_var(e) for e in weight.indices]
+        if len(wv) == 4 and wv[0] == f and wv[2] == ry and wv[3] == rx:
+            break
+    else:
+        return _generic("no [OC, IC, KH, KW] weight operand")
+    if len(data.indices) != 4:
+        return _generic("data is not 4-D")
+    lin = [_linear(e) for e in data.indices]
+    if any(v is None for v in lin):
+        return _generic("non-linear data index")
+    (c_n, _), (c_ch, _), (c_y, off_y), (c_x, off_x) = lin  # type: ignore[misc]
+    if c_n != {n: 1}:
+        return _generic("data batch index")
+    if c_y.keys() != {oy, ry} or c_x.keys() != {ox, rx} or off_y or off_x:
+        return _generic("data spatial index is not y*S + ry")
+    S, SW, dil_y, dil_x = c_y[oy], c_x[ox], c_y[ry], c_x[rx]
+    if S != SW or dil_y != 1 or dil_x != 1:
+        return _generic("non-square stride or dilation")
+    KH, KW = b.extent(ry), b.extent(rx)
+    if KH != KW:
+        return _generic("non-square kernel")
+    wshape, dshape = _shape(_load_buffer(weight)), _shape(_load_buffer(data))
+    if wshape is None or dshape is None:
+        return _generic("symbolic shapes")
+    if rc is not None and c_ch == {rc: 1}:
+        op = "conv2d"
+    elif c_ch == {f: 1} or (rc is not None and c_ch == {f: 1, rc: 1} and b.extent(rc) == 1):
+        op = "depthwise_conv2d"
+        if wshape[1] != 1:
+            return _generic("grouped convolution")
+    else:
+        return _generic("grouped convolution")
+    # padding: the data operand written by a zero-padding block just before
+    pad_block, P = None, 0
+    H, W = dshape[2], dshape[3]
+    dh = _load_buffer(data).__chandle__()
+    writers = [p for p in before if any(w.__chandle__() == dh for w in p.write_buffers)]
+    if writers:
+        pb = writers[-1]
+        padded = _pad_amount(pb)
+        if padded is None:
+            return _generic("data produced by a stage that is not zero padding")
+        P, H, W = padded
+        pad_block = pb.name
+        if dshape[2] != H + 2 * P or dshape[3] != W + 2 * P:
+            return _generic("asymmetric padding")
+    OC, OH, OW = b.extent(f), b.extent(oy), b.extent(ox)
+    if (H + 2 * P - KH) // S + 1 != OH or (W + 2 * P - KW) // S + 1 != OW:
+        return _generic("output size does not follow from the input, kernel, stride and padding")
+    reads = [r.__chandle__() for r in b.reads]
+    wh = _load_buffer(weight).__chandle__()
+    if op == "conv2d":
+        args = {"H": H, "W": W, "IC": wshape[1], "OC": OC, "K": KH, "S": S, "P": P}
+    else:
+        if dshape[1] != OC:
+            return _generic("depthwise channel multiplier != 1")
+        args = {"H": H, "W": W, "C": OC, "K": KH, "S": S, "P": P}
+    if pad_block is not None and P == 0:  # a copy stage: inline it
+        pad_block = None
+    prologue = tuple(p.name for p in before if p.name != pad_block)
+    return FuncPattern(op, args, pad=pad_block, weight_read=reads.index(wh), prologue=prologue, **common)
+
+
+def _pad_amount(pb: _Block) -> tuple[int, int, int] | None:
+    """``(P, H, W)`` of a zero-padding block ``out[n,c,y,x] = if(in range) in[n,c,y-P,x-P] else 0``."""
+    if pb.reduction or type(pb.store).__name__ != "BufferStore":
+        return None
+    v = _strip_cast(pb.store.value)
+    if _is_load(v):  # a plain copy (the padding stage of a convolution without padding)
+        load = v
+    elif type(v).__name__ == "Call" and str(v.op.name).endswith("if_then_else"):
+        load, other = _strip_cast(v.args[1]), _strip_cast(v.args[2])
+        if type(other).__name__ != "FloatImm" or float(other.value) != 0.0:
+            return None
+    else:
+        return None
+    if not _is_load(load) or len(load.indices) != 4:
+        return None
+    lin = [_linear(e) for e in load.indices]
+    if any(v_ is None for v_ in lin):
+        return None
+    py, px = -lin[2][1], -lin[3][1]  # type: ignore[index]
+    if py != px or py < 0 or lin[0][1] or lin[1][1]:  # type: ignore[index]
+        return None
+    shape = _shape(_load_buffer(load))
+    if shape is None:
+        return None
+    return py, shape[2], shape[3]

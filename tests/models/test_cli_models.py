@@ -1,0 +1,59 @@
+"""The model commands: tasks, tune, compile, bench (on a tiny ONNX file)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tensortune.cli import main
+from tensortune.models.reference import export_onnx
+
+from tiny import tiny
+
+
+@pytest.fixture(scope="module")
+def onnx_path(tmp_path_factory):
+    m, x = tiny()
+    return export_onnx(m, x, str(tmp_path_factory.mktemp("m") / "tiny.onnx"))
+
+
+def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
+    assert main(["tasks", onnx_path, "--json"]) == 0
+    tasks = json.loads(capsys.readouterr().out)
+    assert {"conv2d-add-relu", "matmul-add"} <= {t["kernel_class"] for t in tasks}
+    db = str(tmp_path / "m.db")
+    assert main(["tune", onnx_path, "--tuner", "random", "--trials-per-task", "2", "--db", db, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tasks_measured"] == len(out["tasks"]) and all(t["trials"] == 2 for t in out["tasks"])
+    assert out["estimated_total_ms"] > 0
+    # rerun: resumes, nothing measured again
+    assert main(["tune", onnx_path, "--tuner", "random", "--trials-per-task", "2", "--db", db, "--json",
+                 "--scheduler", "round-robin"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert sum(t["measured_this_run"] for t in again["tasks"]) == 0
+    lib = str(tmp_path / "tiny.so")
+    assert main(["compile", onnx_path, "--db", db, "-o", lib, "--json"]) == 0
+    comp = json.loads(capsys.readouterr().out)
+    assert comp["counts"]["tuned"] == len(tasks) and os.path.exists(lib) and os.path.exists(lib + ".json")
+    assert main(["bench", onnx_path, "--db", db, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in rep["rows"]}
+    assert rep["reference"] == "onnxruntime"
+    assert rows["tensortune tuned"]["outputs_match"] and rows["tensortune tuned"]["latency"]["median_ms"] > 0
+    assert rows["tensortune untuned"]["outputs_match"]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["tune", "nosuchmodel", "--trials-per-task", "1", "--db", "x.db"], "no such file"),
+    (["tune", "resnet18", "--db", "x.db"], "--trials-per-task"),
+    (["tune", "resnet18", "--trials-per-task", "1", "--db", "x.db", "--scheduler", "lottery"], "unknown scheduler"),
+    (["tune", "resnet18", "--trials-per-task", "1", "--db", "x.db", "--tuner", "magic"], "unknown tuner"),
+    (["compile", "nosuchmodel", "-o", "x.so"], "no such file"),
+])
+def test_bad_input_exits_2_in_one_line(argv, msg, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and "\n" not in err
+    assert not os.path.exists(tmp_path / "x.db")

@@ -1,0 +1,121 @@
+"""Import, task extraction, compilation and export of whole models (a tiny CNN, an ONNX file)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from tensortune.database import Database
+from tensortune.measure import Measurer
+from tensortune.models.compile import compile_model, load_library, model_tasks
+from tensortune.models.importer import ModelError, load_model
+from tensortune.models.reference import OrtRunner, TorchRunner, compare_outputs, export_onnx
+from tensortune.scheduler import RoundRobinScheduler, SequentialScheduler
+from tensortune.tuners import get_tuner
+
+from tiny import tiny
+
+
+@pytest.fixture(scope="module")
+def model():
+    m, x = tiny()
+    return load_model(m, x)
+
+
+def test_tasks_fuse_epilogues_and_fold_batch_norm(model):
+    tasks = model_tasks(model)
+    classes = {t.kernel_class: t for t in tasks}
+    assert "conv2d-add-relu" in classes  # BN folded into the conv's constants: only a bias add remains
+    assert any(c.startswith("depthwise_conv2d-add-clip") for c in classes), classes
+    assert "matmul-add" in classes
+    conv = classes["conv2d-add-relu"].task
+    assert conv.template_name == "conv2d" and conv.args == {"H": 16, "W": 16, "IC": 3, "OC": 8, "K": 3, "S": 1, "P": 1}
+    assert not any("subtract" in c or "divide" in c for c in classes)
+    assert sum(t.weight for t in tasks) >= 4
+    # every task's default config builds, runs and matches TVM's unscheduled function
+    with Measurer() as m:
+        from tensortune.measure import MeasureInput
+
+        res = m.measure([MeasureInput(t.task, t.task.default_config()) for t in tasks])
+    assert all(r.ok for r in res), [(t.task.name, r.error, r.error_msg) for t, r in zip(tasks, res)]
+
+
+def test_compile_default_matches_pytorch_and_exports(model, tmp_path):
+    cm = compile_model(model)
+    assert cm.counts()["naive"] == 0 and cm.counts()["tuned"] == 0
+    ref = TorchRunner(model.torch_module).run(model.example_inputs)
+    check = compare_outputs(cm.run(model.example_inputs), ref)
+    assert check.ok, check.message
+    lib, meta = cm.export(str(tmp_path / "tiny.so"))
+    assert os.path.exists(meta)
+    f = load_library(lib)
+    assert compare_outputs(f(*model.example_inputs), ref).ok
+
+
+def test_tune_then_compile_uses_records_and_resumes(model, tmp_path):
+    tasks = model_tasks(model)
+    db = Database(str(tmp_path / "t.db"))
+    make = lambda task, r: get_tuner("random", task, seed=r, batch_size=2)  # noqa: E731
+    with Measurer() as m:
+        out = RoundRobinScheduler(tasks, make, m, db, trials_per_task=3, batch_size=2).run()
+        assert all(db.count(t.task.workload_key) == 3 for t in tasks if t.tunable)
+        assert all(o.best_s < float("inf") for o in out)
+        again = SequentialScheduler(tasks, make, m, db, trials_per_task=3).run()  # resume: nothing left
+        assert sum(o.measured for o in again) == 0
+    cm = compile_model(model, db)
+    assert cm.counts()["tuned"] == len(tasks)
+    ref = TorchRunner(model.torch_module).run(model.example_inputs)
+    assert compare_outputs(cm.run(model.example_inputs), ref).ok
+    db.close()
+
+
+def test_onnx_model_compiles_and_matches_onnxruntime(tmp_path):
+    m, x = tiny()
+    path = export_onnx(m, x, str(tmp_path / "tiny.onnx"))
+    model = load_model(path)
+    assert model.source == "onnx" and model.inputs[0].shape == (1, 3, 16, 16)
+    kinds = {t.kernel_class for t in model_tasks(model)}
+    assert "conv2d-add-relu" in kinds
+    cm = compile_model(model)
+    ref = OrtRunner(path).run(model.example_inputs)
+    assert compare_outputs(cm.run(model.example_inputs), ref).ok
+
+
+def test_import_errors_are_one_line(tmp_path):
+    with pytest.raises(ModelError, match="no such file, and not a built-in model"):
+        load_model(str(tmp_path / "missing.onnx"))
+    with pytest.raises(ModelError, match="is a directory"):
+        load_model(str(tmp_path))
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("not a model")
+    with pytest.raises(ModelError, match="not an ONNX model"):
+        load_model(str(bad))
+    m, x = tiny()
+    dyn = str(tmp_path / "dyn.onnx")
+    torch.onnx.export(m, tuple(x), dyn, input_names=["image"], dynamic_axes={"image": {0: "batch"}}, dynamo=False)
+    with pytest.raises(ModelError, match="dynamic dimension 'batch' at axis 0") as e:
+        load_model(dyn)
+    assert "\n" not in str(e.value)
+    fixed = load_model(dyn, input_shapes={"image": (1, 3, 16, 16)})
+    assert fixed.inputs[0].shape == (1, 3, 16, 16)
+    with pytest.raises(ModelError, match="no input named"):
+        load_model(dyn, input_shapes={"nope": (1,)})
+
+
+class Unsupported(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.eigh(x @ x.T)[0]
+
+
+def test_unsupported_operator_is_named():
+    with pytest.raises(ModelError) as e:
+        load_model(Unsupported(), [torch.randn(4, 4)])
+    assert "Unsupported" in str(e.value) and "eigh" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_builtin_model_names_resolve():
+    with pytest.raises(ModelError, match="built-ins: resnet18"):
+        load_model("resnet19")
+    assert np.all(np.isfinite(load_model("mobilenet_v2").example_inputs[0]))

@@ -1,0 +1,305 @@
+"""Reference runners (PyTorch eager, ONNX Runtime), ONNX export, output checks and the latency protocol."""
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tensortune.models import reference
+from tensortune.models.reference import (
+    DEFAULT_RTOL, DEFAULT_THREADS, Latency, OrtRunner, OutputCheck, ReferenceRunError, TorchRunner,
+    compare_outputs, export_onnx, interleaved_latency, set_threads, time_callable,
+)
+
+THREADS = min(2, DEFAULT_THREADS)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+        with torch.no_grad():  # non-trivial statistics so that batch-norm folding is exercised
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.bn(self.conv(x)))
+        x = nn.functional.max_pool2d(x, 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+class TinyBlock(nn.Module):
+    """Embedding from int64 ids + one pre-LN transformer block (attention via matmul/softmax, GELU MLP)."""
+
+    def __init__(self, vocab: int = 50, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.emb = nn.Embedding(vocab, dim)
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids)
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (z.reshape(b, t, self.heads, self.head_dim).transpose(1, 2) for z in (q, k, v))
+        att = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim)), dim=-1)
+        y = torch.matmul(att, v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+class TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        y = self.lin(x)
+        return y, (y.sum(dim=1), x * 2)
+
+
+@pytest.fixture(scope="module")
+def cnn_case() -> tuple[nn.Module, list[np.ndarray]]:
+    torch.manual_seed(0)
+    return SmallCNN().eval(), [np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)]
+
+
+@pytest.fixture(scope="module")
+def block_case() -> tuple[nn.Module, list[np.ndarray]]:
+    torch.manual_seed(1)
+    return TinyBlock().eval(), [np.random.default_rng(1).integers(0, 50, size=(2, 7), dtype=np.int64)]
+
+
+# ------------------------------------------------------------------------------------------------
+# PyTorch eager
+# ------------------------------------------------------------------------------------------------
+
+def test_torch_runner_matches_module(cnn_case):
+    module, inputs = cnn_case
+    runner = TorchRunner(module, threads=THREADS)
+    assert runner.name == "pytorch"
+    assert not module.training
+    assert torch.get_num_threads() == THREADS
+    out = runner.run(inputs)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(inputs[0])).numpy()
+    assert len(out) == 1 and isinstance(out[0], np.ndarray)
+    np.testing.assert_array_equal(out[0], expected)
+    fn = runner.callable(inputs)
+    assert fn() is None
+
+
+def test_torch_runner_flattens_nested_outputs():
+    torch.manual_seed(2)
+    module = TwoHeads()
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    out = TorchRunner(module, threads=THREADS).run([x])
+    assert [o.shape for o in out] == [(2, 3), (2,), (2, 4)]
+    np.testing.assert_array_equal(out[2], x * 2)
+
+
+def test_set_threads():
+    set_threads(1)
+    assert torch.get_num_threads() == 1
+    set_threads(THREADS)  # the inter-op count can no longer be changed here: the RuntimeError is swallowed
+    assert torch.get_num_threads() == THREADS
+    with pytest.raises(ValueError):
+        set_threads(0)
+
+
+# ------------------------------------------------------------------------------------------------
+# ONNX export + ONNX Runtime
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["cnn_case", "block_case"])
+def test_export_and_ort_match_torch(case, request, tmp_path, capfd):
+    import onnx
+
+    module, inputs = request.getfixturevalue(case)
+    module.train()  # export must use eval mode and restore the flag afterwards
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path = export_onnx(module, [torch.from_numpy(x) for x in inputs], str(tmp_path / "sub" / "m.onnx"))
+    out, err = capfd.readouterr()
+    assert (out, err, [str(w.message) for w in caught]) == ("", "", [])  # quiet
+    assert module.training
+    module.eval()
+    assert path == str(tmp_path / "sub" / "m.onnx")
+
+    model = onnx.load(path)
+    assert model.opset_import[0].version == 17
+    dims = [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input]
+    assert dims == [list(x.shape) for x in inputs]  # static shapes
+
+    ort_runner = OrtRunner(path, threads=THREADS)
+    assert ort_runner.name == "onnxruntime"
+    assert ort_runner.input_names == ["input0"]
+    got = ort_runner.run(inputs)
+    ref = TorchRunner(module, threads=THREADS).run(inputs)
+    check = compare_outputs(got, ref)
+    assert check.ok, check.message
+    assert check.max_rel_err < DEFAULT_RTOL
+    assert ort_runner.callable(inputs)() is None
+
+
+def test_ort_rejects_wrong_inputs(cnn_case, tmp_path):
+    module, inputs = cnn_case
+    runner = OrtRunner(export_onnx(module, [torch.from_numpy(inputs[0])], str(tmp_path / "m.onnx")), threads=1)
+    with pytest.raises(ReferenceRunError, match="takes 1 inputs, got 2"):
+        runner.run(inputs * 2)
+    with pytest.raises(ReferenceRunError, match="expects float32, got float64"):
+        runner.run([inputs[0].astype(np.float64)])
+    with pytest.raises(ReferenceRunError, match="expects shape"):
+        runner.run([inputs[0][:1]])
+
+
+def test_ort_load_failure_is_reference_error(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ReferenceRunError) as info:
+        OrtRunner(str(bad))
+    assert "\n" not in str(info.value)
+
+
+def test_export_failure_is_one_line_reference_error(tmp_path):
+    class Unsupported(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.eigh(x)[0]
+
+    with pytest.raises(ReferenceRunError) as info:
+        export_onnx(Unsupported(), [torch.randn(3, 3)], str(tmp_path / "u.onnx"))
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("ONNX export of Unsupported failed")
+
+
+# ------------------------------------------------------------------------------------------------
+# Output check
+# ------------------------------------------------------------------------------------------------
+
+def _ref() -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    return [rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal(3).astype(np.float32)]
+
+
+def test_compare_accepts_tiny_perturbation():
+    ref = _ref()
+    got = [r + np.float32(1e-5) * np.abs(r).max() for r in ref]
+    check = compare_outputs(got, ref)
+    assert check.ok and check.rtol == DEFAULT_RTOL
+    assert 0 < check.max_rel_err < DEFAULT_RTOL
+    assert check.message.startswith("outputs match (max abs err ") and check.message.endswith("tolerance 1e-03)")
+    assert compare_outputs(ref, ref).max_abs_err == 0.0
+    assert compare_outputs([np.zeros(3, np.float32)], [np.zeros(3, np.float32)]).ok  # absolute floor
+
+
+@pytest.mark.parametrize("kind, fragment", [
+    ("perturbed", "output 1 differs"),
+    ("shape", "shape mismatch"),
+    ("dtype", "dtype mismatch"),
+    ("nan", "non-finite"),
+    ("count", "output count mismatch: got 1, expected 2"),
+    ("error", "could not compare outputs"),
+])
+def test_compare_catches(kind, fragment):
+    ref = _ref()
+    got = [r.copy() for r in ref]
+    if kind == "perturbed":
+        got[1][0] += 0.01 * np.abs(ref[1]).max()
+    elif kind == "shape":
+        got[0] = got[0].reshape(5, 4)
+    elif kind == "dtype":
+        got[0] = got[0].astype(np.float64)
+    elif kind == "nan":
+        got[0][1, 2] = np.nan
+    elif kind == "count":
+        got = got[:1]
+    elif kind == "error":
+        got = None  # not a sequence at all
+    check = compare_outputs(got, ref)
+    assert isinstance(check, OutputCheck) and not check.ok
+    assert fragment in check.message and "\n" not in check.message
+    json.dumps(check.to_json(), allow_nan=False)
+    if kind == "perturbed":
+        assert check.max_rel_err == pytest.approx(0.01, rel=1e-3)
+
+
+def test_compare_ignores_nonfinite_reference_positions():
+    ref = [np.array([1.0, np.nan, 2.0], np.float32)]
+    check = compare_outputs([np.array([1.0, 0.0, 2.0], np.float32)], ref)
+    assert check.ok and "1 non-finite reference value(s) not compared" in check.message
+
+
+# ------------------------------------------------------------------------------------------------
+# Timing
+# ------------------------------------------------------------------------------------------------
+
+def test_time_callable_respects_min_time_and_limits():
+    calls = []
+    runs = time_callable(lambda: calls.append(time.sleep(0.004)), min_time_s=0.06)
+    assert len(calls) == len(runs) + 1  # one untimed warm-up
+    assert sum(runs) >= 0.06 - 0.006 and len(runs) <= 16
+    assert all(r >= 0.004 for r in runs)
+    assert len(time_callable(lambda: None, min_time_s=0.0)) == 1
+    assert len(time_callable(lambda: None, min_time_s=60.0, max_runs=7)) == 7
+
+
+def test_interleaved_latency_orders_and_scales():
+    res = interleaved_latency({"fast": lambda: time.sleep(0.002), "slow": lambda: time.sleep(0.006)},
+                              rounds=5, min_time_s=0.04)
+    assert list(res) == ["fast", "slow"]
+    fast, slow = res["fast"], res["slow"]
+    assert fast.samples == slow.samples == 5
+    assert fast.median_ms < slow.median_ms
+    assert 2.0 <= fast.median_ms <= 3.0 and 6.0 <= slow.median_ms <= 9.0
+    for lat in (fast, slow):
+        assert lat.min_ms <= lat.p25_ms <= lat.median_ms <= lat.p75_ms <= lat.max_ms
+        assert lat.spread() >= 0
+    json.dumps(fast.to_json(), allow_nan=False)
+
+
+def test_interleaved_latency_rotates_order(monkeypatch):
+    log: list[str] = []
+
+    def recorder(name: str):
+        def fn() -> None:
+            log.append(name)
+        return fn
+
+    fns = {n: recorder(n) for n in "abc"}
+    name_of = {fn: n for n, fn in fns.items()}
+    timed: list[str] = []
+    real = reference.time_callable
+
+    def spy(fn, min_time_s=0.2, max_runs=1000):
+        timed.append(name_of[fn])
+        return real(fn, min_time_s, max_runs)
+
+    monkeypatch.setattr(reference, "time_callable", spy)
+    res = interleaved_latency(fns, rounds=4, min_time_s=0.0)
+    assert log[:3] == ["a", "b", "c"]  # warm-up of every system first
+    assert timed == list("abc" "bca" "cab" "abc")  # each round starts with the next system
+    assert all(lat.samples == 4 for lat in res.values())
+    # nothing interleaves within a system's turn: warm-up + one timed call each, back to back
+    turns = [log[3:][i:i + 2] for i in range(0, len(log) - 3, 2)]
+    assert all(t[0] == t[1] for t in turns) and [t[0] for t in turns] == timed
+
+
+def test_latency_summary():
+    lat = Latency.from_samples_s([0.001, 0.002, 0.003, 0.004, 0.005])
+    assert (lat.median_ms, lat.p25_ms, lat.p75_ms, lat.min_ms, lat.max_ms, lat.samples) == pytest.approx(
+        (3.0, 2.0, 4.0, 1.0, 5.0, 5))
+    assert lat.spread() == pytest.approx(2.0 / 3.0)
+    assert set(lat.to_json()) >= {"median_ms", "p25_ms", "p75_ms", "min_ms", "max_ms", "samples", "spread"}

@@ -1,0 +1,61 @@
+"""Recognising anchors, padding and epilogues in PrimFuncs."""
+from __future__ import annotations
+
+import pytest
+from tvm import te, topi
+
+from tensortune.task import Task
+from tensortune.task.pattern import analyze_func
+
+
+@pytest.mark.parametrize("op, shape, args", [
+    ("conv2d", [28, 28, 128, 256, 3, 2, 1], {"H": 28, "W": 28, "IC": 128, "OC": 256, "K": 3, "S": 2, "P": 1}),
+    ("depthwise_conv2d", [56, 56, 64, 3, 1, 1], {"H": 56, "W": 56, "C": 64, "K": 3, "S": 1, "P": 1}),
+    ("dense", [128, 768, 3072], {"M": 128, "N": 768, "K": 3072}),
+    ("matmul", [64, 32, 16], {"M": 64, "N": 32, "K": 16}),
+    ("batch_matmul", [12, 128, 64, 128], {"B": 12, "M": 128, "N": 64, "K": 128}),
+])
+def test_named_ops_are_recognised(op, shape, args):
+    pat = analyze_func(Task.from_op(op, shape).prim_func())
+    assert pat.op == op and pat.args == args and pat.epilogue == ()
+    assert pat.b_layout == ("nk" if op == "dense" else "kn") or op.endswith("conv2d")
+
+
+def _conv_relu_func(P: int):
+    data = te.placeholder((1, 16, 14, 14), name="data")
+    w = te.placeholder((32, 16, 3, 3), name="w")
+    b = te.placeholder((1, 32, 1, 1), name="b")
+    pad = topi.nn.pad(data, [0, 0, P, P], [0, 0, P, P], name="pad")
+    rc, ry, rx = te.reduce_axis((0, 16)), te.reduce_axis((0, 3)), te.reduce_axis((0, 3))
+    OH = 14 + 2 * P - 2
+    conv = te.compute((1, 32, OH, OH), lambda n, f, y, x: te.sum(pad[n, rc, y + ry, x + rx] * w[f, rc, ry, rx],
+                                                                  axis=[rc, ry, rx]), name="conv")
+    add = te.compute(conv.shape, lambda n, f, y, x: conv[n, f, y, x] + b[0, f, 0, 0], name="T_add")
+    relu = te.compute(conv.shape, lambda *i: te.max(add(*i), 0.0), name="compute")
+    return te.create_prim_func([data, w, b, relu])
+
+
+def test_fused_conv_with_epilogue_gets_conv_template_and_runs():
+    func = _conv_relu_func(1)
+    pat = analyze_func(func)
+    assert pat.op == "conv2d" and pat.pad == "pad" and pat.epilogue == ("T_add", "compute")
+    assert pat.kernel_class == "conv2d-add-relu" and pat.args["P"] == 1
+    task = Task.from_fused(func)
+    assert task.template_name == "conv2d" and task.name.startswith("conv2d-add-relu(")
+    mod = task.instantiate(task.default_config())  # the epilogue is fused, the padding kept
+    assert "T_add" not in mod.script() and "compute" in mod.script()
+
+
+def test_copy_stage_without_padding_is_inlined():
+    pat = analyze_func(_conv_relu_func(0))
+    assert pat.op == "conv2d" and pat.pad is None and pat.prologue == ("pad",) and pat.args["P"] == 0
+
+
+def test_unrecognised_functions_are_generic_with_a_reason():
+    x = te.placeholder((4, 8), name="x")
+    k = te.reduce_axis((0, 8))
+    s = te.compute((4,), lambda i: te.sum(x[i, k], axis=k), name="s")
+    pat = analyze_func(te.create_prim_func([x, s]))
+    assert pat.op is None and "multiply-accumulate" in pat.reason
+    task = Task.from_fused(te.create_prim_func([x, s]), name_hint="fused_sum_mean3")
+    assert task.template_name == "generic" and task.kernel_class == "sum-mean"
