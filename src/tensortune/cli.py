@@ -297,6 +297,21 @@ def _load(a: argparse.Namespace) -> Any:
         raise UsageError(str(e)) from None
 
 
+def _check_tune_args(tuner: str, scheduler: str, trials_per_task: int | None, time_budget: float | None,
+                     db_path: str) -> None:
+    """UsageError for a bad model-tuning argument (cheap: nothing imported or written)."""
+    from .scheduler import SCHEDULERS
+    from .tuners import TUNERS
+
+    if tuner not in TUNERS:
+        raise UsageError(f"unknown tuner {tuner!r}; known tuners: {', '.join(TUNERS)}")
+    if scheduler not in SCHEDULERS:
+        raise UsageError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
+    if trials_per_task is None and time_budget is None:
+        raise UsageError("give --trials-per-task N, --time-budget SECONDS, or both")
+    _check_db_path(db_path, must_exist=False)
+
+
 def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int | None, time_budget: float | None,
                 scheduler: str, seed: int, batch_size: int | None, progress: bool) -> tuple[list[Any], Any, float]:
     """Tune every task of ``model``; returns (outcomes, tasks, wall seconds)."""
@@ -304,19 +319,12 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
 
     from .measure import Measurer
     from .models.compile import model_tasks
-    from .scheduler import get_scheduler
-    from .tuners import DEFAULT_BATCH_SIZE, TUNERS, get_tuner
+    from .scheduler import SCHEDULERS
+    from .tuners import DEFAULT_BATCH_SIZE, get_tuner
     from .utils.progress import ModelProgress
 
-    if tuner_name not in TUNERS:
-        raise UsageError(f"unknown tuner {tuner_name!r}; known tuners: {', '.join(TUNERS)}")
-    try:
-        sched_cls = get_scheduler(scheduler)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if trials_per_task is None and time_budget is None:
-        raise UsageError("give --trials-per-task N, --time-budget SECONDS, or both")
-    _check_db_path(db_path, must_exist=False)
+    _check_tune_args(tuner_name, scheduler, trials_per_task, time_budget, db_path)
+    sched_cls = SCHEDULERS[scheduler]
     tasks = model_tasks(model)
     bs = batch_size or DEFAULT_BATCH_SIZE
     db = _open_db(db_path)
@@ -356,16 +364,7 @@ def _print_outcomes(model: Any, outcomes: list[Any], wall: float) -> dict[str, A
 
 def cmd_tune(a: argparse.Namespace) -> int:
     """``tensortune tune``."""
-    from .scheduler import SCHEDULERS
-    from .tuners import TUNERS
-
-    if a.tuner not in TUNERS:  # check the cheap arguments before importing a model
-        raise UsageError(f"unknown tuner {a.tuner!r}; known tuners: {', '.join(TUNERS)}")
-    if a.scheduler not in SCHEDULERS:
-        raise UsageError(f"unknown scheduler {a.scheduler!r}; known: {', '.join(SCHEDULERS)}")
-    if a.trials_per_task is None and a.time_budget is None:
-        raise UsageError("give --trials-per-task N, --time-budget SECONDS, or both")
-    _check_db_path(a.db, must_exist=False)
+    _check_tune_args(a.tuner, a.scheduler, a.trials_per_task, a.time_budget, a.db)  # before importing a model
     model = _load(a)
     outcomes, _, wall = _tune_model(model, a.tuner, a.db, a.trials_per_task, a.time_budget, a.scheduler, a.seed,
                                     a.batch_size, progress=not (a.no_progress or a.json))

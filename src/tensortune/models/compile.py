@@ -25,7 +25,7 @@ import numpy as np
 
 from ..target import host_target_json, make_target
 from ..task import Task
-from .extract import ModelTask, call_counts, extract_tasks, is_view, lower_to_fused, prim_funcs
+from .extract import ModelTask, extract_tasks
 from .importer import Model
 
 #: How each function was scheduled, best first.
@@ -162,28 +162,19 @@ def _schedule(task: Task, database: Any) -> tuple[Any, str, str, int, float | No
 
 
 def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = None) -> tuple[Any, list[FuncChoice]]:
-    """Replace every fused PrimFunc of ``fused`` by its scheduled version."""
-    counts = call_counts(fused)
-    choices: dict[str, FuncChoice] = {}
-    scheduled: dict[str, Any] = {}
+    """Replace every fused PrimFunc of ``fused`` (each task's functions) by its scheduled version."""
     mod = fused.clone()
-    for name, func in prim_funcs(fused).items():
-        if counts.get(name, 0) == 0 or is_view(func):
-            continue
-        task = Task.from_fused(func, target_json, name)
-        key = task.workload_key
-        if key not in scheduled:
-            sched, source, reason, n, best_ms = _schedule(task, database)
-            scheduled[key] = sched
-            choices[key] = FuncChoice(task.name, task.kernel_class, key, 0, source, reason, n, best_ms)
-        choice = choices[key]
-        choice.weight += counts[name]
-        choice.funcs.append(name)
-        new = scheduled[key].with_attrs(func.attrs) if func.attrs is not None else scheduled[key]
-        if func.attrs is None or "global_symbol" not in func.attrs:
-            new = new.without_attr("global_symbol")
-        mod.update_func(mod.get_global_var(name), new)
-    return mod, list(choices.values())
+    choices = []
+    for mt in extract_tasks(fused, target_json):
+        task = mt.task
+        sched, source, reason, n, best_ms = _schedule(task, database)
+        choices.append(FuncChoice(task.name, task.kernel_class, task.workload_key, mt.weight, source, reason, n,
+                                  best_ms, list(mt.funcs)))
+        sched = sched.without_attr("global_symbol")  # the Relax function's own attributes, not the task's "main"
+        for name in mt.funcs:
+            attrs = fused[name].attrs
+            mod.update_func(mod.get_global_var(name), sched.with_attrs(attrs) if attrs is not None else sched)
+    return mod, choices
 
 
 def compile_model(model: Model, database: Any = None, target_json: dict[str, Any] | None = None) -> CompiledModel:
@@ -193,8 +184,7 @@ def compile_model(model: Model, database: Any = None, target_json: dict[str, Any
 
     tj = dict(target_json or host_target_json())
     target = make_target(tj)
-    fused = lower_to_fused(model.mod, target)
-    mod, choices = schedule_module(fused, tj, database)
+    mod, choices = schedule_module(model.fused(tj), tj, database)
     lowering = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
     with target:
         ex = tvm.compile(mod, target, relax_pipeline=lowering)
@@ -204,7 +194,7 @@ def compile_model(model: Model, database: Any = None, target_json: dict[str, Any
 def model_tasks(model: Model, target_json: dict[str, Any] | None = None) -> list[ModelTask]:
     """The tasks of ``model`` (legalized and fused for ``target_json``)."""
     tj = dict(target_json or host_target_json())
-    return extract_tasks(lower_to_fused(model.mod, make_target(tj)), tj)
+    return extract_tasks(model.fused(tj), tj)
 
 
 def load_library(path: str) -> Callable[..., list[np.ndarray]]:

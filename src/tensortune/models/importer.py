@@ -50,6 +50,18 @@ class Model:
     onnx_path: str | None = None  # reference (ONNX Runtime) for ONNX models
     batch: int = 1
     meta: dict[str, Any] = field(default_factory=dict)
+    _fused: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def fused(self, target_json: dict[str, Any]) -> Any:
+        """The module legalized and fused for ``target_json`` (computed once per target:
+        tuning, compiling tuned and untuned all start from it)."""
+        from ..target import make_target, target_key
+        from .extract import lower_to_fused
+
+        key = target_key(target_json)
+        if key not in self._fused:
+            self._fused[key] = lower_to_fused(self.mod, make_target(target_json))
+        return self._fused[key]
 
 
 def _first_line(e: BaseException) -> str:
@@ -191,8 +203,6 @@ def _example(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
     dt = np.dtype(spec.dtype)
     if dt.kind == "f":
         return rng.standard_normal(spec.shape).astype(dt)
-    if dt.kind == "b":
-        return rng.integers(0, 2, spec.shape).astype(dt)
     return rng.integers(0, 2, spec.shape).astype(dt)
 
 

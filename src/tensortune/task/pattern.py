@@ -20,10 +20,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Anchor op -> name used in kernel classes.
-_CONV_OPS = ("conv2d", "depthwise_conv2d")
-
-
 @dataclass(frozen=True)
 class FuncPattern:
     """What :func:`analyze_func` found in a PrimFunc."""
