@@ -317,7 +317,7 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
     """Tune every task of ``model``; returns (outcomes, tasks, wall seconds)."""
     import time
 
-    from .measure import Measurer
+    from .measure import MeasureOptions, Measurer
     from .models.compile import model_tasks
     from .scheduler import SCHEDULERS
     from .tuners import DEFAULT_BATCH_SIZE, get_tuner
@@ -334,7 +334,7 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
 
     t0 = time.perf_counter()
     try:
-        with Measurer() as m:
+        with Measurer(MeasureOptions.cold()) as m:  # weights come from memory in a model, not the caches
             bar = ModelProgress(model.name, tasks, trials_per_task, time_budget, disable=not progress)
             sched = sched_cls(tasks, make_tuner, m, db, trials_per_task, time_budget, callbacks=[bar], batch_size=bs)
             try:
@@ -374,7 +374,8 @@ def cmd_tune(a: argparse.Namespace) -> int:
         total, n = estimated_total(outcomes)
         print(json.dumps({"model": model.name, "tuner": a.tuner, "scheduler": a.scheduler,
                           "tasks": [o.to_json() for o in outcomes], "estimated_total_ms": total * 1e3,
-                          "tasks_measured": n, "wall_s": wall}))
+                          "tasks_measured": n, "wall_s": wall,
+                          "measure": "cold (caches flushed before every run)"}))
     else:
         _print_outcomes(model, outcomes, wall)
     return 0

@@ -83,6 +83,42 @@ def test_onnx_model_compiles_and_matches_onnxruntime(tmp_path):
     assert compare_outputs(cm.run(model.example_inputs), ref).ok
 
 
+class Shuffle(torch.nn.Module):
+    """ShuffleNet's unit: exporters write its split and channel shuffle as Shape -> Gather -> Div chains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = x.chunk(2, dim=1)
+        out = torch.cat((a, torch.relu(self.conv(b))), dim=1)
+        n, c, h, w = out.shape
+        return out.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+
+
+def test_onnx_shape_arithmetic_is_folded_to_static_shapes(tmp_path):
+    torch.manual_seed(0)
+    m, x = Shuffle().eval(), torch.randn(1, 8, 6, 6)
+    path = export_onnx(m, [x], str(tmp_path / "shuffle.onnx"))
+    model = load_model(path)
+    assert {t.kernel_class for t in model_tasks(model)} >= {"conv2d-add-relu"}
+    ref = OrtRunner(path).run(model.example_inputs)
+    assert compare_outputs(compile_model(model).run(model.example_inputs), ref).ok
+
+
+class DataDependent(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(x > 0).float().sum(0)
+
+
+def test_data_dependent_shape_is_refused_in_one_line(tmp_path):
+    path = export_onnx(DataDependent(), [torch.randn(4, 4)], str(tmp_path / "nonzero.onnx"))
+    with pytest.raises(ModelError, match="known only at run time") as e:
+        load_model(path)
+    assert "\n" not in str(e.value)
+
+
 def test_import_errors_are_one_line(tmp_path):
     with pytest.raises(ModelError, match="no such file, and not a built-in model"):
         load_model(str(tmp_path / "missing.onnx"))

@@ -4,16 +4,19 @@ Every path ends in the same :class:`Model`: the Relax module with its weights bo
 constants and batch norm folded into the preceding convolutions
 (``relax.transform.FoldBatchnormToConv2D``, as any deployment compiler does), the
 static input signature, reproducible example inputs and the framework model that serves
-as the reference (the PyTorch module, or the ONNX file for ONNX Runtime).
+as the reference (the PyTorch module, or the ONNX file for ONNX Runtime). An ONNX graph's
+shape arithmetic is constant-folded at its static input shapes first (:func:`fold_onnx_shapes`).
 
 Anything that cannot be imported raises :class:`ModelError` with one line naming what
 and where: a path that is not a file, a file that is not ONNX, an operator the frontend
-lacks, a dynamic dimension that was not fixed with ``input_shapes``.
+lacks, a dynamic dimension that was not fixed with ``input_shapes``, an intermediate
+shape known only at run time (``NonZero``), a graph TVM cannot legalize.
 """
 from __future__ import annotations
 
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -60,7 +63,10 @@ class Model:
 
         key = target_key(target_json)
         if key not in self._fused:
-            self._fused[key] = lower_to_fused(self.mod, make_target(target_json))
+            try:
+                self._fused[key] = lower_to_fused(self.mod, make_target(target_json))
+            except Exception as e:  # noqa: BLE001 - a graph TVM cannot legalize is bad input, not a crash
+                raise ModelError(f"{self.name}: TVM cannot legalize and fuse it: {_first_line(e)}") from None
         return self._fused[key]
 
 
@@ -182,6 +188,7 @@ def from_onnx(path: str, input_shapes: dict[str, Sequence[int]] | None = None, s
                                      f"fix it with --input-shape {inp.name}=d0,d1,...")
             shape = tuple(shape_l)
         specs.append(InputSpec(inp.name, tuple(shape), _onnx_dtype(tt.elem_type)))
+    proto = fold_onnx_shapes(proto, specs)
     from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx
 
     try:
@@ -195,6 +202,40 @@ def from_onnx(path: str, input_shapes: dict[str, Sequence[int]] | None = None, s
     examples = [_example(s, rng) for s in specs]
     return Model(name, "onnx", mod, specs, examples, onnx_path=os.path.abspath(path),
                  batch=specs[0].shape[0] if specs and specs[0].shape else 1)
+
+
+def fold_onnx_shapes(proto: Any, specs: Sequence[InputSpec]) -> Any:
+    """``proto`` with its inputs fixed to ``specs``' shapes and its shape arithmetic constant-folded.
+
+    Exporters write ``x.view(b, c // 2, ...)`` or ``x.chunk(2, 1)`` as ``Shape -> Gather -> Div ->
+    Concat -> Reshape/Slice`` chains that TVM's ONNX frontend turns into dynamic shapes even when
+    every input shape is static. ONNX Runtime's basic graph optimizations (constant folding and
+    other semantics-preserving rewrites into standard ONNX operators, what onnx-simplifier does)
+    fold them at the fixed input shapes. If ONNX Runtime cannot load the graph, it is returned
+    unchanged (with its inputs fixed) and the frontend gets the last word.
+    """
+    import onnx
+
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())  # a copy: the caller's proto stays as given
+    by_name = {s.name: s.shape for s in specs}
+    for inp in proto.graph.input:
+        if inp.name in by_name:
+            dims = inp.type.tensor_type.shape.dim
+            for d, v in zip(dims, by_name[inp.name]):
+                d.Clear()
+                d.dim_value = int(v)
+    try:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        opts.log_severity_level = 3
+        with tempfile.TemporaryDirectory(prefix="tensortune-onnx-") as tmp:
+            opts.optimized_model_filepath = os.path.join(tmp, "folded.onnx")
+            ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+            return onnx.load(opts.optimized_model_filepath)
+    except Exception:  # noqa: BLE001 - folding is an optimisation; the frontend reports real problems
+        return proto
 
 
 def _example(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
@@ -218,5 +259,27 @@ def _finish(mod: Any, where: str) -> Any:
         shape = getattr(ty, "shape", None)
         values = getattr(shape, "values", None)
         if values is None or any(type(v).__name__ != "IntImm" for v in values):
-            raise ModelError(f"{where}: input {p.name_hint!r} has a dynamic shape ({ty}); only static shapes can be tuned")
+            raise ModelError(f"{where}: input {_var_name(p)!r} has a dynamic shape ({ty}); only static shapes can be tuned")
+    _check_static(main, where)
     return mod
+
+
+def _var_name(v: Any) -> str:
+    """A Relax variable's name (TVM 0.27 calls it ``name``; older ones ``name_hint``)."""
+    return str(getattr(v, "name", None) or getattr(v, "name_hint", "?"))
+
+
+def _check_static(main: Any, where: str) -> None:
+    """Refuse a graph whose intermediate tensors have shapes only known at run time (one line naming the op)."""
+    from tvm import relax
+
+    for block in main.body.blocks:
+        for b in block.bindings:
+            ty = b.var.ty
+            if not isinstance(ty, relax.TensorType):
+                continue
+            values = getattr(ty.shape, "values", None)
+            if values is None or any(type(v).__name__ != "IntImm" for v in values):
+                op = getattr(getattr(b.value, "op", None), "name", type(b.value).__name__)
+                raise ModelError(f"{where}: the output of {op} ({_var_name(b.var)}) has a shape known only at run time "
+                                 f"({ty}); only static shapes can be tuned")

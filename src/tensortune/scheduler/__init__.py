@@ -8,10 +8,15 @@ stored trials count against its budget and are never measured again).
 
 With a time budget, ``sequential`` gives each task a share of the remaining time in
 proportion to its weight x FLOPs (at least :data:`MIN_SHARE` of an even split), and time
-a task does not use passes to the tasks after it.
+a task does not use passes to the tasks after it. A tuner checks its clock between batches
+and verifies its best at the end, so it runs past its budget by about one batch: the mean
+overrun of the tasks so far is taken off each next share, and enough is kept back for one
+short run of every later task (one batch: its template default and a few more), so that
+the light tasks tuned last are not starved by the heavy ones.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -20,6 +25,8 @@ from ..models.extract import ModelTask
 
 #: The smallest time share of a task, as a fraction of an even split of the budget.
 MIN_SHARE = 0.25
+#: The least time budget handed to a tuner (it always measures one batch before it looks at the clock).
+MIN_TASK_BUDGET_S = 1.0
 #: Trials per task when only a time budget is given (a cap the clock normally ends first).
 UNBOUNDED_TRIALS = 100_000
 
@@ -128,6 +135,7 @@ class SequentialScheduler(TaskScheduler):
 
     def _run(self) -> None:
         cost = [max(t.weight * t.task.flops, 1.0) for t in self.tasks]
+        overruns: list[float] = []  # seconds each tuned task ran past the budget it was given
         for k, mt in enumerate(self.tasks):
             left = self.remaining()
             if left is not None and left <= 0:
@@ -135,8 +143,15 @@ class SequentialScheduler(TaskScheduler):
             budget = None
             if left is not None:
                 rest = cost[k:]
-                budget = left * min(1.0, max(cost[k] / sum(rest), MIN_SHARE / len(rest)))
+                share = left * min(1.0, max(cost[k] / sum(rest), MIN_SHARE / len(rest)))
+                over = statistics.mean(overruns) if overruns else 0.0
+                # what is left after this task's own overrun and one short run of each later task
+                spare = left - over - (len(rest) - 1) * (MIN_TASK_BUDGET_S + over)
+                budget = max(min(share - over, spare), MIN_TASK_BUDGET_S)
+            t0 = time.perf_counter()
             self._tune(mt, self.trials, budget)
+            if budget is not None:
+                overruns.append(max(0.0, time.perf_counter() - t0 - budget))
 
 
 class RoundRobinScheduler(TaskScheduler):
@@ -172,5 +187,5 @@ def get_scheduler(name: str) -> type[TaskScheduler]:
         raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(SCHEDULERS)}") from None
 
 
-__all__ = ["MIN_SHARE", "SCHEDULERS", "RoundRobinScheduler", "SequentialScheduler", "TaskOutcome", "TaskScheduler",
+__all__ = ["MIN_SHARE", "MIN_TASK_BUDGET_S", "SCHEDULERS", "RoundRobinScheduler", "SequentialScheduler", "TaskOutcome", "TaskScheduler",
            "estimated_total", "get_scheduler"]
