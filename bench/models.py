@@ -157,10 +157,13 @@ def _load(name: str, where: Path = OUT) -> tuple[dict[str, Any], dict[str, Any]]
 
 
 def _default_latency(db_path: Path, workload_key: str) -> float | None:
-    """Latency (ms) the task's template default config measured at in the run (the tuner measures it first)."""
+    """Latency (ms) the task's template default config measured at in the run (the tuner measures it first);
+    None without the run's database (databases are not committed)."""
     from tensortune.database import Database
     from tensortune.task import Task
 
+    if not db_path.exists():
+        return None
     db = Database(db_path, readonly=True)
     try:
         rec = db.get_task(workload_key)
@@ -245,11 +248,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("run", "onnx", "report"))
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
-    ap.add_argument("--budget", type=float, default=3600.0, help="tuning seconds per model (onnx: default 600)")
+    ap.add_argument("--budget", type=float, default=None, help="tuning seconds per model (default 3600; onnx: 600)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    if a.command == "onnx" and "--budget" not in sys.argv:
-        a.budget = 600.0
+    if a.budget is None:
+        a.budget = 600.0 if a.command == "onnx" else 3600.0
     {"run": cmd_run, "onnx": cmd_onnx, "report": lambda _: report()}[a.command](a)
 
 
