@@ -312,12 +312,19 @@ def _check_tune_args(tuner: str, scheduler: str, trials_per_task: int | None, ti
     _check_db_path(db_path, must_exist=False)
 
 
+def _model_measure_options() -> Any:
+    """How model tuning times candidates: cold, since a model's weights come from memory, not the caches."""
+    from .measure import MeasureOptions
+
+    return MeasureOptions.cold()
+
+
 def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int | None, time_budget: float | None,
                 scheduler: str, seed: int, batch_size: int | None, progress: bool) -> tuple[list[Any], Any, float]:
     """Tune every task of ``model``; returns (outcomes, tasks, wall seconds)."""
     import time
 
-    from .measure import MeasureOptions, Measurer
+    from .measure import Measurer
     from .models.compile import model_tasks
     from .scheduler import SCHEDULERS
     from .tuners import DEFAULT_BATCH_SIZE, get_tuner
@@ -334,7 +341,7 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
 
     t0 = time.perf_counter()
     try:
-        with Measurer(MeasureOptions.cold()) as m:  # weights come from memory in a model, not the caches
+        with Measurer(_model_measure_options()) as m:
             bar = ModelProgress(model.name, tasks, trials_per_task, time_budget, disable=not progress)
             sched = sched_cls(tasks, make_tuner, m, db, trials_per_task, time_budget, callbacks=[bar], batch_size=bs)
             try:
@@ -375,7 +382,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
         print(json.dumps({"model": model.name, "tuner": a.tuner, "scheduler": a.scheduler,
                           "tasks": [o.to_json() for o in outcomes], "estimated_total_ms": total * 1e3,
                           "tasks_measured": n, "wall_s": wall,
-                          "measure": "cold (caches flushed before every run)"}))
+                          "measure": _model_measure_options().timing()}))
     else:
         _print_outcomes(model, outcomes, wall)
     return 0

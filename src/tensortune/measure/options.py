@@ -41,6 +41,10 @@ class MeasureOptions:
         measures this way; ``tune-op`` keeps the hot defaults."""
         return cls(**{"flush_cache": True, "number": 1, "repeat": 10, "min_repeat_ms": 0, **overrides})
 
+    def timing(self) -> str:
+        """How candidates are timed, in words (recorded with model tuning results)."""
+        return "cold (caches flushed before every run)" if self.flush_cache else "hot (caches warm)"
+
     def runner_opts(self) -> dict[str, Any]:
         """The settings the runner worker needs."""
         d = asdict(self)

@@ -256,12 +256,16 @@ def _finish(mod: Any, where: str) -> Any:
     main = mod["main"]
     for p in main.params:
         ty = p.ty  # TVM 0.27: relax.TensorType (struct_info is gone)
-        shape = getattr(ty, "shape", None)
-        values = getattr(shape, "values", None)
-        if values is None or any(type(v).__name__ != "IntImm" for v in values):
+        if not _is_static(ty):
             raise ModelError(f"{where}: input {_var_name(p)!r} has a dynamic shape ({ty}); only static shapes can be tuned")
     _check_static(main, where)
     return mod
+
+
+def _is_static(ty: Any) -> bool:
+    """Whether a Relax type has a shape of integer constants."""
+    values = getattr(getattr(ty, "shape", None), "values", None)
+    return values is not None and all(type(v).__name__ == "IntImm" for v in values)
 
 
 def _var_name(v: Any) -> str:
@@ -276,10 +280,7 @@ def _check_static(main: Any, where: str) -> None:
     for block in main.body.blocks:
         for b in block.bindings:
             ty = b.var.ty
-            if not isinstance(ty, relax.TensorType):
-                continue
-            values = getattr(ty.shape, "values", None)
-            if values is None or any(type(v).__name__ != "IntImm" for v in values):
+            if isinstance(ty, relax.TensorType) and not _is_static(ty):
                 op = getattr(getattr(b.value, "op", None), "name", type(b.value).__name__)
                 raise ModelError(f"{where}: the output of {op} ({_var_name(b.var)}) has a shape known only at run time "
                                  f"({ty}); only static shapes can be tuned")
