@@ -86,8 +86,11 @@ class BenchReport:
 
 def bench_model(model: Model, database: Any = None, threads: int | None = None, rounds: int = BENCH_ROUNDS,
                 min_time_s: float = BENCH_MIN_TIME_S, with_ort: bool = True,
-                tuned: CompiledModel | None = None) -> BenchReport:
-    """Compile ``model`` tuned (``database``) and untuned, check every system's outputs, time them."""
+                tuned: CompiledModel | None = None, extra: dict[str, Any] | None = None) -> BenchReport:
+    """Compile ``model`` tuned (``database``) and untuned, check every system's outputs, time them.
+
+    ``extra`` adds systems by name (anything with ``run(inputs)`` and ``callable(inputs)``, e.g. a
+    :class:`CompiledModel` built by another tuner); they are checked and timed like the others."""
     from ..target import cpu_count
 
     threads = threads or cpu_count()
@@ -96,7 +99,7 @@ def bench_model(model: Model, database: Any = None, threads: int | None = None, 
     tuned = tuned or compile_model(model, database)
     untuned = compile_model(model, None)
     systems: dict[str, Any] = {}
-    runners: dict[str, Any] = {"tensortune tuned": tuned, "tensortune untuned": untuned}
+    runners: dict[str, Any] = {"tensortune tuned": tuned, "tensortune untuned": untuned, **(extra or {})}
     if model.torch_module is not None:
         runners["pytorch"] = TorchRunner(model.torch_module, threads)
     ort_note = ""

@@ -156,6 +156,11 @@ class Task:
         return self._signature[0]
 
     @property
+    def arg_dtypes(self) -> list[str]:
+        """Data types of the function's buffers, in the order of :attr:`arg_shapes`."""
+        return self._signature[1]
+
+    @property
     def out_shape(self) -> list[int]:
         """Shape of the output buffer."""
         return self.arg_shapes[-1]

@@ -16,13 +16,16 @@ class ProgressBar:
     def __call__(self, tuner: Any, inputs: Sequence[Any], results: Sequence[Any]) -> None:
         flops = tuner.task.flops
         ok = [r.cost for r in results if r.ok]
-        self.errors += sum(not r.ok for r in results)
         cur = flops / min(ok) / 1e9 if ok else 0.0
         best = flops / tuner.best_cost / 1e9 if tuner.best_cost < float("inf") else 0.0
-        note = getattr(tuner, "status", "")
+        self.step(len(results), cur, best, sum(not r.ok for r in results), getattr(tuner, "status", ""))
+
+    def step(self, n: int, cur_gflops: float, best_gflops: float, errors: int = 0, note: str = "") -> None:
+        """Advance by ``n`` trials (for searches that are not a :class:`~tensortune.tuners.Tuner`)."""
+        self.errors += errors
         note = f", {note}" if note else ""
-        self.bar.set_postfix_str(f"cur {cur:.1f} GFLOPS, best {best:.1f} GFLOPS, errors {self.errors}{note}")
-        self.bar.update(len(results))
+        self.bar.set_postfix_str(f"cur {cur_gflops:.1f} GFLOPS, best {best_gflops:.1f} GFLOPS, errors {self.errors}{note}")
+        self.bar.update(n)
 
     def close(self) -> None:
         """Finish the bar."""

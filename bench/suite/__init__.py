@@ -1,0 +1,1 @@
+"""The benchmark suite behind ``python -m bench``."""

@@ -1,0 +1,181 @@
+"""``python -m bench run`` and ``python -m bench report``.
+
+    python -m bench run [--suite ops,models,peak] [--tuners random,genetic,autotvm,metaschedule]
+                        [--budget 200] [--workloads resnet18_conv2d|C1,C6,...] [--models resnet18]
+                        [--model-tuners autotvm,metaschedule] [--model-budget 1800] [--rounds 5]
+                        [--seed 0] [--threads N] [--quick] [--out RESULTS]
+    python -m bench report RESULTS
+
+``run`` writes CSV and JSON into RESULTS (default ``bench/results/suite`` or, with ``--quick``,
+``bench/results/quick``) and resumes what an interrupted run left there; ``report`` turns a
+results folder into PNG plots and ``report.md``. Nothing else should run on the machine while
+it measures.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .config import FULL, QUICK, SUITES, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "bench" / "results" / "suite"
+QUICK_OUT = ROOT / "bench" / "results" / "quick"
+
+
+def _csv(s: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in s.split(",") if x.strip())
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="measure (resumes a results folder)")
+    r.add_argument("--quick", action="store_true", help="smoke run: a few workloads, small budgets (< 10 min)")
+    r.add_argument("--suite", type=_csv, help=f"comma-separated parts: {','.join(SUITES)} (default: all)")
+    r.add_argument("--tuners", type=_csv, help="operator suite tuners (tensortune names and 'metaschedule')")
+    r.add_argument("--budget", type=int, help="trials per tuner and workload")
+    r.add_argument("--workloads", type=_csv, help="workload groups of workloads.json and/or workload names")
+    r.add_argument("--models", type=_csv, help="built-in model names or ONNX paths")
+    r.add_argument("--model-tuners", type=_csv, help="whole-model suite tuners")
+    r.add_argument("--model-budget", type=float, help="tuning seconds per model and tuner")
+    r.add_argument("--ms-batch", type=int, help="MetaSchedule candidates per iteration (its default: 64)")
+    r.add_argument("--rounds", type=int, help="interleaved rounds of the final measurements")
+    r.add_argument("--seed", type=int)
+    r.add_argument("--threads", type=int, help="threads of every kernel and framework (default: all cores)")
+    r.add_argument("--out", help="results folder")
+    r.add_argument("--no-progress", action="store_true")
+    p = sub.add_parser("report", help="plots and report.md from a results folder")
+    p.add_argument("results")
+    return ap
+
+
+def settings(a: argparse.Namespace) -> Settings:
+    """The defaults (full or quick) with the given options applied."""
+    base = QUICK if a.quick else FULL
+    over = {"suites": a.suite, "tuners": a.tuners, "budget": a.budget, "workloads": a.workloads, "models": a.models,
+            "model_tuners": a.model_tuners, "model_budget_s": a.model_budget, "ms_batch": a.ms_batch, "rounds": a.rounds, "seed": a.seed}
+    return dataclasses.replace(base, **{k: v for k, v in over.items() if v is not None})
+
+
+def check(s: Settings) -> None:
+    """Refuse unknown parts, tuners and workloads before anything runs."""
+    from tensortune.tuners import TUNERS
+
+    for part in s.suites:
+        if part not in SUITES:
+            raise SystemExit(f"unknown suite {part!r}; known: {', '.join(SUITES)}")
+    for t in s.tuners + s.model_tuners:
+        if t != "metaschedule" and t not in TUNERS:
+            raise SystemExit(f"unknown tuner {t!r}; known: {', '.join(TUNERS)}, metaschedule")
+    if s.budget < 1 or s.rounds < 1 or s.model_budget_s <= 0 or s.ms_batch < 1:
+        raise SystemExit("--budget, --rounds, --model-budget and --ms-batch must be positive")
+
+
+def select_workloads(names: tuple[str, ...]) -> list[tuple[str, str, str, dict[str, int]]]:
+    """Workloads by group or by name, in workloads.json order."""
+    import json
+
+    from ..common import GROUP_OPS, load_workloads, workloads_path
+
+    present = json.loads(workloads_path().read_text())
+    every = load_workloads([g for g in GROUP_OPS if g in present])
+    out = []
+    for n in names:
+        hit = [w for w in every if n in (w[0], w[1])]
+        if not hit:
+            raise SystemExit(f"unknown workload {n!r}; groups: {', '.join(GROUP_OPS)}; "
+                             f"names: {', '.join(w[1] for w in every)}")
+        out += [w for w in hit if w not in out]
+    return out
+
+
+def meta(s: Settings, threads: int, out: Path) -> dict[str, Any]:
+    """Machine, libraries, seeds and settings of the run."""
+    from ..common import machine_info
+    from . import energy
+
+    info = machine_info()
+    for lib in ("xgboost", "onnxruntime"):
+        try:
+            info[lib] = __import__(lib).__version__
+        except ImportError:
+            pass
+    try:
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                            text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"machine": info, "threads": threads, "settings": dataclasses.asdict(s), "energy": energy.probe(),
+            "results": str(out)}
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    s = settings(a)
+    from tensortune.target import cpu_count
+
+    threads = a.threads or cpu_count()
+    os.environ["TVM_NUM_THREADS"] = str(threads)  # before TVM starts its thread pool
+    check(s)
+    work = select_workloads(s.workloads) if "ops" in s.suites else []
+    from tensortune.measure import MeasureOptions
+
+    from .store import RunDir
+
+    out = Path(a.out) if a.out else (QUICK_OUT if a.quick else DEFAULT_OUT)
+    run = RunDir(out).create()
+    started = run.read_json("meta", {}) or {}
+    m = meta(s, threads, out)
+    m["started"] = started.get("started", m["machine"]["date"])
+    run.write_json("meta", m)
+    t0 = time.perf_counter()
+    progress = not a.no_progress
+    if "peak" in s.suites:
+        from .peak import measure_peak
+
+        pk = measure_peak(threads)
+        run.write_json("peak", pk)
+        print(f"peak {pk['peak_gflops']:.1f} GFLOP/s, bandwidth {pk['bandwidth_gbs']:.1f} GB/s ({threads} threads)",
+              flush=True)
+    if "ops" in s.suites:
+        from .ops import run_ops
+
+        run_ops(run, work, list(s.tuners), s.budget, s.seed, MeasureOptions(threads=threads), s.rounds, progress,
+                ms_batch=s.ms_batch)
+    if "models" in s.suites:
+        from .wholemodel import run_models
+
+        run_models(run, list(s.models), list(s.model_tuners), s.model_budget_s, s.seed, s.rounds, progress,
+                   ms_batch=s.ms_batch)
+    m["wall_s"] = started.get("wall_s", 0.0) + time.perf_counter() - t0
+    run.write_json("meta", m)
+    print(f"done in {(time.perf_counter() - t0) / 60:.1f} min; results in {out}; "
+          f"`python -m bench report {out}` makes the plots and report.md", flush=True)
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from .report import write_report
+
+    path = write_report(Path(a.results))
+    print(path.read_text())
+    print(f"written: {path} and the PNG plots beside it")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m bench``."""
+    a = parser().parse_args(argv)
+    return cmd_run(a) if a.cmd == "run" else cmd_report(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The benchmark suite's defaults, in one place: the full run and ``--quick``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+SUITES = ("ops", "models", "peak")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one ``python -m bench run`` measures."""
+
+    suites: tuple[str, ...] = SUITES
+    tuners: tuple[str, ...] = ("random", "genetic", "autotvm", "metaschedule")
+    #: trials per tuner and workload
+    budget: int = 200
+    #: workload groups of workloads.json, or single workload names
+    workloads: tuple[str, ...] = ("resnet18_conv2d",)
+    models: tuple[str, ...] = ("resnet18",)
+    #: tuners of the whole-model suite (each gets ``model_budget_s`` of tuning wall time)
+    model_tuners: tuple[str, ...] = ("autotvm", "metaschedule")
+    model_budget_s: float = 1800.0
+    #: MetaSchedule candidates per search iteration (its default 64; a model's first iteration
+    #: measures that many candidates of a task before a time budget can stop it)
+    ms_batch: int = 64
+    #: interleaved rounds of the final re-measurement (operators) and of the model benchmark
+    rounds: int = 5
+    seed: int = 0
+    #: fraction of the best latency any tuner found, for time to quality
+    quality: float = 0.95
+
+
+FULL = Settings()
+#: Smoke run: a few workloads, small budgets; under 10 minutes on a 2-core machine.
+QUICK = replace(FULL, tuners=("random", "autotvm", "metaschedule"), budget=16, workloads=("C3", "QKV"),
+                model_budget_s=30.0, ms_batch=16, rounds=3)

@@ -1,0 +1,181 @@
+"""TVM's own tuner, MetaSchedule, driven so that it is measured like tensortune's tuners.
+
+MetaSchedule runs with its defaults (``tune_tir`` / ``tune_relax``: post-order-apply space,
+evolutionary search, XGBoost cost model, gradient task scheduler, its ``LocalBuilder`` and
+``LocalRunner`` on all cores), with three things added that do not change its search:
+
+- its builder is wrapped to time the building of each batch (:class:`TimedBuilder`); the
+  running is the time from the end of the build to the first measure callback;
+- a measure callback (:class:`BatchRecorder`) records each batch: trials, best latency so far
+  (median of each candidate's repeats, as tensortune reports), errors and the time split;
+- an optional wall-time budget: once spent, the callback terminates the remaining tasks, so a
+  whole model can be given the same time as tensortune's scheduler.
+
+The runner's timing settings (number, repeat, min_repeat_ms, cache flush) are set from the
+same :class:`~tensortune.measure.MeasureOptions` tensortune's measurer uses, so both sides'
+latencies come from the same timing protocol.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import PyBuilder
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+from tensortune.measure import MeasureOptions
+
+#: MetaSchedule's default candidates per search iteration (``num_trials_per_iter``).
+MS_BATCH = 64
+#: MetaSchedule stores a failed candidate's run time as this many seconds.
+MS_FAILED_S = 1e9
+
+
+def quiet_logs() -> None:
+    """Keep MetaSchedule's per-iteration INFO/DEBUG tables off the terminal (its work
+    directory keeps the full logs)."""
+    for name in ("tvm.s_tir.meta_schedule", "tvm.meta_schedule"):
+        lg = logging.getLogger(name)
+        lg.setLevel(logging.WARNING)
+        lg.propagate = False
+
+
+@dataclass
+class Clock:
+    """Seconds spent in building and running since the start of a tuning run."""
+
+    build_s: float = 0.0
+    run_s: float = 0.0
+    build_end: float = 0.0  # time.perf_counter() when the last batch finished building
+
+
+@derived_object
+class TimedBuilder(PyBuilder):
+    """MetaSchedule's builder with the wall time of each batch's build added to a :class:`Clock`."""
+
+    def __init__(self, inner: Any, clock: Clock) -> None:
+        super().__init__()
+        self.inner, self.clock = inner, clock
+
+    def build(self, build_inputs: list) -> list:
+        t0 = time.perf_counter()
+        try:
+            return self.inner.build(build_inputs)
+        finally:
+            self.clock.build_end = time.perf_counter()
+            self.clock.build_s += self.clock.build_end - t0
+
+
+def candidate_cost(builder_result: Any, runner_result: Any) -> float | None:
+    """Median seconds of one MetaSchedule candidate (None: it failed to build or run)."""
+    if builder_result.error_msg is not None or runner_result.error_msg is not None or not runner_result.run_secs:
+        return None
+    secs = sorted(float(getattr(x, "value", x)) for x in runner_result.run_secs)
+    if secs[-1] >= MS_FAILED_S:
+        return None
+    return statistics.median(secs)
+
+
+@derived_object
+class BatchRecorder(PyMeasureCallback):
+    """Calls ``on_batch(task_id, costs, errors)`` after every measured batch and stops the
+    tuning when ``deadline`` (``time.perf_counter()`` value) has passed.
+
+    It is the first measure callback, called as soon as the runner's results are in: the time
+    since the batch finished building is the batch's running time (MetaSchedule's own
+    callbacks, the cost model update among them, come after it and count as search)."""
+
+    def __init__(self, on_batch: Callable[[int, list[float], int], None], clock: Clock,
+                 deadline: float | None = None) -> None:
+        super().__init__()
+        self.on_batch, self.clock, self.deadline = on_batch, clock, deadline
+
+    def apply(self, task_scheduler: Any, task_id: int, measure_candidates: list, builder_results: list,
+              runner_results: list) -> None:
+        self.clock.run_s += time.perf_counter() - self.clock.build_end
+        costs, errors = [], 0
+        for b, r in zip(builder_results, runner_results):
+            c = candidate_cost(b, r)
+            if c is None:
+                errors += 1
+            else:
+                costs.append(c)
+        self.on_batch(int(task_id), costs, errors)
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            for i in range(len(task_scheduler.tasks_)):
+                if not bool(task_scheduler.tasks_[i].is_terminated):
+                    task_scheduler.terminate_task(i)
+
+
+def evaluator_config(options: MeasureOptions) -> Any:
+    """MetaSchedule's runner settings equal to tensortune's measure options."""
+    return ms.runner.EvaluatorConfig(number=options.number, repeat=options.repeat,
+                                     min_repeat_ms=options.min_repeat_ms, enable_cpu_cache_flush=options.flush_cache)
+
+
+@dataclass
+class MSSession:
+    """The pieces one MetaSchedule tuning run is given: builder, runner, callbacks, clock."""
+
+    options: MeasureOptions
+    on_batch: Callable[[int, list[float], int], None]
+    deadline: float | None = None
+    clock: Clock = field(default_factory=Clock)
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``tune_tir`` / ``tune_relax``."""
+        quiet_logs()
+        callbacks = [BatchRecorder(self.on_batch, self.clock, self.deadline)]
+        callbacks += list(ms.measure_callback.MeasureCallback.create("default"))
+        # The runner is MetaSchedule's own: wrapping it in a PyRunner made its builds time out here.
+        return {"builder": TimedBuilder(ms.builder.LocalBuilder(), self.clock),
+                "runner": ms.runner.LocalRunner(evaluator_config=evaluator_config(self.options)),
+                "measure_callbacks": callbacks}
+
+
+def tune_primfunc(func: Any, target: Any, trials: int, seed: int, session: MSSession, work_dir: str | None = None,
+                  batch: int = MS_BATCH) -> Any:
+    """``tune_tir`` on one PrimFunc; returns the best schedule's IRModule (None: nothing built)."""
+    with tempfile.TemporaryDirectory(prefix="tensortune-ms-") as tmp:
+        wd = work_dir or tmp
+        db = ms.tune_tir(func, target, wd, max_trials_global=trials, num_trials_per_iter=min(batch, trials),
+                         seed=seed, **session.kwargs())
+        if not db.get_all_tuning_records():
+            return None
+        sch = ms.tir_integration.compile_tir(db, func, target)
+        return None if sch is None else sch.mod
+
+
+def export_module(mod: Any, target: Any, path: str) -> str:
+    """Build a scheduled IRModule and write its shared library (for tensortune's runner)."""
+    import tvm
+
+    tvm.compile(mod, target=target).export_library(path)
+    return path
+
+
+def tune_relax_db(fused: Any, target: Any, trials: int, seed: int, session: MSSession, work_dir: str,
+                  batch: int = MS_BATCH) -> Any:
+    """``tune_relax`` on a model's *fused* module (given an unfused one it finds no tasks);
+    returns its database (also kept as JSON in ``work_dir``)."""
+    from tvm.s_tir.meta_schedule import relax_integration as ri
+
+    os.makedirs(work_dir, exist_ok=True)
+    return ri.tune_relax(fused, {}, target, work_dir, max_trials_global=trials,
+                         num_trials_per_iter=min(batch, trials), seed=seed, **session.kwargs())
+
+
+def compile_model(database: Any, unfused: Any, target: Any) -> Any:
+    """``compile_relax`` on the module *before* fusion: it fuses itself, and given the fused one
+    it would find no records for the re-fused functions and silently build the untuned model."""
+    from tvm.s_tir.meta_schedule import relax_integration as ri
+
+    with target:
+        return ri.compile_relax(database, unfused, target, None)

@@ -1,0 +1,240 @@
+"""Operator tuning curves: every tuner on every workload with the same trial budget.
+
+For each workload, the tuners run one after the other (the order rotated from one workload
+to the next, so no tuner always runs first or last), each from a cold start: a fresh
+tensortune measurer (worker processes included) or a fresh MetaSchedule ``tune_tir``. After
+every batch a row records trials, wall time, best latency so far and the batch's split into
+search/model, building and running. Then every tuner's best kernel is built again and timed
+in ``rounds`` interleaved rounds by tensortune's runner, with its output checked against the
+reference: the final figures are those medians, so drift of the machine cannot favour the
+tuner that ran at a quiet moment, and a MetaSchedule kernel (which MetaSchedule never checks)
+counts only if it computes the right answer.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tensortune.measure import BuildResult, MeasureInput, MeasureOptions, Measurer
+from tensortune.task import Task
+from tensortune.utils.progress import ProgressBar
+
+from . import metaschedule as msa
+from .store import RunDir
+
+METASCHEDULE = "metaschedule"
+
+
+@dataclass
+class Curve:
+    """Per-batch rows of one tuner on one workload, and its best kernel."""
+
+    tuner: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+    best_s: float = float("inf")
+    best: Any = None  # a Config (tensortune) or a scheduled IRModule (MetaSchedule)
+    errors: int = 0
+    note: str = ""
+
+    def add(self, trials: int, elapsed: float, batch_best: float | None, ok: int, errors: int,
+            build_s: float, run_s: float, last: dict[str, float]) -> None:
+        """Append one batch; ``last`` holds the running totals at the previous batch."""
+        if batch_best is not None and batch_best < self.best_s:
+            self.best_s = batch_best
+        self.errors += errors
+        wall = elapsed - last["elapsed"]
+        d_build, d_run = build_s - last["build"], run_s - last["run"]
+        self.rows.append({"tuner": self.tuner, "batch": len(self.rows) + 1, "trials": trials, "elapsed_s": elapsed,
+                          "best_ms": self.best_s * 1e3 if self.best_s < float("inf") else None,
+                          "batch_ok": ok, "batch_errors": errors, "search_s": max(0.0, wall - d_build - d_run),
+                          "build_s": d_build, "run_s": d_run})
+        last.update(elapsed=elapsed, build=build_s, run=run_s)
+
+    def totals(self) -> dict[str, float]:
+        """Wall time split: search/model, building, running, and other (start-up, final check)."""
+        out = {k: sum(r[k] for r in self.rows) for k in ("search_s", "build_s", "run_s")}
+        out["other_s"] = max(0.0, self.wall_s - sum(out.values()))
+        return out
+
+
+class TimedMeasurer:
+    """A :class:`Measurer` that adds up the wall time of building and of running."""
+
+    def __init__(self, measurer: Measurer) -> None:
+        self.m, self.options = measurer, measurer.options
+        self.build_s = self.run_s = 0.0
+
+    def measure(self, inputs: Any, on_result: Any = None) -> list:
+        t0 = time.perf_counter()
+        builds = self.m.builder.build(inputs)
+        t1 = time.perf_counter()
+        out = self.m.runner.run(inputs, builds, on_result)
+        self.build_s += t1 - t0
+        self.run_s += time.perf_counter() - t1
+        return out
+
+    def verify(self, inp: MeasureInput) -> Any:
+        return self.m.verify(inp)
+
+
+def run_tensortune(tuner_name: str, task: Task, budget: int, seed: int, options: MeasureOptions,
+                   progress: bool = True) -> Curve:
+    """One tensortune tuner from a cold start (its measurer's processes included)."""
+    from tensortune.tuners import get_tuner
+
+    curve = Curve(tuner_name)
+    t0 = time.perf_counter()
+    last = {"elapsed": 0.0, "build": 0.0, "run": 0.0}
+    with Measurer(options) as m:
+        tm = TimedMeasurer(m)
+        bar = ProgressBar(budget, desc=f"{task.name[:24]} {tuner_name}", disable=not progress)
+
+        def on_batch(tuner: Any, inputs: Any, results: Any) -> None:
+            bar(tuner, inputs, results)
+            ok = [r.cost for r in results if r.ok]
+            trials = (curve.rows[-1]["trials"] if curve.rows else 0) + len(results)
+            curve.add(trials, time.perf_counter() - t0, min(ok) if ok else None, len(ok), len(results) - len(ok),
+                      tm.build_s, tm.run_s, last)
+
+        res = get_tuner(tuner_name, task, seed=seed).tune(budget, tm, callbacks=[on_batch])
+        bar.close()
+    curve.wall_s = time.perf_counter() - t0
+    if res.best_config is not None and res.verified:
+        curve.best = res.best_config
+    else:
+        curve.note = "no verified config"
+    return curve
+
+
+def run_metaschedule(task: Task, budget: int, seed: int, options: MeasureOptions, progress: bool = True,
+                     ms_batch: int = msa.MS_BATCH) -> Curve:
+    """MetaSchedule ``tune_tir`` from a cold start on the task's PrimFunc."""
+    from tensortune.target import make_target
+
+    curve = Curve(METASCHEDULE)
+    last = {"elapsed": 0.0, "build": 0.0, "run": 0.0}
+    t0 = time.perf_counter()
+    bar = ProgressBar(budget, desc=f"{task.name[:24]} {METASCHEDULE}", disable=not progress)
+    session: msa.MSSession
+
+    def on_batch(task_id: int, costs: list[float], errors: int) -> None:
+        n = len(costs) + errors
+        trials = (curve.rows[-1]["trials"] if curve.rows else 0) + n
+        curve.add(trials, time.perf_counter() - t0, min(costs) if costs else None, len(costs), errors,
+                  session.clock.build_s, session.clock.run_s, last)
+        gf = (lambda s: task.flops / s / 1e9 if s and s < float("inf") else 0.0)
+        bar.step(n, gf(min(costs) if costs else None), gf(curve.best_s), errors)
+
+    session = msa.MSSession(options, on_batch)
+    try:
+        curve.best = msa.tune_primfunc(task.prim_func(), make_target(task.target_json), budget, seed, session,
+                                       batch=ms_batch)
+    except Exception as e:  # noqa: BLE001 - a failed peer run is a result, recorded
+        curve.note = f"MetaSchedule failed: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__}"
+    bar.close()
+    curve.wall_s = time.perf_counter() - t0
+    if curve.best is None and not curve.note:
+        curve.note = "no candidate built"
+    return curve
+
+
+def _artifact(task: Task, curve: Curve, out_dir: str) -> str | None:
+    """Build the curve's best kernel once into a shared library (None: it does not build)."""
+    from tensortune.measure.worker import build_candidate
+    from tensortune.target import make_target
+
+    if curve.best is None:
+        return None
+    path = os.path.join(out_dir, f"{curve.tuner}.so")
+    if curve.tuner == METASCHEDULE:
+        try:
+            return msa.export_module(curve.best, make_target(task.target_json), path)
+        except Exception:  # noqa: BLE001
+            return None
+    kind, built, _, _ = build_candidate(task.json_text, curve.best.to_json()["knobs"], out_dir)
+    if kind != "none" or built is None:
+        return None
+    shutil.move(built, path)
+    return path
+
+
+def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOptions) -> dict[str, dict[str, Any]]:
+    """Each tuner's best kernel timed again in ``rounds`` interleaved rounds (order rotated),
+    its output checked against the reference first. Returns tuner -> median ms, samples, check."""
+    out: dict[str, dict[str, Any]] = {}
+    tmp = tempfile.mkdtemp(prefix="tensortune-remeasure-")
+    try:
+        libs = {c.tuner: _artifact(task, c, tmp) for c in curves}
+        samples: dict[str, list[float]] = {t: [] for t, p in libs.items() if p}
+        check: dict[str, str] = {t: ("ok" if p else "best kernel did not build" if curves[i].best is not None
+                                     else curves[i].note or "no kernel") for i, (t, p) in enumerate(libs.items())}
+        order = list(samples)
+        with Measurer(options) as m:
+            dummy = MeasureInput(task, task.default_config())  # the runner needs only the task
+            for r in range(rounds):
+                for tuner in order[r % len(order):] + order[:r % len(order)] if order else []:
+                    if check[tuner] != "ok":
+                        continue
+                    copy = os.path.join(tmp, f"{tuner}-{r}.so")  # the runner deletes what it ran
+                    shutil.copy(libs[tuner], copy)
+                    res = m.runner.run([dummy], [BuildResult(copy)], check_correctness=True)[0]
+                    if res.ok:
+                        samples[tuner].append(res.cost)
+                    else:
+                        check[tuner] = f"{res.error.value}: {res.error_msg.splitlines()[0][:160] if res.error_msg else ''}"
+        for c in curves:
+            s = samples.get(c.tuner, [])
+            ok = check[c.tuner] == "ok" and bool(s)
+            out[c.tuner] = {"median_ms": statistics.median(s) * 1e3 if ok else None,
+                            "samples_ms": [x * 1e3 for x in s], "check": check[c.tuner]}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], tuners: list[str], budget: int,
+            seed: int, options: MeasureOptions, rounds: int, progress: bool = True, ms_batch: int = msa.MS_BATCH) -> None:
+    """The operator suite; workloads already complete in ``run`` are skipped (resume)."""
+    done = run.ops_done()
+    for i, (group, name, op, shape) in enumerate(workloads):
+        if name in done:
+            print(f"{name}: done already, skipped", flush=True)
+            continue
+        task = Task.from_op(op, shape)
+        order = tuners[i % len(tuners):] + tuners[:i % len(tuners)]
+        curves = []
+        for tuner in order:
+            c = (run_metaschedule(task, budget, seed, options, progress, ms_batch) if tuner == METASCHEDULE
+                 else run_tensortune(tuner, task, budget, seed, options, progress))
+            curves.append(c)
+            best = f"{task.flops / c.best_s / 1e9:.1f} GFLOPS" if c.best_s < float("inf") else "-"
+            print(f"{name} {tuner:12} {c.rows[-1]['trials'] if c.rows else 0:4d} trials {c.wall_s:7.1f} s  "
+                  f"best {best} {c.note}", flush=True)
+        final = remeasure(task, curves, rounds, options)
+        print(f"{name} re-measured ({rounds} interleaved rounds): " + ", ".join(
+            f"{t} {v['median_ms']:.3f} ms" if v["median_ms"] else f"{t} {v['check']}" for t, v in final.items()),
+            flush=True)
+        rows = []
+        for c in curves:
+            for r in c.rows:
+                rows.append({"workload": name, "group": group, "op": op, "seed": seed, "flops": task.flops, **r})
+        summary = {"group": group, "op": op, "shape": shape, "flops": task.flops, "order": order,
+                   "bytes": task_bytes(task),
+                   "tuners": {c.tuner: {"trials": c.rows[-1]["trials"] if c.rows else 0, "wall_s": c.wall_s,
+                                        "search_best_ms": c.best_s * 1e3 if c.best_s < float("inf") else None,
+                                        "errors": c.errors, "note": c.note, "split": c.totals(), **final[c.tuner]}
+                              for c in curves}}
+        run.add_ops(name, rows, summary)
+
+
+def task_bytes(task: Task) -> int:
+    """Bytes a kernel must move at least: every buffer (inputs and output) once."""
+    import numpy as np
+
+    return sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in zip(task.arg_shapes, task.arg_dtypes))

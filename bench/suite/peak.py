@@ -1,0 +1,99 @@
+"""The machine's ceiling: measured peak float32 FLOP/s and memory bandwidth, and the roofline.
+
+- Peak FLOP/s: a register-resident kernel built with TVM. Each core (one parallel iteration)
+  keeps ``acc`` independent vectors of ``lanes`` floats in registers and updates each
+  ``acc = acc * a + b`` (one fused multiply-add, 2 FLOPs per lane) ``iters`` times; enough
+  independent chains hide the FMA latency, so the loop runs at the FMA units' throughput.
+  Several shapes are tried and the best median is the peak.
+- Bandwidth: a parallel, vectorised copy of a buffer far larger than the caches (``COPY_MB``),
+  counted as bytes read plus bytes written (the STREAM convention).
+- Roofline: a kernel of arithmetic intensity I (FLOPs per byte of its buffers, each moved
+  once) can reach at most ``min(peak, I x bandwidth)``; the report gives each best kernel's
+  fraction of that.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+#: (accumulators, lanes) of the FMA kernels tried.
+FMA_SHAPES = ((8, 16), (16, 16), (16, 8))
+FMA_ITERS = 200_000
+#: Size of each buffer of the copy kernel, in MiB (source and destination).
+COPY_MB = 256
+REPEAT = 7
+
+
+def _fma_kernel(cores: int, acc: int, lanes: int, iters: int) -> Any:
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def fma(a: T.Buffer((cores, acc, lanes), "float32"), out: T.Buffer((cores, acc, lanes), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        for p in T.parallel(cores):
+            reg = T.alloc_buffer((acc, lanes), "float32", scope="local")
+            for j, v in T.grid(acc, lanes):
+                reg[j, v] = a[p, j, v]
+            for _k in T.serial(iters):
+                for j in T.unroll(acc):
+                    for v in T.vectorized(lanes):
+                        reg[j, v] = reg[j, v] * T.float32(0.999999) + T.float32(1e-6)
+            for j, v in T.grid(acc, lanes):
+                out[p, j, v] = reg[j, v]
+
+    return fma
+
+
+def _copy_kernel(n: int, cores: int, lanes: int = 16) -> Any:
+    from tvm.script import tirx as T
+
+    chunk = n // cores
+
+    @T.prim_func
+    def copy(a: T.Buffer((n,), "float32"), b: T.Buffer((n,), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        for p in T.parallel(cores):
+            for i in T.serial(chunk // lanes):
+                for v in T.vectorized(lanes):
+                    b[p * chunk + i * lanes + v] = a[p * chunk + i * lanes + v]
+
+    return copy
+
+
+def _time(func: Any, target: Any, args: list[np.ndarray], min_repeat_ms: int = 50) -> list[float]:
+    import tvm
+
+    ex = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    dev = tvm.cpu()
+    tensors = [tvm.runtime.tensor(x, dev) for x in args]
+    return list(ex.mod.time_evaluator("main", dev, number=1, repeat=REPEAT, min_repeat_ms=min_repeat_ms)(*tensors).results)
+
+
+def measure_peak(threads: int) -> dict[str, Any]:
+    """Peak GFLOP/s and bandwidth (GB/s) with ``threads`` threads (TVM_NUM_THREADS must match)."""
+    from tensortune.target import host_target_json, make_target
+
+    target = make_target(host_target_json())
+    fma = []
+    for acc, lanes in FMA_SHAPES:
+        secs = _time(_fma_kernel(threads, acc, lanes, FMA_ITERS), target,
+                     [np.random.rand(threads, acc, lanes).astype("float32"), np.zeros((threads, acc, lanes), "float32")])
+        flops = 2.0 * threads * acc * lanes * FMA_ITERS
+        fma.append({"acc": acc, "lanes": lanes, "gflops_median": flops / statistics.median(secs) / 1e9,
+                    "gflops_max": flops / min(secs) / 1e9})
+    n = COPY_MB * 2**20 // 4
+    n -= n % (threads * 16)
+    secs = _time(_copy_kernel(n, threads), target, [np.random.rand(n).astype("float32"), np.zeros(n, "float32")],
+                 min_repeat_ms=0)
+    moved = 2.0 * n * 4
+    return {"threads": threads, "peak_gflops": max(f["gflops_median"] for f in fma), "fma_kernels": fma,
+            "bandwidth_gbs": moved / statistics.median(secs) / 1e9, "bandwidth_gbs_max": moved / min(secs) / 1e9,
+            "copy_mib": COPY_MB, "method": "TVM-built FMA kernel (registers only) and parallel vectorised copy; medians"}
+
+
+def roofline(gflops: float, intensity: float, peak: dict[str, Any]) -> dict[str, float]:
+    """The attainable GFLOP/s at ``intensity`` (FLOPs/byte) and the kernel's fraction of it."""
+    bound = min(peak["peak_gflops"], intensity * peak["bandwidth_gbs"])
+    return {"intensity": intensity, "attainable_gflops": bound, "fraction": gflops / bound if bound > 0 else 0.0}

@@ -1,0 +1,321 @@
+"""``python -m bench report RESULTS``: plots and a Markdown summary from a results folder.
+
+Figures written beside the data: ``curves_time.png`` and ``curves_trials.png`` (best GFLOP/s so
+far against tuning wall time and against trials, one panel per workload), ``ttq.png`` (time to
+quality per workload and tuner), ``breakdown.png`` (where each tuner's wall time went),
+``roofline.png`` (each best kernel against the machine's measured roofline) and ``models.png``
+(whole-model latency against tuning wall time). ``report.md`` has the tables.
+
+Time to quality: the quality target of a workload is ``quality`` (0.95) x the best GFLOP/s any
+tuner's search measured on it; a tuner's time to quality is the wall time of the first batch
+after which its own best reached that target (blank: never within the budget).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from .peak import roofline
+from .store import RunDir
+
+COLORS = {"random": "tab:gray", "genetic": "tab:olive", "autotvm": "tab:blue", "metaschedule": "tab:red",
+          "grid": "tab:brown"}
+SPLIT = (("search_s", "search/model"), ("build_s", "building"), ("run_s", "running"), ("other_s", "other"))
+
+
+def curves(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """workload -> tuner -> its batch rows in order."""
+    out: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        out[r["workload"]][r["tuner"]].append(r)
+    for w in out.values():
+        for rs in w.values():
+            rs.sort(key=lambda r: r["batch"])
+    return out
+
+
+def time_to_quality(work: dict[str, list[dict[str, Any]]], quality: float) -> tuple[float | None, dict[str, Any]]:
+    """(best ms any tuner's search found, tuner -> {seconds, trials} to reach ``quality`` of it)."""
+    bests = [r["best_ms"] for rs in work.values() for r in rs if r["best_ms"]]
+    if not bests:
+        return None, {}
+    best = min(bests)
+    target = best / quality
+    out = {}
+    for tuner, rs in work.items():
+        hit = next((r for r in rs if r["best_ms"] and r["best_ms"] <= target * (1 + 1e-12)), None)
+        out[tuner] = {"seconds": hit["elapsed_s"] if hit else None, "trials": hit["trials"] if hit else None}
+    return best, out
+
+
+def _fmt(x: float | None, spec: str = ".1f", none: str = "-") -> str:
+    return none if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> Path:
+    """Lay out (within ``rect``), write and close a figure."""
+    fig.tight_layout(rect=rect)
+    fig.savefig(path, dpi=100)
+    _plt().close(fig)
+    return path
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(4, max(1, n))
+    return math.ceil(n / cols), cols
+
+
+def plot_curves(cv: dict[str, dict[str, list[dict[str, Any]]]], out: Path, x_key: str, xlabel: str, name: str) -> Path:
+    """One panel per workload: best GFLOP/s so far against ``x_key`` for each tuner."""
+    plt = _plt()
+    rows, cols = _grid(len(cv))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
+    for ax, (wl, work) in zip(axes.flat, cv.items()):
+        for tuner, rs in work.items():
+            xs = [r[x_key] for r in rs if r["best_ms"]]
+            ys = [r["flops"] / (r["best_ms"] * 1e-3) / 1e9 for r in rs if r["best_ms"]]
+            ax.plot(xs, ys, drawstyle="steps-post", marker=".", markersize=3, label=tuner, color=COLORS.get(tuner))
+        ax.set_title(wl, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_ylabel("best GFLOP/s", fontsize=8)
+        if x_key == "elapsed_s":
+            from matplotlib.ticker import NullFormatter
+
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(cv):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    return _save(fig, out / name, rect=(0, 0.05, 1, 1))
+
+
+def plot_ttq(ttq: dict[str, dict[str, Any]], tuners: list[str], out: Path, budgets: dict[str, float]) -> Path:
+    """Grouped bars: seconds to quality per workload and tuner (an x where it was not reached)."""
+    plt = _plt()
+    wls = list(ttq)
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(wls) * max(1, len(tuners)) / 2), 4))
+    w = 0.8 / max(1, len(tuners))
+    for k, t in enumerate(tuners):
+        xs = [i + (k - (len(tuners) - 1) / 2) * w for i in range(len(wls))]
+        ys = [ttq[wl].get(t, {}).get("seconds") for wl in wls]
+        ax.bar([x for x, y in zip(xs, ys) if y], [y for y in ys if y], w, label=t, color=COLORS.get(t))
+        miss = [(x, budgets.get(wl)) for x, y, wl in zip(xs, ys, wls) if not y and budgets.get(wl)]
+        if miss:
+            ax.scatter([m[0] for m in miss], [m[1] for m in miss], marker="x", color=COLORS.get(t))
+    ax.set_xticks(range(len(wls)), wls)
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds to 95% of the best (x: not reached)")
+    ax.legend(frameon=False, fontsize=8)
+    return _save(fig, out / "ttq.png")
+
+
+def plot_breakdown(split: dict[str, dict[str, float]], out: Path) -> Path:
+    """Stacked bars: each tuner's wall time over all workloads by activity."""
+    plt = _plt()
+    tuners = list(split)
+    fig, ax = plt.subplots(figsize=(1.6 * len(tuners) + 2, 3.6))
+    bottom = [0.0] * len(tuners)
+    for key, label in SPLIT:
+        vals = [split[t].get(key, 0.0) / 60 for t in tuners]
+        ax.bar(tuners, vals, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("minutes (all workloads)")
+    ax.legend(frameon=False, fontsize=8)
+    return _save(fig, out / "breakdown.png")
+
+
+def plot_roofline(points: list[tuple[str, str, float, float]], peak: dict[str, Any], out: Path) -> Path:
+    """Log-log roofline with each (workload, tuner, intensity, GFLOP/s) point."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    xs = [p[2] for p in points] or [1.0]
+    ridge = peak["peak_gflops"] / peak["bandwidth_gbs"]
+    lo, hi = min(min(xs), ridge) / 4, max(max(xs), ridge) * 2
+    grid = [lo * (hi / lo) ** (i / 100) for i in range(101)]
+    ax.plot(grid, [min(peak["peak_gflops"], x * peak["bandwidth_gbs"]) for x in grid], color="black",
+            label=f"roofline: {peak['peak_gflops']:.0f} GFLOP/s, {peak['bandwidth_gbs']:.0f} GB/s")
+    for tuner in dict.fromkeys(p[1] for p in points):
+        sel = [p for p in points if p[1] == tuner]
+        ax.scatter([p[2] for p in sel], [p[3] for p in sel], label=tuner, color=COLORS.get(tuner), s=18)
+    for wl in dict.fromkeys(p[0] for p in points):
+        best = max((p for p in points if p[0] == wl), key=lambda p: p[3])
+        ax.annotate(wl, (best[2], best[3]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of the buffers)")
+    ax.set_ylabel("GFLOP/s (re-measured best)")
+    ax.legend(frameon=False, fontsize=7)
+    return _save(fig, out / "roofline.png")
+
+
+def plot_models(models: dict[str, Any], out: Path) -> Path:
+    """Per model: latency of each system against its tuning wall time (frameworks at 0 s)."""
+    plt = _plt()
+    names = [m for m in models if "bench" in models[m]]
+    fig, axes = plt.subplots(1, max(1, len(names)), figsize=(5.2 * max(1, len(names)), 3.8), squeeze=False)
+    for ax, m in zip(axes.flat, names):
+        entry = models[m]
+        for r in entry["bench"]["rows"]:
+            if not r["latency"]:
+                continue
+            sys_name = r["name"].replace("tensortune ", "")
+            wall = entry["systems"].get(sys_name, {}).get("tune_wall_s", 0.0) / 60
+            ax.scatter([wall], [r["latency"]["median_ms"]], color=COLORS.get(sys_name), s=30)
+            ax.annotate(r["name"], (wall, r["latency"]["median_ms"]), fontsize=7, xytext=(4, 2),
+                        textcoords="offset points")
+        ax.set_title(m)
+        ax.set_xlabel("tuning wall time (min)")
+        ax.set_ylabel("latency (ms, median)")
+        ax.set_ylim(bottom=0)
+    return _save(fig, out / "models.png")
+
+
+def write_report(path: Path) -> Path:
+    """Write the plots and ``report.md`` of the results folder ``path``; returns the report's path."""
+    run = RunDir(path)
+    if not path.is_dir():
+        raise SystemExit(f"{path}: no such results folder")
+    meta = run.read_json("meta", {}) or {}
+    settings = meta.get("settings", {})
+    quality = float(settings.get("quality", 0.95))
+    peak = run.read_json("peak")
+    summary = run.ops_summary()
+    cv = curves(run.ops_rows())
+    models = run.read_json("models", {}) or {}
+    mach = meta.get("machine", {})
+    md = ["# tensortune benchmark report", ""]
+    md += [f"Machine: {mach.get('cpus', '?')} cores, target `{mach.get('target', {}).get('mcpu', '?')}`; "
+           f"Python {mach.get('python', '?')}, TVM {mach.get('tvm', '?')}, PyTorch {mach.get('torch', '?')}, "
+           f"XGBoost {mach.get('xgboost', '?')}, ONNX Runtime {mach.get('onnxruntime', '?')}; commit "
+           f"`{mach.get('git_commit', '?')}`; {meta.get('threads', '?')} threads for every kernel and framework; "
+           f"seed {settings.get('seed', '?')}; started {meta.get('started', '?')}, "
+           f"{_fmt(meta.get('wall_s', 0) / 60, '.0f')} min of measuring.", ""]
+    energy = meta.get("energy", {})
+    md.append("Energy: " + ("RAPL domains " + ", ".join(energy.get("domains", [])) if energy.get("available")
+                            else f"not available here ({energy.get('reason', 'not probed')})."))
+    md.append("")
+    if peak:
+        md += [f"Ceiling: peak **{peak['peak_gflops']:.1f} GFLOP/s** float32 (TVM-built register-resident FMA kernel), "
+               f"memory bandwidth **{peak['bandwidth_gbs']:.1f} GB/s** (parallel copy of {peak['copy_mib']} MiB), "
+               f"{peak['threads']} threads.", ""]
+    figures = []
+    if summary:
+        tuners = list(dict.fromkeys(t for s in summary.values() for t in s["tuners"]))
+        md += [f"## Operators ({settings.get('budget', '?')} trials per tuner and workload)", "",
+               "Final latency: each tuner's best kernel built again, output checked against the reference, timed in "
+               f"{settings.get('rounds', '?')} interleaved rounds (median). GFLOP/s and fraction of the roofline "
+               "from that median; the order of the tuners rotates from one workload to the next.", "",
+               "| workload | " + " | ".join(f"{t} GFLOP/s" for t in tuners) + " | best / roofline |",
+               "|---|" + "---:|" * (len(tuners) + 1)]
+        points = []
+        for wl, s in summary.items():
+            cells, best_gf = [], 0.0
+            for t in tuners:
+                v = s["tuners"].get(t)
+                ms = v.get("median_ms") if v else None
+                gf = s["flops"] / (ms * 1e-3) / 1e9 if ms else None
+                cells.append(_fmt(gf) if gf else (f"({v['check'][:40]})" if v else "-"))
+                if gf:
+                    best_gf = max(best_gf, gf)
+                    if peak:
+                        points.append((wl, t, s["flops"] / s["bytes"], gf))
+            frac = roofline(best_gf, s["flops"] / s["bytes"], peak)["fraction"] if peak and best_gf else None
+            md.append(f"| {wl} | " + " | ".join(cells) + f" | {_fmt(frac * 100 if frac else None, '.0f')}% |")
+        md.append("")
+        ttq, budgets = {}, {}
+        for wl, work in cv.items():
+            best, per = time_to_quality(work, quality)
+            ttq[wl] = per
+            budgets[wl] = max(rs[-1]["elapsed_s"] for rs in work.values())
+        md += [f"### Time to quality ({quality:.0%} of the best GFLOP/s any tuner's search found)", "",
+               "Seconds of tuning wall time (from a cold start) until the tuner's best reached the target; "
+               "`MS / x` is MetaSchedule's time over this tuner's (> 1: this tuner is faster). "
+               "A tuner that never got there has no time; MetaSchedule's ratio then uses its full wall time as a "
+               "lower bound (`>`).", "",
+               "| workload | " + " | ".join(tuners) + " | " +
+               " | ".join(f"MS / {t}" for t in tuners if t != "metaschedule") + " |",
+               "|---|" + "---:|" * (len(tuners) * 2 - ("metaschedule" in tuners))]
+        ratios: dict[str, list[float]] = defaultdict(list)
+        for wl, per in ttq.items():
+            cells = [_fmt(per.get(t, {}).get("seconds")) for t in tuners]
+            ms_t = per.get("metaschedule", {}).get("seconds")
+            ms_wall = summary.get(wl, {}).get("tuners", {}).get("metaschedule", {}).get("wall_s")
+            for t in tuners:
+                if t == "metaschedule":
+                    continue
+                mine = per.get(t, {}).get("seconds")
+                if "metaschedule" not in tuners or not mine:
+                    cells.append("-")
+                elif ms_t:
+                    ratios[t].append(ms_t / mine)
+                    cells.append(f"{ms_t / mine:.1f}x")
+                elif ms_wall:
+                    cells.append(f">{ms_wall / mine:.1f}x")
+                else:
+                    cells.append("-")
+            md.append(f"| {wl} | " + " | ".join(cells) + " |")
+        if ratios:
+            md += ["", "Median ratio MetaSchedule / tuner where both reached the target: " + ", ".join(
+                f"{t} {statistics.median(v):.1f}x ({len(v)} workloads)" for t, v in ratios.items()) + "."]
+        split: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        trials: dict[str, int] = defaultdict(int)
+        for s in summary.values():
+            for t, v in s["tuners"].items():
+                for key, _ in SPLIT:
+                    split[t][key] += v["split"].get(key, 0.0)
+                trials[t] += v["trials"]
+        md += ["", "### Where the wall time went (all workloads)", "",
+               "| tuner | trials | wall (min) | " + " | ".join(lbl for _, lbl in SPLIT) + " | s per trial |",
+               "|---|---:|---:|" + "---:|" * (len(SPLIT) + 1)]
+        for t, sp in split.items():
+            wall = sum(sp.values())
+            md.append(f"| {t} | {trials[t]} | {wall / 60:.1f} | " + " | ".join(
+                f"{sp[k] / wall:.0%}" if wall else "-" for k, _ in SPLIT) + f" | {wall / max(1, trials[t]):.2f} |")
+        md.append("")
+        figures += [plot_curves(cv, path, "elapsed_s", "tuning wall time (s)", "curves_time.png"),
+                    plot_curves(cv, path, "trials", "trials", "curves_trials.png"),
+                    plot_ttq(ttq, tuners, path, budgets), plot_breakdown(split, path)]
+        if peak and points:
+            figures.append(plot_roofline(points, peak, path))
+    if any("bench" in m for m in models.values()):
+        md += ["## Whole models", "",
+               "Each system tuned for the same wall time, then all outputs checked against the reference on the same "
+               "inputs and all timed in interleaved rounds at the same thread count (medians).", "",
+               "| model | system | tuning wall (min) | trials | latency (ms) | p25-p75 | vs PyTorch | outputs |",
+               "|---|---|---:|---:|---:|---|---:|---|"]
+        for m, entry in models.items():
+            if "bench" not in entry:
+                continue
+            b = entry["bench"]
+            torch_ms = next((r["latency"]["median_ms"] for r in b["rows"] if r["name"] == "pytorch" and r["latency"]),
+                            None)
+            for r in b["rows"]:
+                sysinfo = entry["systems"].get(r["name"].replace("tensortune ", ""), {})
+                lat = r["latency"]
+                md.append(f"| {m} | {r['name']} | {_fmt(sysinfo.get('tune_wall_s', 0) / 60 if sysinfo else None)} | "
+                          f"{sysinfo.get('trials', '-') if sysinfo else '-'} | "
+                          f"{_fmt(lat['median_ms'] if lat else None, '.2f')} | "
+                          f"{_fmt(lat['p25_ms'] if lat else None, '.2f')}-{_fmt(lat['p75_ms'] if lat else None, '.2f')} | "
+                          f"{_fmt(torch_ms / lat['median_ms'] if lat and torch_ms else None, '.2f')}x | "
+                          f"{'match' if r['outputs_match'] else 'FAILED'}: {r['check'][:60]} |")
+        md.append("")
+        figures.append(plot_models(models, path))
+    if figures:
+        md += ["## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]
+    out = path / "report.md"
+    out.write_text("\n".join(md))
+    return out

@@ -1,0 +1,98 @@
+"""The results folder of one benchmark run: CSV rows and JSON summaries, written atomically.
+
+    RESULTS/meta.json          machine, library versions, threads, seeds, arguments
+    RESULTS/ops_batches.csv    one row per batch per tuner per workload
+    RESULTS/ops_summary.json   per workload: per tuner trials, wall time split, re-measured best
+    RESULTS/models.json        per model: tuned latency and tuning wall time per system
+    RESULTS/peak.json          the machine's measured peak FLOP/s and memory bandwidth
+    RESULTS/energy.json        RAPL energy, or why it is not available
+
+A workload's rows and summary are written together when all its tuners are done, so an
+interrupted run resumes at the first unfinished workload (``run.ops_done()``).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+OPS_COLUMNS = ("workload", "group", "op", "tuner", "seed", "batch", "trials", "elapsed_s", "best_ms", "batch_ok",
+               "batch_errors", "search_s", "build_s", "run_s", "flops")
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class RunDir:
+    """Reads and writes the files of one results folder."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def create(self) -> "RunDir":
+        """Make the folder (and keep what is in it: runs resume)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    # ------------------------------------------------------------ JSON files
+    def read_json(self, name: str, default: Any = None) -> Any:
+        """``NAME.json`` of the folder (``default`` when absent)."""
+        p = self.path / f"{name}.json"
+        if not p.exists():
+            return default
+        try:
+            return json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"{p}: not valid JSON ({e}); move it away to start that part again") from None
+
+    def write_json(self, name: str, payload: Any) -> Path:
+        """Write ``NAME.json`` atomically."""
+        p = self.path / f"{name}.json"
+        _write(p, json.dumps(payload, indent=1, default=str))
+        return p
+
+    # ------------------------------------------------------------ operator suite
+    def ops_rows(self) -> list[dict[str, Any]]:
+        """All rows of ``ops_batches.csv`` (numbers parsed)."""
+        p = self.path / "ops_batches.csv"
+        if not p.exists():
+            return []
+        rows = []
+        for r in csv.DictReader(io.StringIO(p.read_text())):
+            out: dict[str, Any] = {}
+            for k, v in r.items():
+                if k in ("workload", "group", "op", "tuner"):
+                    out[k] = v
+                elif v in ("", None):
+                    out[k] = None
+                else:
+                    out[k] = float(v) if any(c in v for c in ".eE") else int(v)
+            rows.append(out)
+        return rows
+
+    def ops_summary(self) -> dict[str, Any]:
+        """``ops_summary.json``: workload -> summary."""
+        return self.read_json("ops_summary", {}) or {}
+
+    def ops_done(self) -> set[str]:
+        """Workloads whose every tuner is done."""
+        return set(self.ops_summary())
+
+    def add_ops(self, workload: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        """Store one finished workload: its batch rows (replacing any earlier ones) and summary."""
+        keep = [r for r in self.ops_rows() if r["workload"] != workload]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=OPS_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in keep + [{**r, "workload": workload} for r in rows]:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in OPS_COLUMNS})
+        _write(self.path / "ops_batches.csv", buf.getvalue())
+        s = self.ops_summary()
+        s[workload] = summary
+        self.write_json("ops_summary", s)

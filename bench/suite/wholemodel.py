@@ -1,0 +1,143 @@
+"""Whole models: tuned latency against tuning wall time, per tuner and for MetaSchedule.
+
+Each tensortune tuner tunes the model in its own ``tensortune tune MODEL --time-budget S``
+process (what a user runs; cold timing, the model's default), with its own database, so no
+tuner sees another's trials. MetaSchedule gets the same wall time: ``tune_relax`` on the fused
+module (its defaults; a measure callback terminates its tasks once the time is spent), then
+``compile_relax`` on the module before fusion. Then one ``bench_model`` call checks every
+system's outputs against the reference (PyTorch, or ONNX Runtime for ONNX files) on the same
+inputs and times all of them (each tuner's model, untuned tensortune, MetaSchedule, PyTorch
+eager, ONNX Runtime) in interleaved rounds at one thread count.
+
+Progress is saved per system in ``models.json``: an interrupted run tunes only the systems not
+done yet (a half-tuned tensortune database is discarded, so every system gets its budget once).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import metaschedule as msa
+from .store import RunDir
+
+METASCHEDULE = "metaschedule"
+#: Upper bound of MetaSchedule's trials when it is stopped by time (it needs a trial count).
+MS_MAX_TRIALS = 100_000
+
+
+def _tensortune_exe() -> str:
+    exe = Path(sys.executable).with_name("tensortune")
+    return str(exe) if exe.exists() else "tensortune"
+
+
+def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path, log: Path) -> dict[str, Any]:
+    """``tensortune tune MODEL --tuner T --time-budget S --json`` in its own process."""
+    if db.exists():
+        db.unlink()  # a half-done earlier attempt: start again so the budget is spent once
+    cmd = [_tensortune_exe(), "tune", model, "--tuner", tuner, "--time-budget", str(budget_s), "--db", str(db),
+           "--seed", str(seed), "--json"]
+    t0 = time.perf_counter()
+    with open(log, "a") as err:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return {"ok": False, "wall_s": wall, "note": f"tensortune tune exited {proc.returncode} (see {log.name})"}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"ok": True, "wall_s": wall, "tune_wall_s": out["wall_s"], "trials": sum(t["trials"] for t in out["tasks"]),
+            "tasks": len(out["tasks"]), "tasks_measured": out["tasks_measured"], "measure": out.get("measure", ""),
+            "db": db.name}
+
+
+def tune_metaschedule(model: Any, budget_s: float, seed: int, options: Any, work_dir: Path,
+                      batch: int = msa.MS_BATCH) -> tuple[dict[str, Any], Any]:
+    """MetaSchedule on the whole model for ``budget_s`` seconds; returns (summary, executable)."""
+    from tensortune.target import host_target_json, make_target
+
+    tj = host_target_json()
+    target = make_target(tj)
+    fused = model.fused(tj)
+    stats = {"trials": 0, "errors": 0, "batches": 0}
+
+    def on_batch(task_id: int, costs: list[float], errors: int) -> None:
+        stats["trials"] += len(costs) + errors
+        stats["errors"] += errors
+        stats["batches"] += 1
+
+    t0 = time.perf_counter()
+    session = msa.MSSession(options, on_batch, deadline=t0 + budget_s)
+    db = msa.tune_relax_db(fused, target, MS_MAX_TRIALS, seed, session, str(work_dir), batch)
+    wall = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    ex = msa.compile_model(db, model.mod, target)
+    return ({"ok": True, "tune_wall_s": wall, "wall_s": wall, "compile_s": time.perf_counter() - t1,
+             "build_s": session.clock.build_s, "run_s": session.clock.run_s, **stats,
+             "measure": "MetaSchedule LocalRunner, " + ("cold" if options.flush_cache else "hot")}, ex)
+
+
+def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: float, seed: int, rounds: int,
+               progress: bool = True, ms_batch: int = msa.MS_BATCH) -> None:
+    """The whole-model suite (resumes per system)."""
+    from tensortune.database import Database
+    from tensortune.measure import MeasureOptions
+    from tensortune.models.bench import bench_model
+    from tensortune.models.compile import CompiledModel, compile_model
+    from tensortune.models.importer import load_model
+    from tensortune.target import host_target_json
+
+    out_dir = run.path / "models"
+    out_dir.mkdir(exist_ok=True)
+    saved = run.read_json("models", {}) or {}
+    for name in models:
+        key = Path(name).stem if name.endswith(".onnx") else name
+        entry = saved.setdefault(key, {"systems": {}})
+        if "bench" in entry:
+            print(f"{key}: done already, skipped", flush=True)
+            continue
+        entry.update(budget_s=budget_s, seed=seed, source=name)
+        model = load_model(name)
+        ours = [t for t in tuners if t != METASCHEDULE]
+        for tuner in ours:
+            if entry["systems"].get(tuner, {}).get("ok"):
+                continue
+            print(f"{key}: tensortune {tuner} for {budget_s:.0f} s", flush=True)
+            entry["systems"][tuner] = tune_tensortune(name, tuner, budget_s, seed, out_dir / f"{key}-{tuner}.db",
+                                                      out_dir / f"{key}.log")
+            print(f"{key}: tensortune {tuner}: {entry['systems'][tuner]}", flush=True)
+            run.write_json("models", saved)
+        ms_ex = None
+        if METASCHEDULE in tuners:
+            print(f"{key}: MetaSchedule tune_relax for {budget_s:.0f} s", flush=True)
+            try:
+                entry["systems"][METASCHEDULE], ms_ex = tune_metaschedule(
+                    model, budget_s, seed, MeasureOptions(), out_dir / f"{key}-metaschedule", ms_batch)
+            except Exception as e:  # noqa: BLE001 - a failed peer is a recorded result
+                msg = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
+                entry["systems"][METASCHEDULE] = {"ok": False, "note": f"MetaSchedule failed: {msg}"}
+            print(f"{key}: MetaSchedule: {entry['systems'][METASCHEDULE]}", flush=True)
+            run.write_json("models", saved)
+        tj = host_target_json()
+        compiled = {}
+        for tuner in ours:
+            db_path = out_dir / f"{key}-{tuner}.db"
+            if entry["systems"][tuner].get("ok") and db_path.exists():
+                with Database(str(db_path), readonly=True) as db:
+                    compiled[f"tensortune {tuner}"] = compile_model(model, db, tj)
+        if ms_ex is not None:
+            compiled["metaschedule"] = CompiledModel(model, ms_ex, [], tj)
+        first = next(iter(compiled), None)
+        tuned = compiled.pop(first) if first and first.startswith("tensortune") else None
+        report = bench_model(model, None, rounds=rounds, tuned=tuned, extra=compiled)
+        print(report.table(), flush=True)
+        bench = report.to_json()
+        if tuned is None:  # no tensortune tuner ran: bench_model's "tuned" row is the untuned model again
+            bench["rows"] = [r for r in bench["rows"] if r["name"] != "tensortune tuned"]
+        for r in bench["rows"]:  # the first tuner's model is bench_model's "tensortune tuned"
+            if r["name"] == "tensortune tuned":
+                r["name"] = first
+        entry["bench"] = bench
+        run.write_json("models", saved)
