@@ -9,6 +9,11 @@ system's outputs against the reference (PyTorch, or ONNX Runtime for ONNX files)
 inputs and times all of them (each tuner's model, untuned tensortune, MetaSchedule, PyTorch
 eager, ONNX Runtime) in interleaved rounds at one thread count.
 
+MetaSchedule's gradient task scheduler gives every task one search iteration (``--ms-batch``
+candidates, 64 by default) in a first round-robin pass before it looks at which tasks are
+terminated, so its wall time is at least that pass, whatever the budget (its C++
+``GradientBasedNode::NextTaskId``); the report shows the wall time it actually took.
+
 Progress is saved per system in ``models.json``: an interrupted run tunes only the systems not
 done yet (a half-tuned tensortune database is discarded, so every system gets its budget once).
 """

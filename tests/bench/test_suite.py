@@ -65,7 +65,15 @@ def test_roofline_bounds() -> None:
     assert roofline(100.0, 50.0, peak)["fraction"] == 0.5
 
 
-def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+def _workloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workloads.json of one tiny matmul (the checkout may have no shared/ beside it)."""
+    wl = tmp_path / "workloads.json"
+    wl.write_text(json.dumps({"square_matmul": {"MMT": {"M": 64, "N": 64, "K": 64}}}))
+    monkeypatch.setenv("TENSORTUNE_WORKLOADS", str(wl))
+
+
+def test_bad_arguments_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _workloads(tmp_path, monkeypatch)
     with pytest.raises(SystemExit, match="unknown tuner"):
         cli.main(["run", "--tuners", "nope", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="unknown workload"):
@@ -80,9 +88,7 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
 
     from tensortune.models.reference import export_onnx
 
-    wl = tmp_path / "workloads.json"
-    wl.write_text(json.dumps({"square_matmul": {"MMT": {"M": 64, "N": 64, "K": 64}}}))
-    monkeypatch.setenv("TENSORTUNE_WORKLOADS", str(wl))
+    _workloads(tmp_path, monkeypatch)
     module, inputs = tiny()
     onnx = export_onnx(module, inputs, str(tmp_path / "tiny.onnx"))
     out = tmp_path / "results"
