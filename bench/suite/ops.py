@@ -171,14 +171,19 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
     tmp = tempfile.mkdtemp(prefix="tensortune-remeasure-")
     try:
         libs = {c.tuner: _artifact(task, c, tmp) for c in curves}
-        samples: dict[str, list[float]] = {t: [] for t, p in libs.items() if p}
-        check: dict[str, str] = {t: ("ok" if p else "best kernel did not build" if curves[i].best is not None
-                                     else curves[i].note or "no kernel") for i, (t, p) in enumerate(libs.items())}
-        order = list(samples)
+        check: dict[str, str] = {}
+        for c in curves:
+            if libs[c.tuner]:
+                check[c.tuner] = "ok"
+            else:
+                check[c.tuner] = "best kernel did not build" if c.best is not None else c.note or "no kernel"
+        order = [t for t in libs if libs[t]]
+        samples: dict[str, list[float]] = {t: [] for t in order}
         with Measurer(options) as m:
             dummy = MeasureInput(task, task.default_config())  # the runner needs only the task
-            for r in range(rounds):
-                for tuner in order[r % len(order):] + order[:r % len(order)] if order else []:
+            for r in range(rounds if order else 0):
+                k = r % len(order)
+                for tuner in order[k:] + order[:k]:
                     if check[tuner] != "ok":
                         continue
                     copy = os.path.join(tmp, f"{tuner}-{r}.so")  # the runner deletes what it ran
