@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import FULL, QUICK, SUITES, Settings
+from .config import FULL, METASCHEDULE, QUICK, SUITES, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "bench" / "results" / "suite"
@@ -74,8 +74,8 @@ def check(s: Settings) -> None:
         if part not in SUITES:
             raise SystemExit(f"unknown suite {part!r}; known: {', '.join(SUITES)}")
     for t in s.tuners + s.model_tuners:
-        if t != "metaschedule" and t not in TUNERS:
-            raise SystemExit(f"unknown tuner {t!r}; known: {', '.join(TUNERS)}, metaschedule")
+        if t != METASCHEDULE and t not in TUNERS:
+            raise SystemExit(f"unknown tuner {t!r}; known: {', '.join(TUNERS)}, {METASCHEDULE}")
     if s.budget < 1 or s.rounds < 1 or s.model_budget_s <= 0 or s.ms_batch < 1:
         raise SystemExit("--budget, --rounds, --model-budget and --ms-batch must be positive")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 SUITES = ("ops", "models", "peak")
+#: The name under which MetaSchedule runs beside tensortune's tuners.
+METASCHEDULE = "metaschedule"
 
 
 @dataclass(frozen=True)

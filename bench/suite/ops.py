@@ -25,9 +25,9 @@ from tensortune.task import Task
 from tensortune.utils.progress import ProgressBar
 
 from . import metaschedule as msa
+from .config import METASCHEDULE
 from .store import RunDir
 
-METASCHEDULE = "metaschedule"
 
 
 @dataclass

@@ -18,10 +18,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from .config import METASCHEDULE
 from .peak import roofline
 from .store import RunDir
 
-COLORS = {"random": "tab:gray", "genetic": "tab:olive", "autotvm": "tab:blue", "metaschedule": "tab:red",
+COLORS = {"random": "tab:gray", "genetic": "tab:olive", "autotvm": "tab:blue", METASCHEDULE: "tab:red",
           "grid": "tab:brown"}
 SPLIT = (("search_s", "search/model"), ("build_s", "building"), ("run_s", "running"), ("other_s", "other"))
 
@@ -247,18 +248,18 @@ def write_report(path: Path) -> Path:
                "A tuner that never got there has no time; MetaSchedule's ratio then uses its full wall time as a "
                "lower bound (`>`).", "",
                "| workload | " + " | ".join(tuners) + " | " +
-               " | ".join(f"MS / {t}" for t in tuners if t != "metaschedule") + " |",
-               "|---|" + "---:|" * (len(tuners) * 2 - ("metaschedule" in tuners))]
+               " | ".join(f"MS / {t}" for t in tuners if t != METASCHEDULE) + " |",
+               "|---|" + "---:|" * (len(tuners) * 2 - (METASCHEDULE in tuners))]
         ratios: dict[str, list[float]] = defaultdict(list)
         for wl, per in ttq.items():
             cells = [_fmt(per.get(t, {}).get("seconds")) for t in tuners]
-            ms_t = per.get("metaschedule", {}).get("seconds")
-            ms_wall = summary.get(wl, {}).get("tuners", {}).get("metaschedule", {}).get("wall_s")
+            ms_t = per.get(METASCHEDULE, {}).get("seconds")
+            ms_wall = summary.get(wl, {}).get("tuners", {}).get(METASCHEDULE, {}).get("wall_s")
             for t in tuners:
-                if t == "metaschedule":
+                if t == METASCHEDULE:
                     continue
                 mine = per.get(t, {}).get("seconds")
-                if "metaschedule" not in tuners or not mine:
+                if METASCHEDULE not in tuners or not mine:
                     cells.append("-")
                 elif ms_t:
                     ratios[t].append(ms_t / mine)

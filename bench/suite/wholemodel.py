@@ -20,7 +20,6 @@ done yet (a half-tuned tensortune database is discarded, so every system gets it
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -28,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from . import metaschedule as msa
+from .config import METASCHEDULE
 from .store import RunDir
 
-METASCHEDULE = "metaschedule"
 #: Upper bound of MetaSchedule's trials when it is stopped by time (it needs a trial count).
 MS_MAX_TRIALS = 100_000
 
@@ -133,7 +132,7 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
                 with Database(str(db_path), readonly=True) as db:
                     compiled[f"tensortune {tuner}"] = compile_model(model, db, tj)
         if ms_ex is not None:
-            compiled["metaschedule"] = CompiledModel(model, ms_ex, [], tj)
+            compiled[METASCHEDULE] = CompiledModel(model, ms_ex, [], tj)
         first = next(iter(compiled), None)
         tuned = compiled.pop(first) if first and first.startswith("tensortune") else None
         report = bench_model(model, None, rounds=rounds, tuned=tuned, extra=compiled)
