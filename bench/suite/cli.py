@@ -118,6 +118,20 @@ def meta(s: Settings, threads: int, out: Path) -> dict[str, Any]:
             "results": str(out)}
 
 
+def runs_of(earlier: dict[str, Any]) -> list[dict[str, Any]]:
+    """The invocations recorded in an existing ``meta.json`` (a folder accumulates resumed and added runs).
+
+    A folder written before runs were listed holds one invocation at its top level; its time is ``None``
+    when that run was stopped before it wrote it.
+    """
+    if not earlier:
+        return []
+    if "runs" in earlier:
+        return list(earlier["runs"])
+    return [{"date": earlier.get("started"), "commit": earlier.get("machine", {}).get("git_commit"),
+             "settings": earlier.get("settings", {}), "wall_s": earlier.get("wall_s")}]
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     s = settings(a)
     from tensortune.target import cpu_count
@@ -132,31 +146,41 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     out = Path(a.out) if a.out else (QUICK_OUT if a.quick else DEFAULT_OUT)
     run = RunDir(out).create()
-    started = run.read_json("meta", {}) or {}
+    earlier = run.read_json("meta", {}) or {}
     m = meta(s, threads, out)
-    m["started"] = started.get("started", m["machine"]["date"])
-    run.write_json("meta", m)
+    m["started"] = earlier.get("started", m["machine"]["date"])
+    this = {"date": m["machine"]["date"], "commit": m["machine"].get("git_commit"), "settings": m["settings"],
+            "wall_s": 0.0}
+    m["runs"] = runs_of(earlier) + [this]
     t0 = time.perf_counter()
     progress = not a.no_progress
+
+    def save_wall() -> None:
+        """This invocation's measuring time so far, kept current so that a stopped run still shows it."""
+        this["wall_s"] = time.perf_counter() - t0
+        m["wall_s"] = sum(r["wall_s"] or 0.0 for r in m["runs"])
+        run.write_json("meta", m)
+
+    save_wall()
     if "peak" in s.suites:
         from .peak import measure_peak
 
         pk = measure_peak(threads)
         run.write_json("peak", pk)
+        save_wall()
         print(f"peak {pk['peak_gflops']:.1f} GFLOP/s, bandwidth {pk['bandwidth_gbs']:.1f} GB/s ({threads} threads)",
               flush=True)
     if "ops" in s.suites:
         from .ops import run_ops
 
         run_ops(run, work, list(s.tuners), s.budget, s.seed, MeasureOptions(threads=threads), s.rounds, progress,
-                ms_batch=s.ms_batch)
+                ms_batch=s.ms_batch, on_step=save_wall)
     if "models" in s.suites:
         from .wholemodel import run_models
 
         run_models(run, list(s.models), list(s.model_tuners), s.model_budget_s, s.seed, s.rounds, progress,
-                   ms_batch=s.ms_batch)
-    m["wall_s"] = started.get("wall_s", 0.0) + time.perf_counter() - t0
-    run.write_json("meta", m)
+                   ms_batch=s.ms_batch, on_step=save_wall)
+    save_wall()
     print(f"done in {(time.perf_counter() - t0) / 60:.1f} min; results in {out}; "
           f"`python -m bench report {out}` makes the plots and report.md", flush=True)
     return 0

@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from tensortune.measure import BuildResult, MeasureInput, MeasureOptions, Measurer
@@ -204,8 +205,12 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
 
 
 def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], tuners: list[str], budget: int,
-            seed: int, options: MeasureOptions, rounds: int, progress: bool = True, ms_batch: int = msa.MS_BATCH) -> None:
-    """The operator suite; workloads already complete in ``run`` are skipped (resume)."""
+            seed: int, options: MeasureOptions, rounds: int, progress: bool = True, ms_batch: int = msa.MS_BATCH,
+            on_step: Callable[[], None] | None = None) -> None:
+    """The operator suite; workloads already complete in ``run`` are skipped (resume).
+
+    ``on_step`` is called after each workload's results are stored.
+    """
     done = run.ops_done()
     for i, (group, name, op, shape) in enumerate(workloads):
         if name in done:
@@ -236,6 +241,8 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
                                         "errors": c.errors, "note": c.note, "split": c.totals(), **final[c.tuner]}
                               for c in curves}}
         run.add_ops(name, rows, summary)
+        if on_step is not None:
+            on_step()
 
 
 def task_bytes(task: Task) -> int:

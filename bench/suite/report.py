@@ -56,6 +56,11 @@ def _fmt(x: float | None, spec: str = ".1f", none: str = "-") -> str:
     return none if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def _cell(text: str) -> str:
+    """``text`` made safe for a Markdown table cell."""
+    return text.replace("|", "\\|")
+
+
 def _plt() -> Any:
     import matplotlib
 
@@ -185,13 +190,21 @@ def plot_models(models: dict[str, Any], out: Path) -> Path:
     return _save(fig, out / "models.png")
 
 
+def _latest(runs: list[dict[str, Any]], suite: str) -> dict[str, Any]:
+    """Settings of the last run that included ``suite`` ({} if none did)."""
+    return next((r.get("settings", {}) for r in reversed(runs) if suite in r.get("settings", {}).get("suites", [])),
+                {})
+
+
 def write_report(path: Path) -> Path:
     """Write the plots and ``report.md`` of the results folder ``path``; returns the report's path."""
     run = RunDir(path)
     if not path.is_dir():
         raise SystemExit(f"{path}: no such results folder")
     meta = run.read_json("meta", {}) or {}
-    settings = meta.get("settings", {})
+    runs = meta.get("runs") or [{"date": meta.get("started"), "settings": meta.get("settings", {}),
+                                 "wall_s": meta.get("wall_s")}]
+    settings = _latest(runs, "ops") or meta.get("settings", {})
     quality = float(settings.get("quality", 0.95))
     peak = run.read_json("peak")
     summary = run.ops_summary()
@@ -203,8 +216,19 @@ def write_report(path: Path) -> Path:
            f"Python {mach.get('python', '?')}, TVM {mach.get('tvm', '?')}, PyTorch {mach.get('torch', '?')}, "
            f"XGBoost {mach.get('xgboost', '?')}, ONNX Runtime {mach.get('onnxruntime', '?')}; commit "
            f"`{mach.get('git_commit', '?')}`; {meta.get('threads', '?')} threads for every kernel and framework; "
-           f"seed {settings.get('seed', '?')}; started {meta.get('started', '?')}, "
-           f"{_fmt(meta.get('wall_s', 0) / 60, '.0f')} min of measuring.", ""]
+           f"seed {settings.get('seed', '?')}.", ""]
+    md += ["Runs that wrote this folder (a stopped run resumes where it left off):", ""]
+    for r in runs:
+        st = r.get("settings", {})
+        md.append(f"- {r.get('date', '?')}: {', '.join(st.get('suites', []))}; "
+                  + (f"tuners {', '.join(st.get('tuners', []))}, {st.get('budget')} trials; " if "ops" in
+                     st.get("suites", []) else "")
+                  + (f"models {', '.join(st.get('models', []))} with {', '.join(st.get('model_tuners', []))} for "
+                     f"{st.get('model_budget_s', 0) / 60:.0f} min each; " if "models" in st.get("suites", []) else "")
+                  + f"MetaSchedule {st.get('ms_batch', '?')} candidates per round; "
+                  + (f"{r['wall_s'] / 60:.0f} min" if r.get("wall_s") is not None
+                     else "time not recorded (stopped before runs recorded it)"))
+    md.append("")
     energy = meta.get("energy", {})
     md.append("Energy: " + ("RAPL domains " + ", ".join(energy.get("domains", [])) if energy.get("available")
                             else f"not available here ({energy.get('reason', 'not probed')})."))
@@ -245,8 +269,8 @@ def write_report(path: Path) -> Path:
         md += [f"### Time to quality ({quality:.0%} of the best GFLOP/s any tuner's search found)", "",
                "Seconds of tuning wall time (from a cold start) until the tuner's best reached the target; "
                "`MS / x` is MetaSchedule's time over this tuner's (> 1: this tuner is faster). "
-               "A tuner that never got there has no time; MetaSchedule's ratio then uses its full wall time as a "
-               "lower bound (`>`).", "",
+               "A tuner that never got there has no time; the ratio then uses that tuner's full wall time as a "
+               "bound: `>` when MetaSchedule never got there, `<` when only MetaSchedule did.", "",
                "| workload | " + " | ".join(tuners) + " | " +
                " | ".join(f"MS / {t}" for t in tuners if t != METASCHEDULE) + " |",
                "|---|" + "---:|" * (len(tuners) * 2 - (METASCHEDULE in tuners))]
@@ -259,8 +283,11 @@ def write_report(path: Path) -> Path:
                 if t == METASCHEDULE:
                     continue
                 mine = per.get(t, {}).get("seconds")
-                if METASCHEDULE not in tuners or not mine:
+                my_wall = summary.get(wl, {}).get("tuners", {}).get(t, {}).get("wall_s")
+                if METASCHEDULE not in tuners:
                     cells.append("-")
+                elif not mine:
+                    cells.append(f"<{ms_t / my_wall:.1f}x" if ms_t and my_wall else "-")
                 elif ms_t:
                     ratios[t].append(ms_t / mine)
                     cells.append(f"{ms_t / mine:.1f}x")
@@ -271,7 +298,7 @@ def write_report(path: Path) -> Path:
             md.append(f"| {wl} | " + " | ".join(cells) + " |")
         if ratios:
             md += ["", "Median ratio MetaSchedule / tuner where both reached the target: " + ", ".join(
-                f"{t} {statistics.median(v):.1f}x ({len(v)} workloads)" for t, v in ratios.items()) + "."]
+                f"{t} {statistics.median(v):.1f}x ({len(v)} workload{'s' if len(v) != 1 else ''})" for t, v in ratios.items()) + "."]
         split: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         trials: dict[str, int] = defaultdict(int)
         for s in summary.values():
@@ -312,8 +339,17 @@ def write_report(path: Path) -> Path:
                           f"{_fmt(lat['median_ms'] if lat else None, '.2f')} | "
                           f"{_fmt(lat['p25_ms'] if lat else None, '.2f')}-{_fmt(lat['p75_ms'] if lat else None, '.2f')} | "
                           f"{_fmt(torch_ms / lat['median_ms'] if lat and torch_ms else None, '.2f')}x | "
-                          f"{'match' if r['outputs_match'] else 'FAILED'}: {r['check'][:60]} |")
+                          f"{'match' if r['outputs_match'] else 'FAILED'}: {_cell(r['check'])} |")
         md.append("")
+        for m, entry in models.items():
+            ms = entry["systems"].get(METASCHEDULE, {})
+            if ms.get("candidates_per_round"):
+                md += [f"{m}: MetaSchedule measured {ms['candidates_per_round']} candidates per search round "
+                       f"({ms.get('batches', '?')} rounds over its tasks, {ms.get('errors', 0)} failed candidates); "
+                       "its gradient task scheduler gives every task one round before the time budget can cut it "
+                       "short." + (f" {len(ms['tasks_without_valid'])} of its {ms.get('tasks_measured')} measured tasks "
+                                   "had no candidate that built and ran; `compile_relax` leaves those unscheduled."
+                                   if ms.get("tasks_without_valid") else ""), ""]
         figures.append(plot_models(models, path))
     if figures:
         md += ["## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from . import metaschedule as msa
@@ -66,11 +67,13 @@ def tune_metaschedule(model: Any, budget_s: float, seed: int, options: Any, work
     target = make_target(tj)
     fused = model.fused(tj)
     stats = {"trials": 0, "errors": 0, "batches": 0}
+    valid: dict[int, int] = {}  # task id -> candidates that built, ran and were timed
 
     def on_batch(task_id: int, costs: list[float], errors: int) -> None:
         stats["trials"] += len(costs) + errors
         stats["errors"] += errors
         stats["batches"] += 1
+        valid[task_id] = valid.get(task_id, 0) + len(costs)
 
     t0 = time.perf_counter()
     session = msa.MSSession(options, on_batch, deadline=t0 + budget_s)
@@ -79,13 +82,14 @@ def tune_metaschedule(model: Any, budget_s: float, seed: int, options: Any, work
     t1 = time.perf_counter()
     ex = msa.compile_model(db, model.mod, target)
     return ({"ok": True, "tune_wall_s": wall, "wall_s": wall, "compile_s": time.perf_counter() - t1,
-             "build_s": session.clock.build_s, "run_s": session.clock.run_s, **stats,
+             "build_s": session.clock.build_s, "run_s": session.clock.run_s, "candidates_per_round": batch, **stats,
+             "tasks_measured": len(valid), "tasks_without_valid": sorted(t for t, n in valid.items() if n == 0),
              "measure": "MetaSchedule LocalRunner, " + ("cold" if options.flush_cache else "hot")}, ex)
 
 
 def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: float, seed: int, rounds: int,
-               progress: bool = True, ms_batch: int = msa.MS_BATCH) -> None:
-    """The whole-model suite (resumes per system)."""
+               progress: bool = True, ms_batch: int = msa.MS_BATCH, on_step: Callable[[], None] | None = None) -> None:
+    """The whole-model suite (resumes per system); ``on_step`` is called after each stored result."""
     from tensortune.database import Database
     from tensortune.measure import MeasureOptions
     from tensortune.models.bench import bench_model
@@ -113,6 +117,8 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
                                                       out_dir / f"{key}.log")
             print(f"{key}: tensortune {tuner}: {entry['systems'][tuner]}", flush=True)
             run.write_json("models", saved)
+            if on_step is not None:
+                on_step()
         ms_ex = None
         if METASCHEDULE in tuners:
             print(f"{key}: MetaSchedule tune_relax for {budget_s:.0f} s", flush=True)
@@ -124,6 +130,8 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
                 entry["systems"][METASCHEDULE] = {"ok": False, "note": f"MetaSchedule failed: {msg}"}
             print(f"{key}: MetaSchedule: {entry['systems'][METASCHEDULE]}", flush=True)
             run.write_json("models", saved)
+            if on_step is not None:
+                on_step()
         tj = host_target_json()
         compiled = {}
         for tuner in ours:
@@ -145,3 +153,5 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
                 r["name"] = first
         entry["bench"] = bench
         run.write_json("models", saved)
+        if on_step is not None:
+            on_step()

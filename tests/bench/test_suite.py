@@ -113,6 +113,13 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     assert cli.main(["run", "--quick", "--suite", "ops,models", "--tuners", "random,metaschedule", "--budget", "2",
                      "--workloads", "MMT", "--models", onnx, "--out", str(out), "--no-progress"]) == 0
     assert len(run.ops_rows()) == len(rows)
+    meta = run.read_json("meta")  # both invocations listed with their own settings and times
+    assert [sorted(r["settings"]["suites"]) for r in meta["runs"]] == [["models", "ops", "peak"], ["models", "ops"]]
+    assert meta["runs"][0]["wall_s"] > 0 and meta["wall_s"] == pytest.approx(sum(r["wall_s"] for r in meta["runs"]))
+    ms = models["systems"]["metaschedule"]
+    if ms["ok"]:  # MetaSchedule's per-task outcome is recorded, failed tasks named
+        assert ms["candidates_per_round"] == 2 and ms["tasks_measured"] >= 1
+        assert len(ms["tasks_without_valid"]) <= ms["tasks_measured"]
     assert cli.main(["report", str(out)]) == 0
     md = (out / "report.md").read_text()
     assert "## Operators" in md and "| MMT |" in md and "## Whole models" in md and "Energy:" in md
