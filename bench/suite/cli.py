@@ -118,20 +118,6 @@ def meta(s: Settings, threads: int, out: Path) -> dict[str, Any]:
             "results": str(out)}
 
 
-def runs_of(earlier: dict[str, Any]) -> list[dict[str, Any]]:
-    """The invocations recorded in an existing ``meta.json`` (a folder accumulates resumed and added runs).
-
-    A folder written before runs were listed holds one invocation at its top level; its time is ``None``
-    when that run was stopped before it wrote it.
-    """
-    if not earlier:
-        return []
-    if "runs" in earlier:
-        return list(earlier["runs"])
-    return [{"date": earlier.get("started"), "commit": earlier.get("machine", {}).get("git_commit"),
-             "settings": earlier.get("settings", {}), "wall_s": earlier.get("wall_s")}]
-
-
 def cmd_run(a: argparse.Namespace) -> int:
     s = settings(a)
     from tensortune.target import cpu_count
@@ -151,7 +137,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     m["started"] = earlier.get("started", m["machine"]["date"])
     this = {"date": m["machine"]["date"], "commit": m["machine"].get("git_commit"), "settings": m["settings"],
             "wall_s": 0.0}
-    m["runs"] = runs_of(earlier) + [this]
+    m["runs"] = run.runs() + [this]
     t0 = time.perf_counter()
     progress = not a.no_progress
 

@@ -17,8 +17,8 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from tensortune.measure import BuildResult, MeasureInput, MeasureOptions, Measurer
@@ -206,7 +206,7 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
 
 def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], tuners: list[str], budget: int,
             seed: int, options: MeasureOptions, rounds: int, progress: bool = True, ms_batch: int = msa.MS_BATCH,
-            on_step: Callable[[], None] | None = None) -> None:
+            on_step: Callable[[], None] = lambda: None) -> None:
     """The operator suite; workloads already complete in ``run`` are skipped (resume).
 
     ``on_step`` is called after each workload's results are stored.
@@ -241,8 +241,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
                                         "errors": c.errors, "note": c.note, "split": c.totals(), **final[c.tuner]}
                               for c in curves}}
         run.add_ops(name, rows, summary)
-        if on_step is not None:
-            on_step()
+        on_step()
 
 
 def task_bytes(task: Task) -> int:

@@ -202,8 +202,7 @@ def write_report(path: Path) -> Path:
     if not path.is_dir():
         raise SystemExit(f"{path}: no such results folder")
     meta = run.read_json("meta", {}) or {}
-    runs = meta.get("runs") or [{"date": meta.get("started"), "settings": meta.get("settings", {}),
-                                 "wall_s": meta.get("wall_s")}]
+    runs = run.runs()
     settings = _latest(runs, "ops") or meta.get("settings", {})
     quality = float(settings.get("quality", 0.95))
     peak = run.read_json("peak")

@@ -58,6 +58,20 @@ class RunDir:
         return p
 
     # ------------------------------------------------------------ operator suite
+    def runs(self) -> list[dict[str, Any]]:
+        """The invocations that wrote this folder (``meta.json``'s ``runs``), oldest first.
+
+        A folder written before runs were listed holds one invocation at the top level of its
+        ``meta.json``; its time is ``None`` when that run was stopped before writing it.
+        """
+        meta = self.read_json("meta", {}) or {}
+        if not meta:
+            return []
+        if "runs" in meta:
+            return list(meta["runs"])
+        return [{"date": meta.get("started"), "commit": meta.get("machine", {}).get("git_commit"),
+                 "settings": meta.get("settings", {}), "wall_s": meta.get("wall_s")}]
+
     def ops_rows(self) -> list[dict[str, Any]]:
         """All rows of ``ops_batches.csv`` (numbers parsed)."""
         p = self.path / "ops_batches.csv"

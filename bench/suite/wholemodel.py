@@ -23,8 +23,8 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from . import metaschedule as msa
@@ -88,7 +88,8 @@ def tune_metaschedule(model: Any, budget_s: float, seed: int, options: Any, work
 
 
 def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: float, seed: int, rounds: int,
-               progress: bool = True, ms_batch: int = msa.MS_BATCH, on_step: Callable[[], None] | None = None) -> None:
+               progress: bool = True, ms_batch: int = msa.MS_BATCH,
+               on_step: Callable[[], None] = lambda: None) -> None:
     """The whole-model suite (resumes per system); ``on_step`` is called after each stored result."""
     from tensortune.database import Database
     from tensortune.measure import MeasureOptions
@@ -117,8 +118,7 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
                                                       out_dir / f"{key}.log")
             print(f"{key}: tensortune {tuner}: {entry['systems'][tuner]}", flush=True)
             run.write_json("models", saved)
-            if on_step is not None:
-                on_step()
+            on_step()
         ms_ex = None
         if METASCHEDULE in tuners:
             print(f"{key}: MetaSchedule tune_relax for {budget_s:.0f} s", flush=True)
@@ -130,8 +130,7 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
                 entry["systems"][METASCHEDULE] = {"ok": False, "note": f"MetaSchedule failed: {msg}"}
             print(f"{key}: MetaSchedule: {entry['systems'][METASCHEDULE]}", flush=True)
             run.write_json("models", saved)
-            if on_step is not None:
-                on_step()
+            on_step()
         tj = host_target_json()
         compiled = {}
         for tuner in ours:
@@ -153,5 +152,4 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
                 r["name"] = first
         entry["bench"] = bench
         run.write_json("models", saved)
-        if on_step is not None:
-            on_step()
+        on_step()
