@@ -132,12 +132,11 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     out = Path(a.out) if a.out else (QUICK_OUT if a.quick else DEFAULT_OUT)
     run = RunDir(out).create()
-    earlier = run.read_json("meta", {}) or {}
     m = meta(s, threads, out)
-    m["started"] = earlier.get("started", m["machine"]["date"])
     this = {"date": m["machine"]["date"], "commit": m["machine"].get("git_commit"), "settings": m["settings"],
             "wall_s": 0.0}
     m["runs"] = run.runs() + [this]
+    m["started"] = m["runs"][0]["date"]
     t0 = time.perf_counter()
     progress = not a.no_progress
 
