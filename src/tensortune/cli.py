@@ -65,6 +65,17 @@ def _check_db_path(path: str, must_exist: bool) -> None:
         raise UsageError(f"--db {path}: not writable")
 
 
+def _check_output(path: str, force: bool, db: str | None = None, option: str = "-o") -> None:
+    """UsageError unless ``path`` may be written: never the database or any SQLite file, and an
+    existing file only with ``--force``."""
+    from .utils.atomic import OutputError, check_output_path
+
+    try:
+        check_output_path(path, overwrite=force, protect=[db] if db else [], what=option)
+    except OutputError as e:
+        raise UsageError(str(e)) from None
+
+
 def _open_db(path: str, readonly: bool = False) -> Any:
     from .database import Database, DatabaseError
 
@@ -116,11 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="export records as JSON lines")
     e.add_argument("--db", required=True)
-    e.add_argument("-o", "--output", default="-", help="file (default: standard output)")
+    e.add_argument("-o", "--output", default="-", help="file (default: standard output); written atomically, "
+                   "never over a database")
+    e.add_argument("--force", action="store_true", help="overwrite an existing (non-database) output file")
 
-    i = sub.add_parser("import", help="import JSON-lines records")
+    i = sub.add_parser("import", help="import JSON-lines records (all validated before anything is written)")
     i.add_argument("--db", required=True)
     i.add_argument("input", help="JSON-lines file")
+
+    u = sub.add_parser("upgrade-db", help="upgrade a database written by an older tensortune, in place")
+    u.add_argument("--db", required=True)
 
     def model_args(q: argparse.ArgumentParser) -> None:
         q.add_argument("model", help="a built-in model name (tensortune models) or a path to an ONNX file")
@@ -148,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(c)
     c.add_argument("--db", default=None, help="database of tuning records (none: template defaults)")
     c.add_argument("-o", "--output", required=True, help="shared library to write (a .json description goes beside it)")
+    c.add_argument("--force", action="store_true", help="overwrite existing output files")
     c.add_argument("--json", action="store_true")
 
     bm = sub.add_parser("bench", help="check and time a compiled model against PyTorch and ONNX Runtime")
@@ -220,6 +237,7 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
               f"this run (stopped: {out['stop_reason']}); errors {out['errors'] or 'none'}")
         if out["best_config"] is not None:
             print(f"best config: {json.dumps(out['best_config'])}")
+            print(f"best from: {res.describe_source()}")
         if res.tuner_status:
             print(f"model: {res.tuner_status}")
     return 0
@@ -231,17 +249,33 @@ def cmd_best(a: argparse.Namespace) -> int:
     db = _open_db(a.db, readonly=True)
     from .task import Task
 
+    from .database import describe_timing
+
     rows = []
-    for task, trial in db.best_all():
-        rows.append({"workload_key": task.workload_key, "task": Task.from_json(json.loads(task.task_json)).name,
-                     "best_config": trial.config, "best_latency_ms": trial.cost * 1e3,
-                     "best_gflops": task.flops / trial.cost / 1e9, "tuner": trial.tuner, "trials": db.count(task.workload_key)})
-    db.close()
+    try:
+        for task, trial in db.best_all():
+            try:
+                name = Task.from_json(json.loads(task.task_json)).name
+            except Exception:  # noqa: BLE001 - a task this version cannot rebuild: still report it
+                name = f"{task.op}[{task.workload_key[:8]}]"
+            ctx = trial.context
+            rows.append({"workload_key": task.workload_key, "task": name,
+                         "best_config": trial.config, "best_latency_ms": trial.cost * 1e3,
+                         "best_gflops": task.flops / trial.cost / 1e9, "tuner": trial.tuner,
+                         "trial_id": trial.id, "trials": db.count(task.workload_key),
+                         "measured": {"timing": json.loads(ctx.timing) if ctx.timing else None, "threads": ctx.threads,
+                                      "cpu_model": ctx.cpu_model or None, "target": json.loads(ctx.target)}})
+    finally:
+        db.close()
     if a.json:
         print(json.dumps(rows))
     else:
         for r in rows:
-            print(f"{r['task']:<55} {r['best_latency_ms']:10.4f} ms {r['best_gflops']:8.1f} GFLOPS  ({r['trials']} trials, {r['tuner']})")
+            m = r["measured"]
+            how = (f"{describe_timing(json.dumps(m['timing'])) if m['timing'] else 'timing not recorded'}, "
+                   f"{m['threads']} threads, {m['cpu_model'] or 'CPU not recorded'}")
+            print(f"{r['task']:<55} {r['best_latency_ms']:10.4f} ms {r['best_gflops']:8.1f} GFLOPS  "
+                  f"({r['trials']} trials, {r['tuner']}; {how})")
         if not rows:
             print("no verified trials stored")
     return 0
@@ -252,32 +286,79 @@ def cmd_export(a: argparse.Namespace) -> int:
     from .database import export_jsonl
 
     _check_db_path(a.db, must_exist=True)
+    if a.output != "-":
+        _check_output(a.output, a.force, db=a.db)
     db = _open_db(a.db, readonly=True)
     try:
         n = export_jsonl(db, sys.stdout if a.output == "-" else a.output)
     finally:
         db.close()
-    print(f"exported {n} records", file=sys.stderr)
+    print(f"exported {n} records" + (f" to {a.output}" if a.output != "-" else ""), file=sys.stderr)
     return 0
 
 
 def cmd_import(a: argparse.Namespace) -> int:
     """``tensortune import``."""
-    from .database import DatabaseError, import_records, read_jsonl
+    from .database import DatabaseError, import_jsonl, parse_jsonl
 
     if not os.path.isfile(a.input):
         raise UsageError(f"{a.input}: no such file")
     _check_db_path(a.db, must_exist=False)
     try:
-        records = read_jsonl(a.input)  # validate everything before the database is touched
+        parsed = parse_jsonl(a.input)  # every line checked before the database is touched
     except DatabaseError as e:
         raise UsageError(str(e)) from None
     db = _open_db(a.db)
     try:
-        tasks, trials = import_records(db, *records)
+        tasks, trials = import_jsonl(db, parsed, check=_config_check())
+    except DatabaseError as e:
+        raise UsageError(str(e)) from None
     finally:
         db.close()
     print(f"imported {tasks} tasks and {trials} trials")
+    return 0
+
+
+def _config_check() -> Any:
+    """A check of an imported trial against its task: the task must be one this version can
+    rebuild, and the config index must lie in its space and name the trial's knob values."""
+    from .task import Task
+
+    spaces: dict[str, Any] = {}
+
+    def check(task: Any, trial: Any) -> None:
+        if task.workload_key not in spaces:
+            try:
+                t = Task.from_json(json.loads(task.task_json))
+                spaces[task.workload_key] = (t.space, t.workload_key)
+            except Exception as e:  # noqa: BLE001 - any failure to rebuild is a bad record
+                spaces[task.workload_key] = (None, f"task {task.workload_key} cannot be rebuilt here "
+                                                   f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})")
+        space, key = spaces[task.workload_key]
+        if space is None:
+            raise ValueError(key)
+        if key != task.workload_key:
+            raise ValueError(f"task {task.workload_key} was stored by another template version (now {key})")
+        if not 0 <= trial.config_index < len(space):
+            raise ValueError(f"config_index {trial.config_index} outside the task's space (0..{len(space) - 1})")
+        knobs = space.get(trial.config_index).to_json()["knobs"]
+        if json.loads(json.dumps(trial.config)) != json.loads(json.dumps(knobs)):
+            raise ValueError(f"config does not match config_index {trial.config_index} of the task's space")
+
+    return check
+
+
+def cmd_upgrade_db(a: argparse.Namespace) -> int:
+    """``tensortune upgrade-db``: open for writing, which upgrades an older schema in one transaction."""
+    from .database import Database
+
+    _check_db_path(a.db, must_exist=True)
+    db = _open_db(a.db)
+    try:
+        n = db.count()
+    finally:
+        db.close()
+    print(f"{a.db}: schema version {Database.SCHEMA_VERSION}, {n} trials")
     return 0
 
 
@@ -408,14 +489,13 @@ def cmd_compile(a: argparse.Namespace) -> int:
     """``tensortune compile``."""
     from .models.compile import compile_model
 
+    for path in (a.output, a.output + ".json"):  # before the (slow) model import
+        _check_output(path, a.force, db=a.db)
     model = _load(a)
     db = None
     if a.db is not None:
         _check_db_path(a.db, must_exist=True)
         db = _open_db(a.db, readonly=True)
-    out_dir = os.path.dirname(os.path.abspath(a.output))
-    if not os.path.isdir(out_dir):
-        raise UsageError(f"-o {a.output}: folder {out_dir} does not exist")
     try:
         cm = compile_model(model, db)
     finally:
@@ -490,7 +570,8 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 1 if any(not r.ok for r in report.rows) else 0
 
 
-COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import, "demo": cmd_demo,
+COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import,
+            "upgrade-db": cmd_upgrade_db, "demo": cmd_demo,
             "tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench}
 
 

@@ -38,3 +38,39 @@ def make_target(spec: dict[str, Any] | str | None = None) -> Any:
 def target_key(spec: dict[str, Any]) -> str:
     """Canonical JSON text of a target dict (stable across processes)."""
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+@lru_cache(maxsize=None)
+def cpu_model() -> str:
+    """The CPU's marketing name (``model name`` of /proc/cpuinfo), recorded with every figure and trial.
+
+    Two machines with the same LLVM cpu (e.g. ``znver4``) can still differ in clocks and caches,
+    so the model name is kept beside the target. Falls back to ``platform.processor()``.
+    """
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_id() -> dict[str, Any]:
+    """Where a figure or a trial was measured: CPU model, LLVM cpu and usable cores.
+
+    Two results may be compared only when these agree (see :func:`same_machine`).
+    """
+    import tvm
+
+    return {"cpu_model": cpu_model(), "llvm_cpu": str(tvm.get_global_func("target.llvm_get_system_cpu")()),
+            "cores": cpu_count()}
+
+
+def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """True when two :func:`machine_id` dicts name the same kind of machine."""
+    return all(a.get(k) == b.get(k) for k in ("cpu_model", "llvm_cpu", "cores"))

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 import tensortune.scheduler as sched
+from tensortune.measure import MeasureOptions
 from tensortune.models.extract import ModelTask
 from tensortune.scheduler import MIN_TASK_BUDGET_S, SequentialScheduler
 
@@ -35,14 +36,15 @@ class FakeDB:
     def count(self, key):
         return 0
 
-    def best(self, key):
+    def best(self, key, context=None):
+        assert context is not None and context.timing  # bests are compared in the measurer's context
         return None
 
 
 def tasks(n: int, light: int = 0) -> list[ModelTask]:
     """``n`` heavy tasks then ``light`` ones with a thousandth of their FLOPs."""
     return [ModelTask(SimpleNamespace(name=f"t{k}", workload_key=f"k{k}", flops=1e9 if k < n else 1e6,
-                                      kernel_class="x"), 1) for k in range(n + light)]
+                                      kernel_class="x", target_json={"kind": "llvm"}), 1) for k in range(n + light)]
 
 
 @pytest.fixture
@@ -54,7 +56,8 @@ def clock(monkeypatch):
 
 def run(clock: Clock, n: int, budget: float, overrun: float, light: int = 0) -> list[tuple[str, float]]:
     log: list = []
-    s = SequentialScheduler(tasks(n, light), lambda task, r: FakeTuner(task, clock, overrun, log), None, FakeDB(),
+    s = SequentialScheduler(tasks(n, light), lambda task, r: FakeTuner(task, clock, overrun, log),
+                            SimpleNamespace(options=MeasureOptions.cold()), FakeDB(),
                             time_budget=budget)
     s.run()
     return log

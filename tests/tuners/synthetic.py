@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-from tensortune.measure import ErrorKind, MeasureInput, MeasureResult
+from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult
 
 
 def conv_landscape(config: Any) -> float:
@@ -28,7 +27,7 @@ class FakeMeasurer:
 
     def __init__(self, landscape: Callable[[Any], float], fails: Callable[[Any], bool] = lambda c: False) -> None:
         self.landscape, self.fails = landscape, fails
-        self.options = SimpleNamespace(check_correctness=True)
+        self.options = MeasureOptions(check_correctness=True)
         self.measured: list[int] = []
 
     def measure(self, inputs: Sequence[MeasureInput], on_result: Any = None) -> list[MeasureResult]:

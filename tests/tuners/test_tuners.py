@@ -63,7 +63,7 @@ def plain_space(constrained: bool = False) -> ConfigSpace:
 
 
 def fake_task(space: ConfigSpace) -> SimpleNamespace:
-    return SimpleNamespace(space=space, flops=1e6, name="fake", workload_key="fake-key")
+    return SimpleNamespace(space=space, flops=1e6, name="fake", workload_key="fake-key", target_json={"kind": "llvm"})
 
 
 def fake_result(index: int) -> MeasureResult:

@@ -1,6 +1,9 @@
 """Tuning database: tasks and measured trials in one SQLite file, plus JSON-lines export/import."""
-from .jsonl import export_jsonl, import_jsonl, import_records, read_jsonl
-from .records import TaskRecord, TrialRecord
+from .jsonl import (ParsedRecords, TrialCheck, check_records, export_jsonl, import_jsonl, import_records,
+                    parse_jsonl, read_jsonl)
+from .records import ERROR_KINDS, MeasureContext, TaskRecord, TrialRecord, describe_timing
 from .sqlite import Database, DatabaseError
 
-__all__ = ["Database", "DatabaseError", "TaskRecord", "TrialRecord", "export_jsonl", "import_jsonl", "import_records", "read_jsonl"]
+__all__ = ["Database", "DatabaseError", "ERROR_KINDS", "MeasureContext", "ParsedRecords", "TaskRecord", "TrialCheck",
+           "TrialRecord", "check_records", "describe_timing", "export_jsonl", "import_jsonl", "import_records",
+           "parse_jsonl", "read_jsonl"]

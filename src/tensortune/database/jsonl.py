@@ -1,14 +1,35 @@
-"""Export and import of a database as JSON lines: task lines first, then trial lines."""
+"""Export and import of a database as JSON lines: task lines first, then trial lines.
+
+An import is all or nothing: every line is parsed and every value validated (types, finite
+positive costs, known error kinds, a task for every trial, and, where the caller can check
+it, a config index inside the task's space) before one transaction writes anything. The
+first bad line is named in a one-line :class:`DatabaseError`.
+"""
 from __future__ import annotations
 
 import contextlib
+
 import json
 import os
 import sqlite3
-from typing import Iterator, TextIO
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, TextIO
 
 from .records import TaskRecord, TrialRecord
 from .sqlite import Database, DatabaseError
+
+#: Optional check of a trial against its task (e.g. the config index inside the task's space);
+#: raises ValueError with a reason.
+TrialCheck = Callable[[TaskRecord, TrialRecord], None]
+
+
+@dataclass
+class ParsedRecords:
+    """The records of a JSON-lines file, each with its line number (for error messages)."""
+
+    name: str
+    tasks: list[tuple[int, TaskRecord]] = field(default_factory=list)
+    trials: list[tuple[int, TrialRecord]] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -22,45 +43,101 @@ def _opened(f: str | os.PathLike[str] | TextIO, mode: str) -> Iterator[TextIO]:
 
 
 def export_jsonl(db: Database, out: str | os.PathLike[str] | TextIO, workload_key: str | None = None) -> int:
-    """Write the tasks and trials of ``db`` (or of one task) to ``out``; return the lines written."""
+    """Write the tasks and trials of ``db`` (or of one task) to ``out``; return the lines written.
+
+    A path is written atomically (a temporary file renamed over it when complete); checking
+    that the path may be written at all is the caller's job
+    (:func:`tensortune.utils.atomic.check_output_path`).
+    """
+    from ..utils.atomic import atomic_write
+
     tasks = db.tasks() if workload_key is None else [t for t in [db.get_task(workload_key)] if t]
     lines = [{"kind": "task", **t.to_json()} for t in tasks]
     lines += [{"kind": "trial", **t.to_json()} for t in db.trials(workload_key)]
-    with _opened(out, "w") as stream:
-        for line in lines:
-            stream.write(json.dumps(line) + "\n")
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    if isinstance(out, (str, os.PathLike)):
+        atomic_write(out, text)
+    else:
+        out.write(text)
     return len(lines)
 
 
-def read_jsonl(src: str | os.PathLike[str] | TextIO) -> tuple[list[TaskRecord], list[TrialRecord]]:
-    """Parse and validate every line of ``src``; a malformed line raises :class:`DatabaseError`
-    naming its line number."""
-    tasks: list[TaskRecord] = []
-    trials: list[TrialRecord] = []
+def parse_jsonl(src: str | os.PathLike[str] | TextIO) -> ParsedRecords:
+    """Parse every line of ``src`` and validate each record on its own; a malformed line raises
+    :class:`DatabaseError` naming its line number."""
     with _opened(src, "r") as stream:
-        name = getattr(stream, "name", "<stream>")
-        for lineno, line in enumerate(stream, 1):
-            if not line.strip():
-                continue
+        parsed = ParsedRecords(getattr(stream, "name", "<stream>"))
+        try:
+            lines = list(enumerate(stream, 1))
+        except UnicodeDecodeError as e:
+            raise DatabaseError(f"{parsed.name}: not UTF-8 text ({e})") from None
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            kind = obj.pop("kind", None) if isinstance(obj, dict) else None
+            if kind == "task":
+                task = TaskRecord.from_json(obj)
+                task.validate()
+                parsed.tasks.append((lineno, task))
+            elif kind == "trial":
+                trial = TrialRecord.from_json({**obj, "id": None})
+                trial.validate()
+                parsed.trials.append((lineno, trial))
+            else:
+                raise ValueError(f"expected an object with kind 'task' or 'trial', got {kind!r}")
+        except ValueError as e:  # json.JSONDecodeError is a ValueError
+            raise DatabaseError(f"{parsed.name}, line {lineno}: {e}") from None
+    return parsed
+
+
+def read_jsonl(src: str | os.PathLike[str] | TextIO) -> tuple[list[TaskRecord], list[TrialRecord]]:
+    """The tasks and trials of ``src`` (see :func:`parse_jsonl`), without line numbers."""
+    parsed = parse_jsonl(src)
+    return [t for _, t in parsed.tasks], [t for _, t in parsed.trials]
+
+
+def check_records(db: Database, parsed: ParsedRecords, check: TrialCheck | None = None) -> None:
+    """Raise :class:`DatabaseError` naming the first line whose record cannot go into ``db``.
+
+    Every trial needs its task, in the file or already in ``db``; a task line whose key is
+    already stored must describe the same task; ``check`` (if given) vets each trial against
+    its task.
+    """
+    known: dict[str, TaskRecord] = {}
+    for lineno, task in parsed.tasks:
+        stored = db.get_task(task.workload_key)
+        if stored is not None and (stored.task_json, stored.target) != (task.task_json, task.target):
+            raise DatabaseError(f"{parsed.name}, line {lineno}: task {task.workload_key} is already stored "
+                                "with another definition")
+        known.setdefault(task.workload_key, task)
+    for lineno, trial in parsed.trials:
+        task = known.get(trial.workload_key)
+        if task is None:
+            task = db.get_task(trial.workload_key)
+            if task is None:
+                raise DatabaseError(f"{parsed.name}, line {lineno}: trial of unknown task {trial.workload_key} "
+                                    "(not in the file nor in the database)")
+            known[trial.workload_key] = task
+        if check is not None:
             try:
-                obj = json.loads(line)
-                kind = obj.pop("kind", None) if isinstance(obj, dict) else None
-                if kind == "task":
-                    tasks.append(TaskRecord.from_json(obj))
-                elif kind == "trial":
-                    trials.append(TrialRecord.from_json({**obj, "id": None}))
-                else:
-                    raise ValueError(f"expected an object with kind 'task' or 'trial', got {kind!r}")
-            except ValueError as e:  # json.JSONDecodeError is a ValueError
-                raise DatabaseError(f"{name}, line {lineno}: {e}") from None
-    return tasks, trials
+                check(task, trial)
+            except ValueError as e:
+                raise DatabaseError(f"{parsed.name}, line {lineno}: {e}") from None
 
 
 def import_records(db: Database, tasks: list[TaskRecord], trials: list[TrialRecord]) -> tuple[int, int]:
     """Insert records in one transaction; return (tasks added, trials added).
 
-    Trials already present (same workload key, config index, timestamp and tuner) are skipped.
+    Each record is validated first (nothing is written if one fails). Trials already present
+    (same workload key, config index, timestamp and tuner) are skipped.
     """
+    try:
+        for r in [*tasks, *trials]:
+            r.validate()
+    except ValueError as e:
+        raise DatabaseError(str(e)) from None
 
     def insert(con: sqlite3.Connection) -> tuple[int, int]:
         n_tasks = sum(db._insert_task(con, t) for t in tasks)
@@ -76,7 +153,16 @@ def import_records(db: Database, tasks: list[TaskRecord], trials: list[TrialReco
     return db._write(insert)
 
 
-def import_jsonl(db: Database, src: str | os.PathLike[str] | TextIO) -> tuple[int, int]:
-    """Add the tasks and trials in ``src`` to ``db``: all lines are validated before anything
-    is written (:func:`read_jsonl`), then inserted in one transaction (:func:`import_records`)."""
-    return import_records(db, *read_jsonl(src))
+def import_jsonl(db: Database, src: str | os.PathLike[str] | TextIO | ParsedRecords,
+                 check: TrialCheck | None = None) -> tuple[int, int]:
+    """Add the tasks and trials in ``src`` to ``db``: every line is parsed and validated
+    (:func:`parse_jsonl`, :func:`check_records`) before anything is written, then all are
+    inserted in one transaction (:func:`import_records`)."""
+    parsed = src if isinstance(src, ParsedRecords) else parse_jsonl(src)
+    check_records(db, parsed, check)
+    return import_records(db, [t for _, t in parsed.tasks], [t for _, t in parsed.trials])
+
+
+__all__ = ["ParsedRecords", "TrialCheck", "check_records", "export_jsonl", "import_jsonl", "import_records",
+           "parse_jsonl", "read_jsonl"]
+

@@ -1,10 +1,22 @@
-"""Plain records stored in the tuning database: one per task, one per measured trial."""
+"""Plain records stored in the tuning database: one per task, one per measured trial.
+
+Records are checked twice: :meth:`from_json` checks types, :meth:`validate` checks values
+(finite positive costs, a known error kind, a non-negative config index, ...). Imports
+validate every record before anything is written; rows read back from a database are
+validated too, and a bad one is skipped instead of crashing tuning or reporting.
+"""
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
+
+#: Every error kind a trial may carry (``tensortune.measure.ErrorKind``'s values; kept here so the
+#: database layer does not import the measurement layer).
+ERROR_KINDS = ("none", "instantiation", "compile", "runtime", "wrong_answer", "build_timeout", "run_timeout",
+               "unknown")
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,), "list": (list,),
@@ -58,6 +70,22 @@ class TaskRecord:
         """Return a JSON-serialisable dict of all fields."""
         return asdict(self)
 
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad value (types are checked by :meth:`from_json`)."""
+        if not self.workload_key:
+            raise ValueError("field 'workload_key': empty")
+        if not (math.isfinite(self.flops) and self.flops > 0):
+            raise ValueError(f"field 'flops': {self.flops!r} is not a positive finite number")
+        if not math.isfinite(self.created) or self.created < 0:
+            raise ValueError(f"field 'created': {self.created!r} is not a non-negative finite number")
+        for name in ("task_json", "target"):
+            try:
+                ok = isinstance(json.loads(getattr(self, name)), dict)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"field {name!r}: not the JSON text of an object")
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TaskRecord:
         """Inverse of :meth:`to_json`; raises ValueError on missing or mistyped fields."""
@@ -70,6 +98,11 @@ class TrialRecord:
 
     ``costs`` are seconds per run (empty on error); ``error`` is "none" or an error kind
     (an ``ErrorKind`` member is stored as its value); ``id`` is set by the database.
+
+    How it was measured: ``target`` (the LLVM target, with its cpu and cores), ``cpu_model``
+    (the CPU's name), ``threads`` and ``timing`` (canonical JSON of the timing settings: mode
+    hot or cold, number, repeat, min_repeat_ms; empty when not recorded, e.g. trials stored by
+    schema version 1). Two trials' costs are comparable only when :attr:`context` agrees.
     """
 
     workload_key: str
@@ -88,12 +121,15 @@ class TrialRecord:
     threads: int = 0
     verified: bool = False
     energy_j: float | None = None
+    timing: str = ""
+    cpu_model: str = ""
     id: int | None = field(default=None, compare=False)
 
     _KINDS = {"workload_key": "str", "config_index": "int", "config": "dict", "costs": "list",
               "error": "str", "error_msg": "str", "build_time": "float", "run_time": "float",
               "timestamp": "float", "tuner": "str", "seed": "int?", "tvm_version": "str",
-              "target": "str", "threads": "int", "verified": "bool", "energy_j": "float?", "id": "int?"}
+              "target": "str", "threads": "int", "verified": "bool", "energy_j": "float?",
+              "timing": "str", "cpu_model": "str", "id": "int?"}
 
     def __post_init__(self) -> None:
         self.error = getattr(self.error, "value", self.error)  # accept an ErrorKind enum member
@@ -108,11 +144,75 @@ class TrialRecord:
         """Median of ``costs`` in seconds; ``inf`` when not :attr:`ok`."""
         return float(statistics.median(self.costs)) if self.ok else math.inf
 
+    @property
+    def context(self) -> MeasureContext:
+        """Where and how the trial was measured: only trials of one context are compared."""
+        return MeasureContext(self.target, self.threads, self.timing, self.cpu_model)
+
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict of all fields."""
         return asdict(self)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad value (types are checked by :meth:`from_json`).
+
+        A successful trial needs at least one cost; every cost must be a positive finite number
+        of seconds; the error kind must be known; times and counts must be finite and >= 0.
+        """
+        if not self.workload_key:
+            raise ValueError("field 'workload_key': empty")
+        if self.config_index < 0:
+            raise ValueError(f"field 'config_index': {self.config_index} is negative")
+        if self.error not in ERROR_KINDS:
+            raise ValueError(f"field 'error': unknown error kind {self.error!r} (known: {', '.join(ERROR_KINDS)})")
+        for c in self.costs:
+            if not (math.isfinite(c) and c > 0):
+                raise ValueError(f"field 'costs': {c!r} is not a positive finite number of seconds")
+        if self.error == "none" and not self.costs:
+            raise ValueError("field 'costs': empty for a trial without error")
+        for name in ("build_time", "run_time", "timestamp"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"field {name!r}: {v!r} is not a non-negative finite number")
+        if self.energy_j is not None and not (math.isfinite(self.energy_j) and self.energy_j >= 0):
+            raise ValueError(f"field 'energy_j': {self.energy_j!r} is not a non-negative finite number")
+        if self.threads < 0:
+            raise ValueError(f"field 'threads': {self.threads} is negative")
+        if self.timing:
+            try:
+                ok = isinstance(json.loads(self.timing), dict)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError("field 'timing': not the JSON text of an object")
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrialRecord:
         """Inverse of :meth:`to_json`; raises ValueError on missing or mistyped fields."""
         return _from_json(cls, data, cls._KINDS)
+
+
+class MeasureContext(NamedTuple):
+    """Where and how trials were measured; costs are compared only within one context.
+
+    ``target`` is the canonical JSON of the LLVM target (cpu and cores included), ``timing``
+    the canonical JSON of the timing settings ("" = not recorded), ``cpu_model`` the CPU's name.
+    """
+
+    target: str
+    threads: int
+    timing: str
+    cpu_model: str
+
+    def describe(self) -> str:
+        """One line for people: timing, threads and CPU."""
+        return f"{describe_timing(self.timing)}, {self.threads} threads, {self.cpu_model or 'CPU not recorded'}"
+
+
+def describe_timing(timing: str) -> str:
+    """``timing`` JSON text in words, e.g. ``hot (number 1, repeat 5, min 40 ms)``."""
+    if not timing:
+        return "timing not recorded"
+    t = json.loads(timing)
+    return (f"{t.get('mode', '?')} (number {t.get('number', '?')}, repeat {t.get('repeat', '?')}, "
+            f"min {t.get('min_repeat_ms', '?')} ms)")

@@ -3,18 +3,28 @@
 Every :meth:`Database.add_trial` is its own committed transaction, so a killed process loses
 nothing it already got a row id for. Files that are not tensortune databases are refused
 before anything is written to them.
+
+Schema version 2 stores, with each trial, how it was measured (``timing``, ``cpu_model``
+beside ``target`` and ``threads``) and its median ``cost``; :meth:`Database.best` compares
+only trials of one :class:`~tensortune.database.records.MeasureContext`. A version-1 file is
+upgraded in place, in one transaction, the first time it is opened for writing (its trials
+keep their data, with timing and CPU "not recorded"). Rows that fail validation (written by
+another tool, or by a version that checked less) are skipped with one warning per database.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
+import statistics
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
-from .records import TaskRecord, TrialRecord
+from .records import MeasureContext, TaskRecord, TrialRecord
 
 T = TypeVar("T")
 
@@ -22,7 +32,7 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 _TASK_COLS = ("workload_key", "op", "kernel_class", "target", "flops", "task_json", "created")
 _TRIAL_COLS = ("workload_key", "config_index", "config", "costs", "error", "error_msg", "build_time",
                "run_time", "timestamp", "tuner", "seed", "tvm_version", "target", "threads",
-               "verified", "energy_j")
+               "verified", "energy_j", "timing", "cpu_model")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tasks (
@@ -33,11 +43,23 @@ CREATE TABLE IF NOT EXISTS trials (
     config TEXT NOT NULL, costs TEXT NOT NULL, error TEXT NOT NULL, error_msg TEXT NOT NULL,
     build_time REAL NOT NULL, run_time REAL NOT NULL, timestamp REAL NOT NULL, tuner TEXT NOT NULL,
     seed INTEGER, tvm_version TEXT NOT NULL, target TEXT NOT NULL, threads INTEGER NOT NULL,
-    verified INTEGER NOT NULL, energy_j REAL);
+    verified INTEGER NOT NULL, energy_j REAL, timing TEXT NOT NULL DEFAULT '',
+    cpu_model TEXT NOT NULL DEFAULT '', cost REAL);
 CREATE INDEX IF NOT EXISTS trials_by_task ON trials (workload_key, config_index);
-CREATE TABLE IF NOT EXISTS best (
-    workload_key TEXT PRIMARY KEY, trial_id INTEGER NOT NULL REFERENCES trials (id), cost REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS trials_by_cost ON trials (workload_key, cost);
 """
+#: Upgrade of a version-1 file: new columns (empty = not recorded), the median cost of every
+#: trial (filled in by :meth:`Database._migrate`), and no ``best`` table (best is a query now).
+_MIGRATE_V1 = """
+ALTER TABLE trials ADD COLUMN timing TEXT NOT NULL DEFAULT '';
+ALTER TABLE trials ADD COLUMN cpu_model TEXT NOT NULL DEFAULT '';
+ALTER TABLE trials ADD COLUMN cost REAL;
+CREATE INDEX IF NOT EXISTS trials_by_cost ON trials (workload_key, cost);
+DROP TABLE IF EXISTS best;
+"""
+#: A trial that may be a best: successful, checked against the reference, with a sane cost.
+_BEST_WHERE = "error = 'none' AND verified = 1 AND cost > 0 AND cost < 1e300"
+_CONTEXT_COLS = ("target", "threads", "timing", "cpu_model")
 
 
 class DatabaseError(Exception):
@@ -47,12 +69,16 @@ class DatabaseError(Exception):
 class Database:
     """Tasks and measured trials in one SQLite file (one object per process, used from one thread)."""
 
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
     BUSY_TIMEOUT_S = 60.0
+    #: Older schema versions this code upgrades in place when the file is opened for writing.
+    UPGRADABLE = {1: _MIGRATE_V1}
 
     def __init__(self, path: str | os.PathLike[str], readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        #: ids of stored rows skipped as invalid (reported once, on the first)
+        self.skipped_rows: set[int] = set()
         if self.path.is_dir():
             raise DatabaseError(f"{self.path} is a directory, not a database file")
         if not self.path.parent.is_dir():
@@ -74,7 +100,7 @@ class Database:
             no_journal = not any(Path(f"{self.path}{s}").exists() for s in ("-wal", "-journal"))
             con = self._connect(readonly=True, immutable=no_journal)
             try:
-                self._check_meta(con)
+                self._check_meta(con, upgradable=not readonly)
             finally:
                 con.close()
 
@@ -86,7 +112,8 @@ class Database:
                 self._write(self._create_schema)
             self._retry(lambda: self._con.execute("PRAGMA journal_mode=WAL"))
             self._con.execute("PRAGMA synchronous=NORMAL")
-            self._check_meta(self._con)
+            if self._check_meta(self._con, upgradable=True) != self.SCHEMA_VERSION:
+                self._write(self._migrate)
         except BaseException:
             self._con.close()
             raise
@@ -104,8 +131,9 @@ class Database:
         con.row_factory = sqlite3.Row  # ``timeout`` sets SQLite's busy_timeout
         return con
 
-    def _check_meta(self, con: sqlite3.Connection) -> None:
-        """Raise DatabaseError unless ``con`` holds a tensortune database of our schema version."""
+    def _check_meta(self, con: sqlite3.Connection, upgradable: bool = False) -> int:
+        """Return the schema version of the tensortune database in ``con``; raise DatabaseError
+        unless it is ours (or, with ``upgradable``, one this code upgrades)."""
         try:
             has_meta = con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
             meta = dict(con.execute("SELECT key, value FROM meta").fetchall()) if has_meta else {}
@@ -115,14 +143,33 @@ class Database:
         if meta.get("application") != "tensortune":
             raise DatabaseError(f"{self.path} is not a tensortune database (no tensortune metadata); "
                                 "refusing to touch it")
-        if meta.get("schema_version") != str(self.SCHEMA_VERSION):
-            raise DatabaseError(f"{self.path} has schema version {meta.get('schema_version')}, "
-                                f"expected {self.SCHEMA_VERSION}; refusing to touch it")
+        version = meta.get("schema_version")
+        if version == str(self.SCHEMA_VERSION):
+            return self.SCHEMA_VERSION
+        if version in {str(v) for v in self.UPGRADABLE}:
+            if upgradable:
+                return int(version)
+            raise DatabaseError(f"{self.path} has schema version {version} (older tensortune); open it once for "
+                                f"writing to upgrade it in place, e.g. `tensortune upgrade-db --db {self.path}`")
+        raise DatabaseError(f"{self.path} has schema version {version}, "
+                            f"expected {self.SCHEMA_VERSION}; refusing to touch it")
 
+    def _migrate(self, con: sqlite3.Connection) -> None:
+        """Upgrade an older schema in place (inside one transaction: all or nothing)."""
+        version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+        if version == self.SCHEMA_VERSION:  # another process upgraded it first
+            return
+        for statement in self.UPGRADABLE[version].split(";"):
+            if statement.strip():
+                con.execute(statement)
+        rows = con.execute("SELECT id, costs, error FROM trials").fetchall()
+        con.executemany("UPDATE trials SET cost = ? WHERE id = ?",
+                        [(_median_cost(r["costs"], r["error"]), r["id"]) for r in rows])
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(self.SCHEMA_VERSION),))
     def _create_schema(self, con: sqlite3.Connection) -> None:
         """Create the tables in a new file (another process may have just done so)."""
         others = con.execute("SELECT count(*) FROM sqlite_master WHERE name NOT IN "
-                             "('meta', 'tasks', 'trials', 'trials_by_task', 'best') "
+                             "('meta', 'tasks', 'trials', 'trials_by_task', 'trials_by_cost') "
                              "AND name NOT LIKE 'sqlite_%'").fetchone()[0]
         if others:
             raise DatabaseError(f"{self.path} is not a tensortune database; refusing to touch it")
@@ -176,19 +223,13 @@ class Database:
 
     @staticmethod
     def _insert_trial(con: sqlite3.Connection, trial: TrialRecord) -> int:
-        """Insert ``trial``, update the task's best entry and return the new row id."""
+        """Insert ``trial`` (with its median cost) and return the new row id."""
         values: dict[str, Any] = {c: getattr(trial, c) for c in _TRIAL_COLS}
         values.update(config=json.dumps(trial.config), costs=json.dumps(list(trial.costs)),
-                      verified=int(trial.verified))
-        cur = con.execute(f"INSERT INTO trials ({', '.join(_TRIAL_COLS)}) "
-                          f"VALUES ({', '.join(':' + c for c in _TRIAL_COLS)})", values)
-        row_id = int(cur.lastrowid)  # type: ignore[arg-type]
-        if trial.ok and trial.verified:
-            con.execute("INSERT INTO best (workload_key, trial_id, cost) VALUES (?, ?, ?) "
-                        "ON CONFLICT (workload_key) DO UPDATE SET trial_id = excluded.trial_id, "
-                        "cost = excluded.cost WHERE excluded.cost < best.cost",
-                        (trial.workload_key, row_id, trial.cost))
-        return row_id
+                      verified=int(trial.verified), cost=trial.cost if trial.ok else None)
+        cols = _TRIAL_COLS + ("cost",)
+        cur = con.execute(f"INSERT INTO trials ({', '.join(cols)}) VALUES ({', '.join(':' + c for c in cols)})", values)
+        return int(cur.lastrowid)  # type: ignore[arg-type]
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -197,17 +238,20 @@ class Database:
         self._write(lambda con: self._insert_task(con, task))
 
     def get_task(self, workload_key: str) -> TaskRecord | None:
-        """Return the task stored under ``workload_key``, or None."""
-        row = self._con.execute("SELECT * FROM tasks WHERE workload_key = ?", (workload_key,)).fetchone()
-        return TaskRecord(**{c: row[c] for c in _TASK_COLS}) if row else None
+        """Return the task stored under ``workload_key``, or None (also for an invalid stored row)."""
+        rows = self._con.execute("SELECT rowid, * FROM tasks WHERE workload_key = ?", (workload_key,)).fetchall()
+        return next(iter(self._valid_tasks(rows)), None)
 
     def tasks(self) -> list[TaskRecord]:
-        """Return all tasks in insertion order."""
-        rows = self._con.execute("SELECT * FROM tasks ORDER BY rowid").fetchall()
-        return [TaskRecord(**{c: r[c] for c in _TASK_COLS}) for r in rows]
+        """Return all valid tasks in insertion order (invalid rows are skipped, with one warning)."""
+        return self._valid_tasks(self._con.execute("SELECT rowid, * FROM tasks ORDER BY rowid").fetchall())
 
     def add_trial(self, trial: TrialRecord) -> int:
-        """Store ``trial`` in its own committed transaction; set and return its row id."""
+        """Validate ``trial`` and store it in its own committed transaction; set and return its row id.
+
+        Raises ValueError (and stores nothing) for a trial that fails :meth:`TrialRecord.validate`.
+        """
+        trial.validate()
         trial.id = self._write(lambda con: self._insert_trial(con, trial))
         return trial.id
 
@@ -220,7 +264,7 @@ class Database:
         if ok_only:
             where.append("error = 'none' AND costs != '[]'")
         rows = self._con.execute(f"SELECT * FROM trials WHERE {' AND '.join(where)} ORDER BY id", args)
-        return [_row_to_trial(r) for r in rows.fetchall()]
+        return self._valid_trials(rows.fetchall())
 
     def measured_indices(self, workload_key: str) -> set[int]:
         """Return the config indices stored for a task, whether they succeeded or not."""
@@ -228,19 +272,45 @@ class Database:
                                  (workload_key,))
         return {r[0] for r in rows.fetchall()}
 
-    def best(self, workload_key: str) -> TrialRecord | None:
-        """Return the fastest verified successful trial of a task, or None."""
-        row = self._con.execute("SELECT trials.* FROM best JOIN trials ON trials.id = best.trial_id "
-                                "WHERE best.workload_key = ?", (workload_key,)).fetchone()
-        return _row_to_trial(row) if row else None
+    def best(self, workload_key: str, context: MeasureContext | None = None, **match: Any) -> TrialRecord | None:
+        """Return the fastest verified successful trial of a task, or None.
+
+        Costs are compared only like with like: with ``context``, among the trials measured in
+        exactly that context; ``match`` narrows by single fields instead (``cpu_model=...``,
+        ``target=...``, ``threads=...``, ``timing=...``). With neither, all of the task's
+        trials compete, which is meaningful only when they share one context
+        (:meth:`contexts` tells).
+        """
+        where, args = [f"workload_key = ? AND {_BEST_WHERE}"], [workload_key]
+        fields = dict(context._asdict()) if context is not None else {}
+        fields.update(match)
+        for col, value in fields.items():
+            if col not in _CONTEXT_COLS:
+                raise TypeError(f"best(): unknown context field {col!r}")
+            where.append(f"{col} = ?")
+            args.append(value)
+        for row in self._con.execute(f"SELECT * FROM trials WHERE {' AND '.join(where)} ORDER BY cost, id", args):
+            trial = self._valid_trials([row])
+            if trial:
+                return trial[0]
+        return None
+
+    def contexts(self, workload_key: str) -> list[tuple[MeasureContext, int]]:
+        """The contexts in which the task has verified successful trials, with their counts, most first."""
+        rows = self._con.execute(f"SELECT {', '.join(_CONTEXT_COLS)}, count(*) AS n FROM trials "
+                                 f"WHERE workload_key = ? AND {_BEST_WHERE} GROUP BY {', '.join(_CONTEXT_COLS)} "
+                                 "ORDER BY n DESC, min(id)", (workload_key,)).fetchall()
+        return [(MeasureContext(*(r[c] for c in _CONTEXT_COLS)), r["n"]) for r in rows]
 
     def best_all(self) -> list[tuple[TaskRecord, TrialRecord]]:
-        """Return (task, best trial) for every task that has a best trial, in task insertion order."""
+        """Return (task, best trial) for every task and every context it was measured in, in task
+        insertion order (one row per context: costs of different contexts are never compared)."""
         out = []
         for task in self.tasks():
-            trial = self.best(task.workload_key)
-            if trial is not None:
-                out.append((task, trial))
+            for ctx, _ in self.contexts(task.workload_key):
+                trial = self.best(task.workload_key, ctx)
+                if trial is not None:
+                    out.append((task, trial))
         return out
 
     def count(self, workload_key: str | None = None) -> int:
@@ -249,6 +319,40 @@ class Database:
             return self._con.execute("SELECT count(*) FROM trials").fetchone()[0]
         return self._con.execute("SELECT count(*) FROM trials WHERE workload_key = ?",
                                  (workload_key,)).fetchone()[0]
+
+    # -- validation of stored rows ----------------------------------------------------------------
+
+    def _skip(self, row_id: int, what: str, reason: str) -> None:
+        """Remember an invalid stored row; say so once per database."""
+        if not self.skipped_rows:
+            print(f"tensortune: warning: {self.path}: skipping invalid {what} row {row_id} ({reason}); "
+                  "further invalid rows are skipped without a message", file=sys.stderr)
+        self.skipped_rows.add(row_id)
+
+    def _valid_trials(self, rows: list[sqlite3.Row]) -> list[TrialRecord]:
+        out = []
+        for r in rows:
+            try:
+                trial = _row_to_trial(r)
+                trial.validate()
+            except (ValueError, TypeError, KeyError) as e:
+                self._skip(r["id"], "trial", str(e))
+                continue
+            out.append(trial)
+        return out
+
+    def _valid_tasks(self, rows: list[sqlite3.Row]) -> list[TaskRecord]:
+        out = []
+        for r in rows:
+            try:
+                task = TaskRecord(**{c: r[c] for c in _TASK_COLS})
+                TaskRecord.from_json(task.to_json())  # types
+                task.validate()
+            except (ValueError, TypeError, KeyError) as e:
+                self._skip(r["rowid"], "task", str(e))
+                continue
+            out.append(task)
+        return out
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -266,8 +370,19 @@ class Database:
 
 
 def _row_to_trial(row: sqlite3.Row) -> TrialRecord:
-    """Convert a ``trials`` row into a :class:`TrialRecord`."""
+    """Convert a ``trials`` row into a :class:`TrialRecord` (types checked; ValueError if bad)."""
     values = {c: row[c] for c in _TRIAL_COLS}
     values["config"], values["costs"] = json.loads(row["config"]), json.loads(row["costs"])
     values["verified"] = bool(row["verified"])
-    return TrialRecord(**values, id=row["id"])
+    return TrialRecord.from_json({**values, "id": row["id"]})
+
+
+def _median_cost(costs_json: str, error: str) -> float | None:
+    """The median cost of a stored trial, or None when it failed or its costs are unusable."""
+    try:
+        costs = json.loads(costs_json)
+        if error != "none" or not costs or not all(isinstance(c, (int, float)) and math.isfinite(c) for c in costs):
+            return None
+        return float(statistics.median(costs))
+    except (ValueError, TypeError):
+        return None

@@ -1,6 +1,7 @@
 """Measurement settings: the one place their defaults are declared."""
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,6 +45,14 @@ class MeasureOptions:
     def timing(self) -> str:
         """How candidates are timed, in words (recorded with model tuning results)."""
         return "cold (caches flushed before every run)" if self.flush_cache else "hot (caches warm)"
+
+    def timing_key(self) -> str:
+        """The timing settings that make two costs comparable, as canonical JSON (stored with
+        every trial): mode (``hot``, or ``cold`` when caches are flushed), number, repeat and
+        min_repeat_ms."""
+        spec = {"mode": "cold" if self.flush_cache else "hot", "number": self.number, "repeat": self.repeat,
+                "min_repeat_ms": self.min_repeat_ms}
+        return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
     def runner_opts(self) -> dict[str, Any]:
         """The settings the runner worker needs."""

@@ -88,19 +88,26 @@ class CompiledModel:
         return out
 
     def export(self, path: str) -> tuple[str, str]:
-        """Write the shared library to ``path`` and its description to ``path + '.json'``."""
+        """Write the shared library to ``path`` and its description to ``path + '.json'``.
+
+        Both are written atomically (complete files renamed into place); whether ``path`` may be
+        overwritten is the caller's check (:func:`tensortune.utils.atomic.check_output_path`).
+        """
         import tvm
 
+        from ..target import machine_id
+        from ..utils.atomic import atomic_path, atomic_write
+
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-        self.executable.export_library(path)
+        with atomic_path(path, suffix=os.path.splitext(path)[1] or ".so") as tmp:
+            self.executable.export_library(str(tmp))
         meta = {
             "model": self.model.name, "source": self.model.source, "batch": self.model.batch,
             "inputs": [s.to_json() for s in self.model.inputs], "target": self.target_json,
-            "tvm_version": tvm.__version__, "tasks": [c.to_json() for c in self.choices],
+            "machine": machine_id(), "tvm_version": tvm.__version__, "tasks": [c.to_json() for c in self.choices],
             "load": "tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cpu())['main'](*inputs)",
         }
-        with open(path + ".json", "w") as f:
-            json.dump(meta, f, indent=1)
+        atomic_write(path + ".json", json.dumps(meta, indent=1))
         return path, path + ".json"
 
 
@@ -119,31 +126,39 @@ def _flatten(out: Any) -> list[np.ndarray]:
     return res
 
 
-def _best_config(task: Task, database: Any) -> tuple[Any | None, int, float | None]:
-    """The task's best verified stored config, its trial count and latency (ms)."""
+def _best_config(task: Task, database: Any) -> tuple[Any | None, int, float | None, str]:
+    """The task's best verified stored config on this machine, its trial count, latency (ms) and a
+    note on the records used (empty when they were timed as model tuning times them)."""
+    from ..measure import MeasureOptions
+    from ..tuners.records import measure_context, pick_context
+
     if database is None:
-        return None, 0, None
-    best = database.best(task.workload_key)
+        return None, 0, None, ""
     n = database.count(task.workload_key)
+    context, note = pick_context(database, task, measure_context(task, MeasureOptions.cold()))
+    best = database.best(task.workload_key, context) if context is not None else None
     if best is None:
-        return None, n, None
+        return None, n, None, note
     try:
-        return task.space.config_from_json({"knobs": best.config}), n, best.cost * 1e3
+        return task.space.config_from_json({"knobs": best.config}), n, best.cost * 1e3, note
     except Exception:  # noqa: BLE001 - a record of another space version
-        return None, n, None
+        return None, n, None, note
 
 
 def _schedule(task: Task, database: Any) -> tuple[Any, str, str, int, float | None]:
     """(scheduled PrimFunc, source, reason, trials, best ms) for one task."""
-    config, n, best_ms = _best_config(task, database)
-    reason = ""
+    config, n, best_ms, note = _best_config(task, database)
+    reason = f"{note}; " if note else ""
     if config is not None:
         try:
-            return task.instantiate(config)["main"], "tuned", f"best of {n} trials", n, best_ms
+            return task.instantiate(config)["main"], "tuned", f"best of {n} trials" + (f" ({note})" if note else ""), \
+                n, best_ms
         except Exception as e:  # noqa: BLE001
             reason = f"best record failed to apply ({str(e).splitlines()[0][:80]}); "
     elif database is None:
         reason = "no database; "
+    elif note:
+        pass  # the note says why no stored record applies
     elif n:
         reason = f"no successful verified trial among {n}; "
     else:

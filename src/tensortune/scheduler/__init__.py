@@ -111,8 +111,11 @@ class TaskScheduler:
 
     def load_bests(self) -> None:
         """Best stored latency of every task (before tuning, for the estimate and resumes)."""
+        from ..tuners.records import measure_context
+
         for out in self.outcomes.values():
-            best = self.database.best(out.mtask.task.workload_key)
+            task = out.mtask.task
+            best = self.database.best(task.workload_key, measure_context(task, self.measurer.options))
             out.trials_total = self.database.count(out.mtask.task.workload_key)
             if best is not None:
                 out.best_s = min(out.best_s, best.cost)

@@ -31,6 +31,10 @@ class TuneResult:
     verified: bool = False
     best_spread: float = 0.0  # (max - min) / median of the best config's repeats
     tuner_status: str = ""  # model-based tuners: model and transfer in one line
+    #: where the best came from: {"from": "this run"} or {"from": "database", "trial_id", "tuner", "timestamp"}
+    best_source: dict[str, Any] = field(default_factory=dict)
+    #: how every compared cost was measured: target, threads, timing and CPU (a MeasureContext)
+    context: Any = None
 
     @property
     def best_gflops(self) -> float:
@@ -49,8 +53,30 @@ class TuneResult:
             "errors": dict(self.errors),
             "best_spread": self.best_spread,
             "verified": self.verified,
+            "best_source": self.best_source or None,
+            "measured": _context_json(self.context),
             "stop_reason": self.stop_reason,
         }
+
+    def describe_source(self) -> str:
+        """Where the best came from and how it was measured, in one line."""
+        if not self.best_source:
+            return "no best"
+        src = self.best_source
+        where = "measured this run" if src["from"] == "this run" else (
+            f"stored trial {src['trial_id']} ({src['tuner'] or 'unknown tuner'}, "
+            f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(src['timestamp']))})")
+        return f"{where}; {self.context.describe()}" if self.context is not None else where
+
+
+def _context_json(context: Any) -> dict[str, Any] | None:
+    """A MeasureContext as the CLI's JSON (timing parsed)."""
+    if context is None:
+        return None
+    import json
+
+    return {"timing": json.loads(context.timing) if context.timing else None, "threads": context.threads,
+            "cpu_model": context.cpu_model, "target": json.loads(context.target)}
 
 
 class Tuner(ABC):
@@ -83,10 +109,14 @@ class Tuner(ABC):
         """Up to ``n`` unvisited valid configs to measure next (empty: nothing left)."""
 
     def update(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
-        """Learn from measured configs (the base records them as visited and tracks the best)."""
+        """Learn from measured configs (the base records them as visited and tracks the best).
+
+        A result marked unverified (``extra["verified"] is False``: a stored trial whose output
+        was never checked) is learnt from but never becomes the best.
+        """
         for c, r in zip(configs, results):
             self.visited.add(c.index)
-            if r.ok and r.cost < self.best_cost:
+            if r.ok and r.extra.get("verified") is not False and r.cost < self.best_cost:
                 self.best_cost, self.best_config, self.best_result = r.cost, c, r
 
     def load_history(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
@@ -105,16 +135,18 @@ class Tuner(ABC):
     ) -> TuneResult:
         """Measure up to ``n_trial`` configs; stop early on the time budget (seconds of wall
         time) or after ``early_stopping`` trials without improvement, or when the space is
-        exhausted. With a database, trials already stored for the task are loaded first
-        (never measured again, and this tuner's stored trials count against ``n_trial``)
-        and every new trial is committed as it completes.
+        exhausted. With a database, trials already stored for the task in this run's context
+        (same machine, threads and timing) are loaded first (never measured again, and this
+        tuner's stored trials count against ``n_trial``) and every new trial is committed as
+        it completes, with that context.
         """
-        from .records import history_from_db, record_trial
+        from .records import history_from_db, measure_context, record_trial
 
         start = time.perf_counter()
         done_before = 0
+        context = measure_context(self.task, measurer.options)
         if database is not None:
-            configs, results, done_before = history_from_db(database, self)
+            configs, results, done_before = history_from_db(database, self, context)
             if configs:
                 self.load_history(configs, results)
         errors: Counter = Counter()
@@ -126,7 +158,7 @@ class Tuner(ABC):
 
         def commit(inp: MeasureInput, res: MeasureResult) -> None:
             if database is not None:
-                record_trial(database, self, inp, res)
+                record_trial(database, self, inp, res, context)
 
         while measured < budget:
             if time_budget is not None and time.perf_counter() - start >= time_budget:
@@ -159,8 +191,12 @@ class Tuner(ABC):
                 cb(self, inputs, results)
         verified = self._verify_best(measurer)
         spread = self.best_result.spread if self.best_result is not None and verified else 0.0
+        source: dict[str, Any] = {}
+        if self.best_result is not None:
+            stored = self.best_result.extra.get("stored")
+            source = {"from": "database", **stored} if stored else {"from": "this run"}
         return TuneResult(self.task, self.best_config, self.best_cost, measured, errors, history, stop, verified, spread,
-                          getattr(self, "status", ""))
+                          getattr(self, "status", ""), source, context)
 
     def _unmeasured_default(self) -> Config | None:
         """The template's default config, if asked for and not measured yet."""

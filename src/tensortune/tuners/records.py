@@ -4,10 +4,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..database import Database, TaskRecord, TrialRecord
-from ..measure import ErrorKind, MeasureInput, MeasureResult
+from ..database import Database, MeasureContext, TaskRecord, TrialRecord
+from ..measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult
 from ..space import Config
-from ..target import target_key
+from ..target import cpu_model, target_key
 
 
 def tvm_version() -> str:
@@ -27,29 +27,42 @@ def ensure_task(db: Database, task: Any) -> None:
         ))
 
 
-def record_trial(db: Database, tuner: Any, inp: MeasureInput, res: MeasureResult) -> None:
-    """Commit one measured candidate (its task must be stored: :func:`ensure_task`)."""
+def measure_context(task: Any, options: MeasureOptions) -> MeasureContext:
+    """The context in which ``options`` measure ``task`` on this machine (see ``MeasureContext``)."""
+    return MeasureContext(target_key(task.target_json), int(options.threads), options.timing_key(), cpu_model())
+
+
+def record_trial(db: Database, tuner: Any, inp: MeasureInput, res: MeasureResult, context: MeasureContext) -> None:
+    """Commit one measured candidate (its task must be stored: :func:`ensure_task`) with the
+    context it was measured in (the thread count is the one the runner reports)."""
     db.add_trial(TrialRecord(
         workload_key=inp.task.workload_key, config_index=inp.config.index, config=inp.config.to_json()["knobs"],
         costs=list(res.costs), error=res.error.value, error_msg=res.error_msg, build_time=res.build_time,
         run_time=res.run_time, timestamp=res.timestamp or time.time(), tuner=tuner.name, seed=tuner.seed,
         tvm_version=tvm_version(), target=target_key(inp.task.target_json), threads=res.threads,
         verified=bool(res.extra.get("verified", False)), energy_j=res.energy_j,
+        timing=context.timing, cpu_model=context.cpu_model,
     ))
 
 
 def result_of(trial: TrialRecord) -> MeasureResult:
-    """A MeasureResult rebuilt from a stored trial."""
+    """A MeasureResult rebuilt from a stored trial; ``extra["stored"]`` says where it came from
+    and ``extra["verified"]`` whether its output was checked."""
+    stored = {"trial_id": trial.id, "tuner": trial.tuner, "timestamp": trial.timestamp}
     return MeasureResult(list(trial.costs), ErrorKind(trial.error), trial.error_msg, trial.build_time,
                          trial.run_time, trial.timestamp, trial.threads,
-                         extra={"verified": trial.verified})
+                         extra={"verified": trial.verified, "stored": stored})
 
 
-def history_from_db(db: Database, tuner: Any) -> tuple[list[Config], list[MeasureResult], int]:
-    """Configs and results stored for the tuner's task, and how many of them this tuner made."""
+def history_from_db(db: Database, tuner: Any, context: MeasureContext) -> tuple[list[Config], list[MeasureResult], int]:
+    """Configs and results stored for the tuner's task in ``context``, and how many of them this
+    tuner made. Trials of other contexts (another machine, thread count or timing mode) are
+    left out: their costs do not compare with this run's, and their configs may be measured again."""
     ensure_task(db, tuner.task)
     configs, results, mine = [], [], 0
     for t in db.trials(tuner.task.workload_key):
+        if t.context != context:
+            continue
         try:
             c = tuner.space.get(t.config_index)
         except IndexError:
@@ -58,3 +71,32 @@ def history_from_db(db: Database, tuner: Any) -> tuple[list[Config], list[Measur
         results.append(result_of(t))
         mine += t.tuner == tuner.name
     return configs, results, mine
+
+
+def pick_context(db: Database, task: Any, preferred: MeasureContext) -> tuple[MeasureContext | None, str]:
+    """The context whose best trial should stand for ``task`` on this machine, and why, in words.
+
+    In order: ``preferred`` itself; else, on this machine (same target and CPU model), the
+    context with the most verified trials; else trials whose CPU model was not recorded but whose
+    target matches (schema-1 records). Trials of other machines are never used: their costs
+    say nothing about this one. Returns (None, reason) when no context qualifies.
+    """
+    contexts = db.contexts(task.workload_key)
+    if not contexts:
+        return None, ""
+    if any(ctx == preferred for ctx, _ in contexts):
+        return preferred, ""
+    here = [ctx for ctx, _ in contexts if ctx.target == preferred.target and ctx.cpu_model == preferred.cpu_model]
+    if here:
+        return here[0], f"measured {here[0].describe()}, not {describe_timing_of(preferred)}"
+    legacy = [ctx for ctx, _ in contexts if ctx.target == preferred.target and not ctx.cpu_model]
+    if legacy:
+        return legacy[0], "CPU model and timing of the records not recorded"
+    return None, f"{sum(n for _, n in contexts)} verified trials, none measured on this machine ({preferred.cpu_model})"
+
+
+def describe_timing_of(context: MeasureContext) -> str:
+    """The timing and threads of ``context`` in words."""
+    from ..database import describe_timing
+
+    return f"{describe_timing(context.timing)}, {context.threads} threads"
