@@ -1,13 +1,25 @@
 # Quick start: `make demo` (set up + main job on defaults), `make test` (set up + test suite).
+# Needs Python 3.11 with its venv module (Debian/Ubuntu: python3.11-venv). On a plain Linux
+# machine, `make TORCH_INDEX=https://download.pytorch.org/whl/cpu ...` takes PyTorch's CPU build
+# (otherwise pip resolves torch==2.13.0 to the CUDA build, several GB).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+TORCH_VERSION := 2.13.0
+TORCH_INDEX ?=
 
-.PHONY: setup demo test bench-ceiling bench-overhead clean
+.PHONY: setup demo test bench-ceiling bench-overhead check-python clean
 
-$(VENV)/.installed: pyproject.toml
+check-python:
+	@if [ -z "$(PYTHON)" ] || ! "$(PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
+	  echo "tensortune needs Python 3.11 (found: $(if $(PYTHON),$$($(PYTHON) --version 2>&1 | head -n1),no python3)); install it, or run make PYTHON=/path/to/python3.11" >&2; exit 1; fi
+	@if ! "$(PYTHON)" -c 'import venv, ensurepip' 2>/dev/null; then \
+	  echo "$(PYTHON) has no venv/ensurepip module; install it (Debian/Ubuntu: apt install python3.11-venv)" >&2; exit 1; fi
+
+$(VENV)/.installed: pyproject.toml | check-python
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(if $(TORCH_INDEX),$(PY) -m pip install -q --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
 	$(PY) -m pip install -q -e ".[dev,bench]"
 	touch $@
 

@@ -37,8 +37,8 @@ class MeasureOptions:
         """Options that time a kernel as it runs inside a whole model: every run starts with its
         weights (every argument but the first) flushed from the caches, one run per repeat, 10
         repeats. A model's weights do not fit the caches (ResNet-18 47 MB, BERT-base 440 MB), so
-        a config tuned on hot caches can lose to the default in the model: seen here on BERT's
-        768x3072 dense, 2.80 vs 3.01 ms hot but 3.50 vs 3.14 ms cold. ``tensortune tune MODEL``
+        a config tuned on hot caches can lose to the default in the model (bert_base tuned hot
+        ran slower than untuned; tuned cold, faster: bench/results/models.md). ``tensortune tune MODEL``
         measures this way; ``tune-op`` keeps the hot defaults."""
         return cls(**{"flush_cache": True, "number": 1, "repeat": 10, "min_repeat_ms": 0, **overrides})
 
