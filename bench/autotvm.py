@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, load_workloads, machine_info, save_json  # noqa: E402
+from common import RESULTS, load_workloads, machine_info, save_figure, save_json, write_text  # noqa: E402
 
 DB_DIR = RESULTS / "autotvm"
 #: Searches start without the template's default config: it is within a few percent of the
@@ -217,7 +217,7 @@ def report_curves() -> None:
     lines += ["", f"autotvm matched random's final best within a third of the budget on **{wins} of "
               f"{sum(all(t in r for t in CURVE_TUNERS) for r in runs.values())}** layers."]
     md = "\n".join(lines) + "\n"
-    (RESULTS / "autotvm_curves.md").write_text(md)
+    write_text(RESULTS / "autotvm_curves.md", md)
     print(md)
     plot_curves(runs, "autotvm_curves", "Best GFLOPS vs trials / wall time (ResNet-18)")
 
@@ -253,7 +253,7 @@ def plot_curves(runs: dict[str, dict[str, Any]], name: str, title: str) -> None:
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{name}.png", dpi=100)
+    save_figure(fig, RESULTS / f"{name}.png", dpi=100)
 
 
 # ---------------------------------------------------------------- transfer
@@ -313,7 +313,7 @@ def report_transfer() -> None:
                      f"{rt if rt is not None else 'never'} | {'yes' if ok else 'no'} |")
         lines.append(f"|  | | | *{r['transfer']['status']}* | | |")
     md = "\n".join(lines) + "\n"
-    (RESULTS / "autotvm_transfer.md").write_text(md)
+    write_text(RESULTS / "autotvm_transfer.md", md)
     print(md)
     plot_curves({n: {"scratch": r["scratch"], "transfer": r["transfer"]} for n, r in saved["runs"].items()},
                 "autotvm_transfer", "autotvm from scratch vs with transfer from C1-C6")
@@ -361,7 +361,7 @@ def report_models() -> None:
             cells.append(" / ".join(f"{x:.0f}" for x in marks))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     md = "\n".join(lines) + "\n"
-    (RESULTS / "autotvm_models.md").write_text(md)
+    write_text(RESULTS / "autotvm_models.md", md)
     print(md)
     plot_curves(saved["runs"], "autotvm_models", "autotvm cost models: rank vs regression, XGBoost vs TreeGRU")
 

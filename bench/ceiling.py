@@ -1,6 +1,6 @@
 """The ceiling of the search spaces: the best each template reaches, next to the library.
 
-Tunes every workload of ``shared/bench/workloads.json`` (or the chosen groups) with one of
+Tunes every workload of ``bench/workloads.json`` (or the chosen groups) with one of
 tensortune's tuners until it converges (trial budget, or ``--early-stopping`` trials without
 improvement), then measures the best config and the same computation in numpy (matmul,
 dense, batch_matmul) or PyTorch (conv2d, depthwise) in the same run, interleaved
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GROUP_OPS, RESULTS, load_workloads, machine_info, save_json  # noqa: E402
+from common import GROUP_OPS, RESULTS, load_workloads, machine_info, save_figure, save_json, write_text  # noqa: E402
 
 TARGET_GROUPS = ("resnet18_conv2d", "square_matmul")
 
@@ -114,7 +114,7 @@ def report(rows: list[dict], a: argparse.Namespace, total_s: float) -> None:
         lines.append(f"| {r['name']} | {r['op']} | {r['ours_gflops']:.1f} | {r['library']} | {r['lib_gflops']:.1f} | "
                      f"{r['ratio']:.2f} | {r['trials']} |")
     md = "\n".join(lines) + "\n"
-    (RESULTS / f"{a.name}.md").write_text(md)
+    write_text(RESULTS / f"{a.name}.md", md)
     print("\n" + md)
     try:
         import matplotlib
@@ -131,7 +131,7 @@ def report(rows: list[dict], a: argparse.Namespace, total_s: float) -> None:
         ax.set_title(f"Search-space ceiling; median ratio on C1-C12 + MM = {med:.2f}")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
         fig.tight_layout()
-        fig.savefig(RESULTS / f"{a.name}.png", dpi=110)
+        save_figure(fig, RESULTS / f"{a.name}.png", dpi=110)
     except ImportError:
         print("matplotlib not installed: no plot")
 

@@ -1,4 +1,9 @@
-"""Shared helpers of the benchmark scripts: workloads, machine description, saving results."""
+"""Shared helpers of the benchmark scripts: workloads, machine description, saving results.
+
+Every result file (JSON, Markdown, CSV, PNG) is written atomically (:func:`write_text`,
+:func:`save_figure`, :func:`save_json`): a run stopped mid-write leaves the old file or the new
+one, never a truncated one.
+"""
 from __future__ import annotations
 
 import json
@@ -21,13 +26,17 @@ GROUP_OPS = {
 }
 
 
+#: The benchmark workloads, kept in the repository.
+WORKLOADS = ROOT / "bench" / "workloads.json"
+
+
 def workloads_path() -> Path:
-    """``$TENSORTUNE_WORKLOADS`` or ``shared/bench/workloads.json`` beside (or inside) the checkout."""
+    """``$TENSORTUNE_WORKLOADS`` when set, else ``bench/workloads.json`` of the repository."""
     env = os.environ.get("TENSORTUNE_WORKLOADS")
-    for p in ([Path(env)] if env else []) + [ROOT.parent / "shared/bench/workloads.json", ROOT / "shared/bench/workloads.json"]:
-        if p.is_file():
-            return p
-    raise SystemExit("workloads.json not found: set TENSORTUNE_WORKLOADS")
+    p = Path(env) if env else WORKLOADS
+    if not p.is_file():
+        raise SystemExit(f"workloads file {p} not found" + (" (from TENSORTUNE_WORKLOADS)" if env else ""))
+    return p
 
 
 def load_workloads(groups: list[str]) -> list[tuple[str, str, str, dict[str, int]]]:
@@ -43,15 +52,15 @@ def load_workloads(groups: list[str]) -> list[tuple[str, str, str, dict[str, int
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU, thread count and library versions recorded with every result."""
+    """CPU (``machine_id``: model, LLVM cpu, cores), thread count and library versions recorded with every result."""
     import numpy
     import tvm
 
-    from tensortune.target import cpu_count, host_target_json
+    from tensortune.target import cpu_count, host_target_json, machine_id
 
     info: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "python": platform.python_version(),
                             "tvm": tvm.__version__, "numpy": numpy.__version__, "cpus": cpu_count(),
-                            "target": host_target_json()}
+                            "target": host_target_json(), "machine_id": machine_id()}
     try:
         import torch
 
@@ -61,9 +70,24 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write a result file (Markdown, CSV, JSON text) atomically."""
+    from tensortune.utils.atomic import atomic_write
+
+    return atomic_write(path, text)
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], **savefig_kw: Any) -> Path:
+    """Write a Matplotlib figure atomically (a temporary file renamed over ``path``)."""
+    from tensortune.utils.atomic import atomic_path
+
+    target = Path(path)
+    with atomic_path(target, suffix=target.suffix) as tmp:
+        fig.savefig(tmp, format=target.suffix.lstrip(".") or None, **savefig_kw)
+    return target
+
+
 def save_json(name: str, payload: dict[str, Any]) -> Path:
-    """Write ``bench/results/NAME.json``."""
+    """Write ``bench/results/NAME.json`` atomically."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=1))
-    return path
+    return write_text(RESULTS / f"{name}.json", json.dumps(payload, indent=1))

@@ -29,12 +29,14 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, machine_info  # noqa: E402
+from common import RESULTS, machine_info, save_figure, write_text  # noqa: E402
 
 OUT = RESULTS / "models"
 DEFAULT_MODELS = ("resnet18", "mobilenet_v2", "bert_base")
 ONNX_NAME = "shufflenet_v2"
 SYSTEMS = ("tensortune tuned", "tensortune untuned", "pytorch", "onnxruntime")
+#: The timing label of a run whose tune JSON has no ``measure`` field (made before it was recorded).
+NOT_RECORDED = "not recorded"
 
 
 # ---------------------------------------------------------------- ShuffleNetV2 x1.0 (not in the zoo)
@@ -111,7 +113,7 @@ def _tensortune(args: list[str], out: Path) -> dict[str, Any]:
         raise SystemExit(f"tensortune {' '.join(args)} failed (exit {proc.returncode}); see {out.with_suffix('.log')}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     data["process_wall_s"] = time.monotonic() - t0
-    out.write_text(json.dumps(data, indent=1))
+    write_text(out, json.dumps(data, indent=1))
     return data
 
 
@@ -128,7 +130,7 @@ def tune_and_bench(model: str, name: str, budget: float, seed: int, extra: list[
     for r in bench["rows"]:
         lat = r["latency"]
         print(f"  {r['name']:20} {lat['median_ms'] if lat else float('nan'):9.2f} ms  {r['check']}", flush=True)
-    (OUT / f"{name}_machine.json").write_text(json.dumps(machine_info(), indent=1))
+    write_text(OUT / f"{name}_machine.json", json.dumps(machine_info(), indent=1))
 
 
 def cmd_run(a: argparse.Namespace) -> None:
@@ -176,6 +178,30 @@ def _default_latency(db_path: Path, workload_key: str) -> float | None:
     return trials[0].cost * 1e3 if trials else None
 
 
+def timing(tune: dict[str, Any]) -> str:
+    """How candidates were timed while tuning (``hot``/``cold``), or :data:`NOT_RECORDED` when the
+    tune JSON predates the ``measure`` field: never a guess."""
+    measure = tune.get("measure")
+    return measure.split(" ")[0] if measure else NOT_RECORDED
+
+
+def _machine_line(runs: list[tuple[str, Path]]) -> str:
+    """The machine of each run as recorded beside it (``NAME_machine.json``), saying where it was not."""
+    seen: dict[str, list[str]] = {}
+    for n, where in runs:
+        label = n if where == OUT else f"{n} ({where.name})"
+        f = where / f"{n}_machine.json"
+        m = json.loads(f.read_text()) if f.exists() else None
+        mid = (m or {}).get("machine_id", {})
+        key = ("not recorded" if m is None else
+               f"{m.get('target', {}).get('mcpu', '?')}, {m.get('cpus', '?')} cores "
+               f"({mid.get('cpu_model', 'CPU model not recorded')}), TVM {m.get('tvm', '?')}, "
+               f"torch {m.get('torch', '?')}")
+        seen.setdefault(key, []).append(label)
+    return "Machine: " + "; ".join(f"{k} for {', '.join(v)}" for k, v in seen.items()) + \
+        ". Ratios > 1 mean tensortune is faster."
+
+
 def report() -> None:
     """``models.md`` (comparison table, per-model task summary) and ``models.png``."""
     # results/models holds the runs; results/models/<sub>/ earlier or variant runs of the same models
@@ -184,8 +210,9 @@ def report() -> None:
     if not runs:
         raise SystemExit(f"no results under {OUT}")
     lines = ["# Whole models: tensortune (autotvm) vs PyTorch eager and ONNX Runtime", "",
-             "Timing: how candidates were timed while tuning; `hot` runs (warm caches) predate `tensortune tune "
-             "MODEL` switching to `cold` timing (`MeasureOptions.cold()`: weights flushed before every run).", "",
+             "Timing: how candidates were timed while tuning, as recorded by `tensortune tune --json` (`cold`: "
+             "`MeasureOptions.cold()`, weights flushed before every run; `hot`: caches warm); `not recorded`: the "
+             "run predates that record, so how it timed candidates is not known.", "",
              "Median latency (ms) of interleaved rounds at one thread count; every row's outputs were checked "
              "against the reference first (PyTorch for zoo models, ONNX Runtime for the ONNX file).", "",
              "| model | tuning | timing | tasks | tuned | untuned | PyTorch | ONNX Runtime | tuned vs PyTorch | "
@@ -193,18 +220,18 @@ def report() -> None:
     detail: list[str] = []
     for n, where in runs:
         tune, bench = _load(n, where)
-        timing = tune.get("measure", "hot (caches warm)").split(" ")[0]
+        how = timing(tune)
         rows = {r["name"]: r for r in bench["rows"]}
         med = {s: (rows[s]["latency"] or {}).get("median_ms") if s in rows else None for s in SYSTEMS}
         cell = lambda v: f"{v:.2f}" if v else "-"  # noqa: E731
         ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "-"  # noqa: E731
         ok = all(r["outputs_match"] for r in bench["rows"])
-        lines.append(f"| {n} | {tune['wall_s'] / 60:.0f} min | {timing} | {tune['tasks_measured']}/{len(tune['tasks'])} | "
+        lines.append(f"| {n} | {tune['wall_s'] / 60:.0f} min | {how} | {tune['tasks_measured']}/{len(tune['tasks'])} | "
                      f"{cell(med['tensortune tuned'])} | {cell(med['tensortune untuned'])} | {cell(med['pytorch'])} | "
                      f"{cell(med['onnxruntime'])} | {ratio(med['pytorch'], med['tensortune tuned'])} | "
                      f"{ratio(med['onnxruntime'], med['tensortune tuned'])} | "
                      f"{'match (' + bench['reference'] + ')' if ok else 'MISMATCH'} |")
-        detail += [f"## {n} ({timing} timing): heaviest tasks, as measured while tuning", "",
+        detail += [f"## {n} (timing: {how}): heaviest tasks, as measured while tuning", "",
                    "| task | calls | trials | default ms | best ms | speed-up |",
                    "|---|---:|---:|---:|---:|---:|"]
         for t in sorted(tune["tasks"], key=lambda t: -(t["weighted_ms"] or 0))[:8]:
@@ -212,12 +239,9 @@ def report() -> None:
             b = t["best_latency_ms"]
             detail.append(f"| {t['task']} | {t['weight']} | {t['trials']} | {cell(d)} | {cell(b)} | {ratio(d, b)} |")
         detail.append("")
-    found = sorted(OUT.glob("*_machine.json"))
-    machine = json.loads(found[0].read_text()) if found else {}
-    lines += ["", f"Machine: {machine.get('cpus', '?')} cores, TVM {machine.get('tvm', '?')}, "
-                  f"torch {machine.get('torch', '?')}; ratios > 1 mean tensortune is faster.", "", *detail]
+    lines += ["", _machine_line(runs), "", *detail]
     md = "\n".join(lines) + "\n"
-    (RESULTS / "models.md").write_text(md)
+    write_text(RESULTS / "models.md", md)
     print(md)
     _plot(runs)
 
@@ -238,10 +262,10 @@ def _plot(runs: list[tuple[str, Path]]) -> None:
                 [rows[s]["latency"]["p75_ms"] - v for s, v in zip(systems, vals)]]
         ax.bar(range(len(systems)), vals, yerr=errs, color=["C0", "C7", "C1", "C2"][:len(systems)])
         ax.set_xticks(range(len(systems)), [s.replace("tensortune ", "tt ") for s in systems], rotation=30, fontsize=8)
-        ax.set_title(f"{n} ({tune.get('measure', 'hot').split(' ')[0]})", fontsize=9)
+        ax.set_title(f"{n} (timing: {timing(tune)})", fontsize=9)
         ax.set_ylabel("ms (median)")
     fig.tight_layout()
-    fig.savefig(RESULTS / "models.png", dpi=110)
+    save_figure(fig, RESULTS / "models.png", dpi=110)
 
 
 def main() -> None:

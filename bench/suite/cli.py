@@ -7,16 +7,16 @@
     python -m bench report RESULTS
 
 ``run`` writes CSV and JSON into RESULTS (default ``bench/results/suite`` or, with ``--quick``,
-``bench/results/quick``) and resumes what an interrupted run left there; ``report`` turns a
-results folder into PNG plots and ``report.md``. Nothing else should run on the machine while
-it measures.
+``bench/results/quick``) and resumes what an interrupted run left there, if that was measured on
+this kind of machine with the same settings (else it refuses: see ``provenance.py``); ``report``
+turns a results folder into PNG plots and ``report.md``. Nothing else should run on the machine
+while it measures.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true")
     p = sub.add_parser("report", help="plots and report.md from a results folder")
     p.add_argument("results")
+    from .soak import add_parser as add_soak_parser  # faults at scale (bench/suite/soak.py)
+
+    add_soak_parser(sub)
     return ap
 
 
@@ -101,7 +104,7 @@ def select_workloads(names: tuple[str, ...]) -> list[tuple[str, str, str, dict[s
 def meta(s: Settings, threads: int, out: Path) -> dict[str, Any]:
     """Machine, libraries, seeds and settings of the run."""
     from ..common import machine_info
-    from . import energy
+    from . import energy, provenance
 
     info = machine_info()
     for lib in ("xgboost", "onnxruntime"):
@@ -109,11 +112,7 @@ def meta(s: Settings, threads: int, out: Path) -> dict[str, Any]:
             info[lib] = __import__(lib).__version__
         except ImportError:
             pass
-    try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                            text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
+    info["git_commit"], info["git_dirty"] = provenance.git_state(ROOT)
     return {"machine": info, "threads": threads, "settings": dataclasses.asdict(s), "energy": energy.probe(),
             "results": str(out)}
 
@@ -128,14 +127,18 @@ def cmd_run(a: argparse.Namespace) -> int:
     work = select_workloads(s.workloads) if "ops" in s.suites else []
     from tensortune.measure import MeasureOptions
 
+    from . import provenance
     from .store import RunDir
 
     out = Path(a.out) if a.out else (QUICK_OUT if a.quick else DEFAULT_OUT)
-    run = RunDir(out).create()
+    run = RunDir(out)
     m = meta(s, threads, out)
-    this = {"date": m["machine"]["date"], "commit": m["machine"].get("git_commit"), "settings": m["settings"],
-            "wall_s": 0.0}
-    m["runs"] = run.runs() + [this]
+    this = provenance.invocation(s, threads, m["machine"])
+    earlier = run.runs()
+    provenance.check_resume(out, earlier, run.has_results(), this)  # before anything is written
+    run.create()
+    run.invocation = len(earlier)  # stamped on every result this invocation stores
+    m["runs"] = earlier + [this]
     m["started"] = m["runs"][0]["date"]
     t0 = time.perf_counter()
     progress = not a.no_progress
@@ -151,7 +154,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         from .peak import measure_peak
 
         pk = measure_peak(threads)
-        run.write_json("peak", pk)
+        run.write_json("peak", run.stamp(pk))
         save_wall()
         print(f"peak {pk['peak_gflops']:.1f} GFLOP/s, bandwidth {pk['bandwidth_gbs']:.1f} GB/s ({threads} threads)",
               flush=True)
@@ -183,6 +186,10 @@ def cmd_report(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench``."""
     a = parser().parse_args(argv)
+    if a.cmd == "soak":
+        from .soak import cmd_soak
+
+        return cmd_soak(a)
     return cmd_run(a) if a.cmd == "run" else cmd_report(a)
 
 

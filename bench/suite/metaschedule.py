@@ -1,8 +1,17 @@
 """TVM's own tuner, MetaSchedule, driven so that it is measured like tensortune's tuners.
 
 MetaSchedule runs with its defaults (``tune_tir`` / ``tune_relax``: post-order-apply space,
-evolutionary search, XGBoost cost model, gradient task scheduler, its ``LocalBuilder`` and
-``LocalRunner`` on all cores), with three things added that do not change its search:
+evolutionary search, XGBoost cost model, gradient task scheduler, its build function with its
+30 s build timeout and its ``LocalRunner`` on all cores), with one change to how its builder
+keeps its processes and three things added that do not change its search:
+
+- its builder's worker processes are started once per benchmark process and import
+  ``tvm.s_tir.tensor_intrin`` when they start (:class:`PersistentBuilder`). MetaSchedule's own
+  ``LocalBuilder`` starts a new pool for every batch and imports that module inside the first
+  candidate's 30 s build timeout; the import runs TVMScript, which calls ``inspect.stack()``
+  hundreds of times, each walking all of ``sys.modules`` (thousands of modules once PyTorch is
+  loaded, as tvm-ffi loads it): 161 s here on an AMD EPYC znver3, so every candidate was killed.
+  tensortune's builder keeps its workers too, so this makes the two sides alike;
 
 - its builder is wrapped to time the building of each batch (:class:`TimedBuilder`); the
   running is the time from the end of the build to the first measure callback;
@@ -25,9 +34,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import functools
+import importlib
+
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import PyBuilder
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from tensortune.measure import MeasureOptions
@@ -54,6 +68,38 @@ class Clock:
     build_s: float = 0.0
     run_s: float = 0.0
     build_end: float = 0.0  # time.perf_counter() when the last batch finished building
+
+
+#: MetaSchedule's ``LocalBuilder`` default build timeout.
+MS_BUILD_TIMEOUT_S = 30.0
+
+
+@functools.lru_cache(maxsize=None)
+def _build_pool() -> PopenPoolExecutor:
+    """One pool of build workers per process, each importing the tensor intrinsics when it starts
+    (outside any candidate's timeout)."""
+    from tensortune.target import cpu_count
+
+    return PopenPoolExecutor(max_workers=cpu_count(), timeout=MS_BUILD_TIMEOUT_S,
+                             initializer=functools.partial(importlib.import_module, "tvm.s_tir.tensor_intrin"))
+
+
+@derived_object
+class PersistentBuilder(PyBuilder):
+    """MetaSchedule's ``LocalBuilder`` (its default build and export functions, its timeout and error
+    messages) on a pool of worker processes kept for the whole benchmark process."""
+
+    def build(self, build_inputs: list) -> list:
+        jobs = [(None, None, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]
+        results = []
+        for r in _build_pool().map_with_error_catching(lambda x: _worker_func(*x), jobs):
+            if r.status == StatusKind.COMPLETE:
+                results.append(BuilderResult(r.value, None))
+            elif r.status == StatusKind.TIMEOUT:
+                results.append(BuilderResult(None, f"LocalBuilder: Timeout, killed after {MS_BUILD_TIMEOUT_S:g} seconds"))
+            else:
+                results.append(BuilderResult(None, "LocalBuilder: An exception occurred\n" + str(r.value)))
+        return results
 
 
 @derived_object
@@ -135,7 +181,7 @@ class MSSession:
         callbacks = [BatchRecorder(self.on_batch, self.clock, self.deadline)]
         callbacks += list(ms.measure_callback.MeasureCallback.create("default"))
         # The runner is MetaSchedule's own: wrapping it in a PyRunner made its builds time out here.
-        return {"builder": TimedBuilder(ms.builder.LocalBuilder(), self.clock),
+        return {"builder": TimedBuilder(PersistentBuilder(), self.clock),
                 "runner": ms.runner.LocalRunner(evaluator_config=evaluator_config(self.options)),
                 "measure_callbacks": callbacks}
 

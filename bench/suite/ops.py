@@ -167,7 +167,11 @@ def _artifact(task: Task, curve: Curve, out_dir: str) -> str | None:
 
 def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOptions) -> dict[str, dict[str, Any]]:
     """Each tuner's best kernel timed again in ``rounds`` interleaved rounds (order rotated),
-    its output checked against the reference first. Returns tuner -> median ms, samples, check."""
+    its output checked against the reference before every round.
+
+    Returns tuner -> ``median_ms``, ``samples_ms``, ``check`` (``ok`` or why not) and ``verified``
+    (True only when every round's run checked the output and it matched; a kernel that is not
+    verified has no median)."""
     out: dict[str, dict[str, Any]] = {}
     tmp = tempfile.mkdtemp(prefix="tensortune-remeasure-")
     try:
@@ -180,6 +184,7 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
                 check[c.tuner] = "best kernel did not build" if c.best is not None else c.note or "no kernel"
         order = [t for t in libs if libs[t]]
         samples: dict[str, list[float]] = {t: [] for t in order}
+        verified = {t: True for t in order}
         with Measurer(options) as m:
             dummy = MeasureInput(task, task.default_config())  # the runner needs only the task
             for r in range(rounds if order else 0):
@@ -192,13 +197,16 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
                     res = m.runner.run([dummy], [BuildResult(copy)], check_correctness=True)[0]
                     if res.ok:
                         samples[tuner].append(res.cost)
+                        verified[tuner] = verified[tuner] and bool(res.extra.get("verified"))
                     else:
                         check[tuner] = f"{res.error.value}: {res.error_msg.splitlines()[0][:160] if res.error_msg else ''}"
         for c in curves:
             s = samples.get(c.tuner, [])
-            ok = check[c.tuner] == "ok" and bool(s)
+            ok = check[c.tuner] == "ok" and bool(s) and verified[c.tuner]
+            if check[c.tuner] == "ok" and not ok:
+                check[c.tuner] = "output not checked"
             out[c.tuner] = {"median_ms": statistics.median(s) * 1e3 if ok else None,
-                            "samples_ms": [x * 1e3 for x in s], "check": check[c.tuner]}
+                            "samples_ms": [x * 1e3 for x in s], "check": check[c.tuner], "verified": ok}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -6,6 +6,10 @@ quality per workload and tuner), ``breakdown.png`` (where each tuner's wall time
 ``roofline.png`` (each best kernel against the machine's measured roofline) and ``models.png``
 (whole-model latency against tuning wall time). ``report.md`` has the tables.
 
+Provenance: each table and figure comes with a ``Measured on ...`` line naming the machine
+(CPU model, LLVM cpu, cores) and the commit of the invocations that measured its numbers (from
+the ``run`` index each stored result carries; see ``provenance.py``).
+
 Time to quality: the quality target of a workload is ``quality`` (0.95) x the best GFLOP/s any
 tuner's search measured on it; a tuner's time to quality is the wall time of the first batch
 after which its own best reached that target (blank: never within the budget).
@@ -18,8 +22,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from ..common import save_figure, write_text
 from .config import METASCHEDULE
 from .peak import roofline
+from .provenance import commit_text, machine_of, measured_on
 from .store import RunDir
 
 COLORS = {"random": "tab:gray", "genetic": "tab:olive", "autotvm": "tab:blue", METASCHEDULE: "tab:red",
@@ -73,7 +79,7 @@ def _plt() -> Any:
 def _save(fig: Any, path: Path, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> Path:
     """Lay out (within ``rect``), write and close a figure."""
     fig.tight_layout(rect=rect)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     _plt().close(fig)
     return path
 
@@ -211,15 +217,17 @@ def write_report(path: Path) -> Path:
     models = run.read_json("models", {}) or {}
     mach = meta.get("machine", {})
     md = ["# tensortune benchmark report", ""]
-    md += [f"Machine: {mach.get('cpus', '?')} cores, target `{mach.get('target', {}).get('mcpu', '?')}`; "
+    md += [f"Libraries (recorded by the last invocation, {mach.get('date', '?')}): "
            f"Python {mach.get('python', '?')}, TVM {mach.get('tvm', '?')}, PyTorch {mach.get('torch', '?')}, "
-           f"XGBoost {mach.get('xgboost', '?')}, ONNX Runtime {mach.get('onnxruntime', '?')}; commit "
-           f"`{mach.get('git_commit', '?')}`; {meta.get('threads', '?')} threads for every kernel and framework; "
-           f"seed {settings.get('seed', '?')}.", ""]
+           f"XGBoost {mach.get('xgboost', '?')}, ONNX Runtime {mach.get('onnxruntime', '?')}; "
+           f"{meta.get('threads', '?')} threads for every kernel and framework; seed {settings.get('seed', '?')}. "
+           "The machine and commit of each table and figure are given beside it.", ""]
     md += ["Runs that wrote this folder (a stopped run resumes where it left off):", ""]
-    for r in runs:
+    for i, r in enumerate(runs):
         st = r.get("settings", {})
-        md.append(f"- {r.get('date', '?')}: {', '.join(st.get('suites', []))}; "
+        md.append(f"- {i + 1}. {r.get('date') or '?'} ("
+                  + (machine_of(r, meta) or "machine not recorded")
+                  + f", {commit_text(r)}): {', '.join(st.get('suites', []))}; "
                   + (f"tuners {', '.join(st.get('tuners', []))}, {st.get('budget')} trials; " if "ops" in
                      st.get("suites", []) else "")
                   + (f"models {', '.join(st.get('models', []))} with {', '.join(st.get('model_tuners', []))} for "
@@ -232,17 +240,23 @@ def write_report(path: Path) -> Path:
     md.append("Energy: " + ("RAPL domains " + ", ".join(energy.get("domains", [])) if energy.get("available")
                             else f"not available here ({energy.get('reason', 'not probed')})."))
     md.append("")
+    peak_on = measured_on(runs, meta, [peak.get("run")], "peak") if peak else ""
+    ops_on = measured_on(runs, meta, [s.get("run") for s in summary.values()], "ops") if summary else ""
+    models_on = measured_on(runs, meta, [x.get("run") for e in models.values() if "bench" in e
+                                         for x in (e, *e.get("systems", {}).values())], "models")
+    captions: dict[str, str] = {}
     if peak:
         md += [f"Ceiling: peak **{peak['peak_gflops']:.1f} GFLOP/s** float32 (TVM-built register-resident FMA kernel), "
                f"memory bandwidth **{peak['bandwidth_gbs']:.1f} GB/s** (parallel copy of {peak['copy_mib']} MiB), "
-               f"{peak['threads']} threads.", ""]
+               f"{peak['threads']} threads.", "", peak_on, ""]
     figures = []
     if summary:
         tuners = list(dict.fromkeys(t for s in summary.values() for t in s["tuners"]))
         md += [f"## Operators ({settings.get('budget', '?')} trials per tuner and workload)", "",
                "Final latency: each tuner's best kernel built again, output checked against the reference, timed in "
                f"{settings.get('rounds', '?')} interleaved rounds (median). GFLOP/s and fraction of the roofline "
-               "from that median; the order of the tuners rotates from one workload to the next.", "",
+               "from that median; the order of the tuners rotates from one workload to the next. The time to "
+               "quality and wall-time tables below come from the same workloads' runs.", "", ops_on, "",
                "| workload | " + " | ".join(f"{t} GFLOP/s" for t in tuners) + " | best / roofline |",
                "|---|" + "---:|" * (len(tuners) + 1)]
         points = []
@@ -316,12 +330,15 @@ def write_report(path: Path) -> Path:
         figures += [plot_curves(cv, path, "elapsed_s", "tuning wall time (s)", "curves_time.png"),
                     plot_curves(cv, path, "trials", "trials", "curves_trials.png"),
                     plot_ttq(ttq, tuners, path, budgets), plot_breakdown(split, path)]
+        captions.update({f.name: ops_on for f in figures})
         if peak and points:
             figures.append(plot_roofline(points, peak, path))
+            captions["roofline.png"] = f"Roofline: {peak_on} Kernels: {ops_on}"
     if any("bench" in m for m in models.values()):
         md += ["## Whole models", "",
                "Each system tuned for the same wall time, then all outputs checked against the reference on the same "
                "inputs and all timed in interleaved rounds at the same thread count (medians).", "",
+               models_on, "",
                "| model | system | tuning wall (min) | trials | latency (ms) | p25-p75 | vs PyTorch | outputs |",
                "|---|---|---:|---:|---:|---|---:|---|"]
         for m, entry in models.items():
@@ -350,8 +367,9 @@ def write_report(path: Path) -> Path:
                                    "had no candidate that built and ran; `compile_relax` leaves those unscheduled."
                                    if ms.get("tasks_without_valid") else ""), ""]
         figures.append(plot_models(models, path))
+        captions["models.png"] = models_on
     if figures:
-        md += ["## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]
-    out = path / "report.md"
-    out.write_text("\n".join(md))
-    return out
+        md += ["## Figures", ""]
+        for f in figures:
+            md += [f"![{f.stem}]({f.name})", "", f"{f.name}: {captions[f.name]}", ""]
+    return write_text(path / "report.md", "\n".join(md))

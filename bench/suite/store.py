@@ -1,6 +1,6 @@
 """The results folder of one benchmark run: CSV rows and JSON summaries, written atomically.
 
-    RESULTS/meta.json          machine, library versions, threads, seeds, arguments
+    RESULTS/meta.json          every invocation ("runs"): machine, commit, libraries, threads, settings
     RESULTS/ops_batches.csv    one row per batch per tuner per workload
     RESULTS/ops_summary.json   per workload: per tuner trials, wall time split, re-measured best
     RESULTS/models.json        per model: tuned latency and tuning wall time per system
@@ -8,32 +8,46 @@
     RESULTS/energy.json        RAPL energy, or why it is not available
 
 A workload's rows and summary are written together when all its tuners are done, so an
-interrupted run resumes at the first unfinished workload (``run.ops_done()``).
+interrupted run resumes at the first unfinished workload (``run.ops_done()``). Each stored
+result names the invocation that measured it (``"run"``: its index in ``meta.json``'s
+``runs``; a workload's summary stands for its CSV rows too); see ``provenance.py``.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from tensortune.utils.atomic import atomic_write
 
 OPS_COLUMNS = ("workload", "group", "op", "tuner", "seed", "batch", "trials", "elapsed_s", "best_ms", "batch_ok",
                "batch_errors", "search_s", "build_s", "run_s", "flops")
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+#: The files that hold measured results (a folder with any of them has numbers to protect).
+RESULT_FILES = ("ops_batches.csv", "ops_summary.json", "models.json", "peak.json")
 
 
 class RunDir:
-    """Reads and writes the files of one results folder."""
+    """Reads and writes the files of one results folder.
+
+    ``invocation`` is the index in ``meta.json``'s ``runs`` of the run writing the folder now:
+    :meth:`add_ops` and :meth:`stamp` record it with each result.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.invocation: int | None = None
+
+    def has_results(self) -> bool:
+        """True when the folder holds measured results."""
+        return any((self.path / f).exists() for f in RESULT_FILES)
+
+    def stamp(self, result: dict[str, Any]) -> dict[str, Any]:
+        """``result`` with ``"run"``: the invocation writing it (see the class)."""
+        return {**result, "run": self.invocation}
 
     def create(self) -> "RunDir":
         """Make the folder (and keep what is in it: runs resume)."""
@@ -54,7 +68,7 @@ class RunDir:
     def write_json(self, name: str, payload: Any) -> Path:
         """Write ``NAME.json`` atomically."""
         p = self.path / f"{name}.json"
-        _write(p, json.dumps(payload, indent=1, default=str))
+        atomic_write(p, json.dumps(payload, indent=1, default=str))
         return p
 
     # ------------------------------------------------------------ operator suite
@@ -106,7 +120,7 @@ class RunDir:
         w.writeheader()
         for r in keep + [{**r, "workload": workload} for r in rows]:
             w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in OPS_COLUMNS})
-        _write(self.path / "ops_batches.csv", buf.getvalue())
+        atomic_write(self.path / "ops_batches.csv", buf.getvalue())
         s = self.ops_summary()
-        s[workload] = summary
+        s[workload] = self.stamp(summary)
         self.write_json("ops_summary", s)

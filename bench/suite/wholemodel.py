@@ -16,6 +16,8 @@ terminated, so its wall time is at least that pass, whatever the budget (its C++
 
 Progress is saved per system in ``models.json``: an interrupted run tunes only the systems not
 done yet (a half-tuned tensortune database is discarded, so every system gets its budget once).
+Each system's entry and each model's (for its benchmark) carry ``"run"``, the invocation that
+measured them.
 """
 from __future__ import annotations
 
@@ -114,8 +116,8 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
             if entry["systems"].get(tuner, {}).get("ok"):
                 continue
             print(f"{key}: tensortune {tuner} for {budget_s:.0f} s", flush=True)
-            entry["systems"][tuner] = tune_tensortune(name, tuner, budget_s, seed, out_dir / f"{key}-{tuner}.db",
-                                                      out_dir / f"{key}.log")
+            entry["systems"][tuner] = run.stamp(tune_tensortune(name, tuner, budget_s, seed,
+                                                                out_dir / f"{key}-{tuner}.db", out_dir / f"{key}.log"))
             print(f"{key}: tensortune {tuner}: {entry['systems'][tuner]}", flush=True)
             run.write_json("models", saved)
             on_step()
@@ -128,6 +130,7 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
             except Exception as e:  # noqa: BLE001 - a failed peer is a recorded result
                 msg = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
                 entry["systems"][METASCHEDULE] = {"ok": False, "note": f"MetaSchedule failed: {msg}"}
+            entry["systems"][METASCHEDULE] = run.stamp(entry["systems"][METASCHEDULE])
             print(f"{key}: MetaSchedule: {entry['systems'][METASCHEDULE]}", flush=True)
             run.write_json("models", saved)
             on_step()
@@ -151,5 +154,6 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
             if r["name"] == "tensortune tuned":
                 r["name"] = first
         entry["bench"] = bench
+        entry["run"] = run.invocation  # the invocation that timed every system (see provenance.py)
         run.write_json("models", saved)
         on_step()

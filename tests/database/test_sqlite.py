@@ -8,7 +8,6 @@ import multiprocessing as mp
 import os
 import signal
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -148,13 +147,30 @@ def test_bad_paths(tmp_path: Path) -> None:
 
 # -- several processes --------------------------------------------------------------------------
 
-def _writer(path: str, tuner: str, n: int, barrier: mp.synchronize.Barrier) -> None:
+#: Trials each concurrent writer commits, and how many of them strictly alternate with the other's.
+N_EACH, LOCKSTEP = 200, 20
+
+
+def _writer(path: str, tuner: str, n: int, lockstep: int, barrier: mp.synchronize.Barrier,
+            mine: mp.synchronize.Semaphore, theirs: mp.synchronize.Semaphore) -> None:
+    """Commit trials 0..n-1 of ``tuner`` through one connection held open throughout.
+
+    The first ``lockstep`` trials alternate strictly with the other writer (a token passed
+    through two semaphores): both connections are open and committing in the same span of
+    time whatever the OS does with the processes. The rest are written as fast as possible,
+    interleaved or not.
+    """
     with Database(path) as db:
         db.add_task(make_task())
-        barrier.wait()
-        for i in range(n):
+        barrier.wait(60)
+        for i in range(lockstep):
+            if not mine.acquire(timeout=60):
+                raise TimeoutError(f"writer {tuner}: the other writer never passed the token back")
             db.add_trial(make_trial(i, cost=1e-3 * (i + 1), tuner=tuner))
-            time.sleep(0.0005)  # let the two writers interleave
+            theirs.release()
+        barrier.wait(60)  # both finished the alternating phase
+        for i in range(lockstep, n):
+            db.add_trial(make_trial(i, cost=1e-3 * (i + 1), tuner=tuner))
 
 
 def _endless_writer(path: str, conn: mp.connection.Connection) -> None:
@@ -167,20 +183,35 @@ def _endless_writer(path: str, conn: mp.connection.Connection) -> None:
 
 
 def test_two_processes_write_concurrently(tmp_path: Path) -> None:
+    """Two processes, each with its own open connection, commit trials into one database at
+    once: nothing is lost, nothing is duplicated, every commit is visible afterwards."""
     ctx = mp.get_context("spawn")
     path, barrier = str(tmp_path / "tune.db"), ctx.Barrier(2)
-    procs = [ctx.Process(target=_writer, args=(path, tuner, 200, barrier)) for tuner in ("a", "b")]
+    turn = {"a": ctx.Semaphore(1), "b": ctx.Semaphore(0)}  # "a" commits first
+    procs = [ctx.Process(target=_writer, args=(path, t, N_EACH, LOCKSTEP, barrier, turn[t], turn[o]))
+             for t, o in (("a", "b"), ("b", "a"))]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+        p.join(120)
+    codes = [p.exitcode for p in procs]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    assert codes == [0, 0]
     with Database(path) as db:
-        assert db.count() == 400 and len(db.tasks()) == 1
-        tuners = "".join(t.tuner for t in db.trials())
-        assert sorted(tuners) == ["a"] * 200 + ["b"] * 200
-        assert sum(x != y for x, y in zip(tuners, tuners[1:])) > 1  # they did overlap
-        assert db.measured_indices(KEY) == set(range(200))
+        assert len(db.tasks()) == 1  # both added the task: stored once
+        trials = db.trials()
+        assert db.count() == db.count(KEY) == len(trials) == 2 * N_EACH
+        assert len({t.id for t in trials}) == 2 * N_EACH
+        got = sorted((t.tuner, t.config_index) for t in trials)
+        assert got == [(t, i) for t in "ab" for i in range(N_EACH)]  # each trial exactly once
+        for t in trials:  # and stored whole
+            assert t == make_trial(t.config_index, cost=1e-3 * (t.config_index + 1), tuner=t.tuner)
+        # commit order is id order: the token-passing phase interleaves exactly
+        assert "".join(t.tuner for t in trials[:2 * LOCKSTEP]) == "ab" * LOCKSTEP
+        assert [t.config_index for t in trials[:2 * LOCKSTEP]] == [i for i in range(LOCKSTEP) for _ in "ab"]
+        assert db.measured_indices(KEY) == set(range(N_EACH))
         assert db.best(KEY).config_index == 0
         assert db._con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 

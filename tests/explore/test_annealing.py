@@ -66,7 +66,11 @@ def test_chains_persist_across_calls() -> None:
     np.testing.assert_array_equal(calls[0], kept)  # the second search starts where the first ended
     fresh = SimulatedAnnealing(space, n_chains=8, max_steps=30, seed=2, persistent=False)
     fresh.find_maximums(peak, 4)
-    assert fresh.points is not None
+    ended = fresh.points.copy()
+    restart: list[np.ndarray] = []
+    fresh.find_maximums(lambda pos: (restart.append(pos.copy()), peak(pos))[1], 4)
+    assert restart[0].shape == ended.shape
+    assert not np.array_equal(restart[0], ended)  # without persistence every search starts afresh
 
 
 def test_early_stop_and_step_cap() -> None:

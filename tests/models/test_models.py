@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tensortune.database import Database
-from tensortune.measure import Measurer
+from tensortune.measure import MeasureOptions, Measurer
 from tensortune.models.compile import compile_model, load_library, model_tasks
 from tensortune.models.importer import ModelError, load_model
 from tensortune.models.reference import OrtRunner, TorchRunner, compare_outputs, export_onnx
@@ -16,6 +16,12 @@ from tensortune.scheduler import RoundRobinScheduler, SequentialScheduler
 from tensortune.tuners import get_tuner
 
 from tiny import tiny
+
+
+def generous() -> MeasureOptions:
+    """Default measuring, with build and run limits only a hanging candidate reaches (a busy
+    2-core machine can take many seconds to compile)."""
+    return MeasureOptions(build_timeout=300.0, run_timeout=300.0)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +41,7 @@ def test_tasks_fuse_epilogues_and_fold_batch_norm(model):
     assert not any("subtract" in c or "divide" in c for c in classes)
     assert sum(t.weight for t in tasks) >= 4
     # every task's default config builds, runs and matches TVM's unscheduled function
-    with Measurer() as m:
+    with Measurer(generous()) as m:
         from tensortune.measure import MeasureInput
 
         res = m.measure([MeasureInput(t.task, t.task.default_config()) for t in tasks])
@@ -58,7 +64,7 @@ def test_tune_then_compile_uses_records_and_resumes(model, tmp_path):
     tasks = model_tasks(model)
     db = Database(str(tmp_path / "t.db"))
     make = lambda task, r: get_tuner("random", task, seed=r, batch_size=2)  # noqa: E731
-    with Measurer() as m:
+    with Measurer(generous()) as m:
         out = RoundRobinScheduler(tasks, make, m, db, trials_per_task=3, batch_size=2).run()
         assert all(db.count(t.task.workload_key) == 3 for t in tasks if t.tunable)
         assert all(o.best_s < float("inf") for o in out)

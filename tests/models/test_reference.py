@@ -246,28 +246,86 @@ def test_compare_ignores_nonfinite_reference_positions():
 # Timing
 # ------------------------------------------------------------------------------------------------
 
-def test_time_callable_respects_min_time_and_limits():
-    calls = []
-    runs = time_callable(lambda: calls.append(time.sleep(0.004)), min_time_s=0.06)
+class FakeClock:
+    """Stands in for ``time`` in :mod:`reference`: it moves only when a timed callable says so,
+    so the timing logic is checked exactly, whatever else runs on the machine."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def work(self, seconds: float, log: list | None = None):
+        """A callable that takes exactly ``seconds`` of this clock (and logs its calls)."""
+        def fn() -> None:
+            if log is not None:
+                log.append(seconds)
+            self.now += seconds
+        return fn
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    c = FakeClock()
+    monkeypatch.setattr(reference, "time", c)
+    return c
+
+
+def test_time_callable_respects_min_time_and_limits(clock):
+    calls: list[float] = []
+    runs = time_callable(clock.work(0.25, calls), min_time_s=1.0)  # binary fractions: exact sums
     assert len(calls) == len(runs) + 1  # one untimed warm-up
-    assert sum(runs) >= 0.06 - 0.006 and len(runs) <= 16
-    assert all(r >= 0.004 for r in runs)
-    assert len(time_callable(lambda: None, min_time_s=0.0)) == 1
-    assert len(time_callable(lambda: None, min_time_s=60.0, max_runs=7)) == 7
+    assert runs == [0.25] * 4  # stops at the first run that reaches min_time_s, not before
+    runs = time_callable(clock.work(0.25), min_time_s=1.1)
+    assert runs == [0.25] * 5
+    assert time_callable(clock.work(2.0), min_time_s=1.0) == [2.0]  # at least one run
+    assert len(time_callable(clock.work(0.5), min_time_s=0.0)) == 1
+    assert len(time_callable(clock.work(0.5), min_time_s=60.0, max_runs=7)) == 7
+    with pytest.raises(ValueError):
+        time_callable(clock.work(0.5), max_runs=0)
 
 
-def test_interleaved_latency_orders_and_scales():
-    res = interleaved_latency({"fast": lambda: time.sleep(0.002), "slow": lambda: time.sleep(0.006)},
-                              rounds=5, min_time_s=0.04)
+def test_time_callable_on_the_real_clock():
+    """Real sleeps: every timed run lasts at least the sleep, so at most min_time / sleep runs
+    are needed (an upper bound only; the machine may be slower, never faster)."""
+    calls = []
+    runs = time_callable(lambda: calls.append(time.sleep(0.004)), min_time_s=0.03)
+    assert len(calls) == len(runs) + 1
+    assert 1 <= len(runs) <= 8 and all(r >= 0.004 for r in runs)
+
+
+def test_interleaved_latency_orders_and_scales(clock):
+    res = interleaved_latency({"fast": clock.work(0.002), "slow": clock.work(0.006)}, rounds=5, min_time_s=0.04)
     assert list(res) == ["fast", "slow"]
     fast, slow = res["fast"], res["slow"]
     assert fast.samples == slow.samples == 5
-    assert fast.median_ms < slow.median_ms
-    assert 2.0 <= fast.median_ms <= 3.0 and 6.0 <= slow.median_ms <= 9.0
+    assert fast.median_ms == pytest.approx(2.0, rel=1e-9) and slow.median_ms == pytest.approx(6.0, rel=1e-9)
     for lat in (fast, slow):
+        assert lat.min_ms == pytest.approx(lat.max_ms, rel=1e-9)  # a constant-time callable has no spread
         assert lat.min_ms <= lat.p25_ms <= lat.median_ms <= lat.p75_ms <= lat.max_ms
-        assert lat.spread() >= 0
+        assert lat.spread() == pytest.approx(0.0, abs=1e-9)
     json.dumps(fast.to_json(), allow_nan=False)
+
+
+def test_interleaved_latency_takes_per_round_medians(clock):
+    """Warm-up calls are never timed, and each round contributes the median of its runs, so a
+    hiccup within a round moves nothing while slower rounds show up in the spread."""
+    def scripted(ms: list[float]):
+        it = iter(ms)
+
+        def fn() -> None:
+            clock.now += next(it) / 1e3
+        return fn
+
+    warm = 50.0  # every warm-up call is slow: it must not count
+    one_run = scripted([warm] + [warm, 3.0] + [warm, 1.0] + [warm, 2.0])  # min_time 0: one timed run a round
+    lat = interleaved_latency({"x": one_run}, rounds=3, min_time_s=0.0)["x"]
+    assert lat.samples == 3
+    assert (lat.min_ms, lat.median_ms, lat.max_ms) == pytest.approx((1.0, 2.0, 3.0))
+    hiccup = scripted([warm] + [warm, 1.0, 1.0, 10.0] * 3)  # 3 runs reach min_time; the 10 ms one is a hiccup
+    lat = interleaved_latency({"x": hiccup}, rounds=3, min_time_s=0.0025)["x"]
+    assert (lat.min_ms, lat.median_ms, lat.max_ms) == pytest.approx((1.0, 1.0, 1.0))
 
 
 def test_interleaved_latency_rotates_order(monkeypatch):

@@ -1,9 +1,13 @@
 """Recognising anchors, padding and epilogues in PrimFuncs."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
+import tvm
 from tvm import te, topi
 
+from tensortune.target import make_target
 from tensortune.task import Task
 from tensortune.task.pattern import analyze_func
 
@@ -44,6 +48,17 @@ def test_fused_conv_with_epilogue_gets_conv_template_and_runs():
     assert task.template_name == "conv2d" and task.name.startswith("conv2d-add-relu(")
     mod = task.instantiate(task.default_config())  # the epilogue is fused, the padding kept
     assert "T_add" not in mod.script() and "compute" in mod.script()
+    # ... and it runs: the scheduled kernel computes relu(conv(data, w) + b)
+    data, w, b = task.make_inputs(0)
+    ex = tvm.compile(mod, target=make_target(task.target_json))
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(task.output_buffer(), dev)
+    ex.mod["main"](*(tvm.runtime.tensor(x, dev) for x in (data, w, b)), out)
+    with torch.no_grad():
+        conv = torch.nn.functional.conv2d(torch.from_numpy(data), torch.from_numpy(w), padding=1)
+    expected = np.maximum(conv.numpy() + b, 0.0)
+    assert expected.shape == (1, 32, 14, 14) and (expected > 0).any() and (expected == 0).any()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_copy_stage_without_padding_is_inlined():

@@ -21,6 +21,18 @@ from tensortune.task import Task
 from tensortune.tuners import TUNERS, GeneticTuner, GridTuner, RandomTuner, get_tuner
 from tensortune.tuners.baselines import GA_ELITE_NUM, GA_MUTATION_PROB, GA_POP_SIZE
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _xgboost_one_thread():
+    """XGBoost on one thread: these fits have tens of rows, and with one OpenMP thread per core
+    on a busy 2-core machine every boosting round waits for a descheduled thread (tens of
+    times slower, same results)."""
+    import xgboost
+
+    with xgboost.config_context(nthread=1):
+        yield
+
+
 TUNER_NAMES = ["random", "grid", "genetic", "autotvm"]
 MATMUL = ("matmul", (32, 48, 64))
 
@@ -28,7 +40,8 @@ MATMUL = ("matmul", (32, 48, 64))
 # ---------------------------------------------------------------- fixtures and helpers
 @pytest.fixture(scope="module")
 def measurer():
-    m = Measurer(MeasureOptions(number=1, repeat=2, min_repeat_ms=1))
+    # limits only a hanging candidate reaches: real builds on a busy 2-core machine can be slow
+    m = Measurer(MeasureOptions(number=1, repeat=2, min_repeat_ms=1, build_timeout=300.0, run_timeout=300.0))
     m.start()
     yield m
     m.close()

@@ -4,13 +4,47 @@
 and restarts it after a crash. Its own timeout is answered by a thread inside the child,
 which cannot run while native code holds the interpreter; a watchdog here kills the child
 ``grace`` seconds after the deadline, so a hung candidate always ends.
+
+The child is started with PyTorch kept out of it (:data:`KEPT_OUT`): tvm-ffi imports PyTorch
+whenever it can, which makes every worker start (and every restart after a crashed
+candidate) seconds slower and makes TVMScript's ``inspect.stack()`` calls walk thousands of
+extra modules. Workers build and time TIR only; nothing in them needs PyTorch.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from typing import IO, Any, Callable
 
 from tvm.support.popen_pool import PopenWorker
+
+#: Modules a worker process may not import (an import raises ImportError, as if not installed).
+KEPT_OUT = ("torch",)
+_BOOT = ("import sys, runpy\n"
+         "for name in {kept!r}: sys.modules[name] = None\n"
+         "runpy.run_module('tvm.exec.popen_worker', run_name='__main__', alter_sys=True)\n")
+
+
+class _LeanPopenWorker(PopenWorker):
+    """TVM's ``PopenWorker`` whose child runs ``tvm.exec.popen_worker`` with :data:`KEPT_OUT` blocked.
+
+    Only the start of the process differs from TVM's (POSIX only; elsewhere TVM's own start)."""
+
+    def _start(self) -> None:
+        if self._proc is not None or sys.platform == "win32":
+            super()._start()
+            return
+        main_read, worker_write = os.pipe()
+        worker_read, main_write = os.pipe()
+        cmd = [sys.executable, "-c", _BOOT.format(kept=KEPT_OUT), str(worker_read), str(worker_write)]
+        self._proc = subprocess.Popen(cmd, pass_fds=(worker_read, worker_write), stdout=self._stdout,
+                                      stderr=self._stderr)
+        os.close(worker_read)
+        os.close(worker_write)
+        self._reader = os.fdopen(main_read, "rb")
+        self._writer = os.fdopen(main_write, "wb")
 
 #: Seconds past the deadline before the parent kills a child that did not answer.
 KILL_GRACE = 3.0
@@ -34,7 +68,7 @@ class Worker:
 
     def __init__(self, initializer: Callable[..., None] | None = None, initargs: tuple = (),
                  log: IO[Any] | None = None) -> None:
-        self._w = PopenWorker(initializer, initargs, stdout=log, stderr=log)
+        self._w = _LeanPopenWorker(initializer, initargs, stdout=log, stderr=log)
         self._lock = threading.Lock()
 
     def start(self) -> None:
