@@ -15,16 +15,6 @@ from tensortune.costmodel.xgb import (XGB_PARAMS, BootstrapEnsemble, XGBoostCost
 from tensortune.space import ConfigSpace
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _xgboost_one_thread():
-    """XGBoost on one thread: these fits have tens of rows, and with one OpenMP thread per core
-    on a busy 2-core machine every boosting round waits for a descheduled thread (tens of
-    times slower, same results)."""
-    import xgboost
-
-    with xgboost.config_context(nthread=1):
-        yield
-
 
 def make_task(key: str = "synthetic") -> SimpleNamespace:
     s = ConfigSpace()

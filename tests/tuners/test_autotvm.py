@@ -31,16 +31,6 @@ ZNVER4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-
 SMALL_SA = {"n_chains": 32, "max_steps": 60}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _xgboost_one_thread():
-    """XGBoost on one thread. These fits have tens of rows; with one OpenMP thread per core on
-    a busy 2-core machine every boosting round waits for a descheduled thread (seen here: a
-    120-trial run took 15 s instead of 0.4 s, with identical results)."""
-    import xgboost
-
-    with xgboost.config_context(nthread=1):
-        yield
-
 
 @pytest.fixture(scope="module")
 def conv_task() -> Task:

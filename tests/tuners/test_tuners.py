@@ -22,16 +22,6 @@ from tensortune.tuners import TUNERS, GeneticTuner, GridTuner, RandomTuner, get_
 from tensortune.tuners.baselines import GA_ELITE_NUM, GA_MUTATION_PROB, GA_POP_SIZE
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _xgboost_one_thread():
-    """XGBoost on one thread: these fits have tens of rows, and with one OpenMP thread per core
-    on a busy 2-core machine every boosting round waits for a descheduled thread (tens of
-    times slower, same results)."""
-    import xgboost
-
-    with xgboost.config_context(nthread=1):
-        yield
-
 
 TUNER_NAMES = ["random", "grid", "genetic", "autotvm"]
 MATMUL = ("matmul", (32, 48, 64))

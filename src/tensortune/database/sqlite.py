@@ -330,28 +330,22 @@ class Database:
         self.skipped_rows.add(row_id)
 
     def _valid_trials(self, rows: list[sqlite3.Row]) -> list[TrialRecord]:
-        out = []
-        for r in rows:
-            try:
-                trial = _row_to_trial(r)
-                trial.validate()
-            except (ValueError, TypeError, KeyError) as e:
-                self._skip(r["id"], "trial", str(e))
-                continue
-            out.append(trial)
-        return out
+        return self._valid(rows, "trial", "id", _row_to_trial)
 
     def _valid_tasks(self, rows: list[sqlite3.Row]) -> list[TaskRecord]:
+        return self._valid(rows, "task", "rowid", _row_to_task)
+
+    def _valid(self, rows: list[sqlite3.Row], what: str, id_col: str, convert: Callable[[sqlite3.Row], Any]) -> list:
+        """The records of ``rows`` that convert and validate; the others are skipped (:meth:`_skip`)."""
         out = []
         for r in rows:
             try:
-                task = TaskRecord(**{c: r[c] for c in _TASK_COLS})
-                TaskRecord.from_json(task.to_json())  # types
-                task.validate()
+                record = convert(r)
+                record.validate()
             except (ValueError, TypeError, KeyError) as e:
-                self._skip(r["rowid"], "task", str(e))
+                self._skip(r[id_col], what, str(e))
                 continue
-            out.append(task)
+            out.append(record)
         return out
 
     def close(self) -> None:
@@ -375,6 +369,11 @@ def _row_to_trial(row: sqlite3.Row) -> TrialRecord:
     values["config"], values["costs"] = json.loads(row["config"]), json.loads(row["costs"])
     values["verified"] = bool(row["verified"])
     return TrialRecord.from_json({**values, "id": row["id"]})
+
+
+def _row_to_task(row: sqlite3.Row) -> TaskRecord:
+    """Convert a ``tasks`` row into a :class:`TaskRecord` (types checked; ValueError if bad)."""
+    return TaskRecord.from_json({c: row[c] for c in _TASK_COLS})
 
 
 def _median_cost(costs_json: str, error: str) -> float | None:

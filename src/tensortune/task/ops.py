@@ -1,7 +1,7 @@
 """Operator definitions: TE compute, argument checks, FLOPs, numpy reference, features.
 
 Each op is an :class:`OpDef` in :data:`OPS`, reachable by its short name. Shapes follow
-``shared/bench/workloads.json``: NCHW for convolutions (batch 1), ``C[M,N] = A[M,K] x B[K,N]``
+``bench/workloads.json``: NCHW for convolutions (batch 1), ``C[M,N] = A[M,K] x B[K,N]``
 for matmul, ``B`` given as ``[N,K]`` for dense, ``A[b,M,K] x B[b,K,N]`` for batch_matmul.
 """
 from __future__ import annotations
