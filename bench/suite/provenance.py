@@ -181,9 +181,9 @@ def measured_on(runs: list[dict[str, Any]], meta: dict[str, Any], stamps: list[i
         hint = (f" (the folder's meta.json, written by its last invocation on {mach.get('date', '?')}, names "
                 f"{mach.get('target', {}).get('mcpu', '?')}, {mach.get('cpus', '?')} cores, CPU model not recorded)"
                 if mach else "")
-        where.append(f"a machine not recorded by invocation{'s' if len(missing) > 1 else ''} "
-                     f"{', '.join(missing)}{hint}")
+        where.append(f"a machine that invocation{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                     f"did not record{hint}")
     note = (f" (which result came from which invocation was not recorded: these are the invocations that ran "
             f"{part})" if guessed and len(idx) > 1 else
             f" (not recorded with the result: the only invocation that ran {part})" if guessed else "")
-    return f"Measured on {' and '.join(where)}, by {_runs_text(runs, idx)}{note}."
+    return f"Measured on {' and '.join(where)}; from {_runs_text(runs, idx)}{note}."

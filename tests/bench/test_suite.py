@@ -155,13 +155,13 @@ def test_old_folder_is_refused_and_reported_honestly(tmp_path: Path, monkeypatch
     run = RunDir(old)
     runs, meta = run.runs(), run.read_json("meta")
     line = provenance.measured_on(runs, meta, [None], "ops")  # its results name no invocation
-    assert line.startswith("Measured on a machine not recorded by invocations 1, 2 (the folder's meta.json, "
+    assert line.startswith("Measured on a machine that invocations 1, 2 did not record (the folder's meta.json, "
                            "written by its last invocation on 2026-11-22 10:09:37, names znver4, 2 cores, CPU model "
-                           "not recorded), by invocations 1 (2026-11-22 06:37:39, commit `0b6f769`, tree state not "
+                           "not recorded); from invocations 1 (2026-11-22 06:37:39, commit `0b6f769`, tree state not "
                            "recorded) and 2 (2026-11-22 09:44:13, commit `e543191`")
     assert line.endswith("these are the invocations that ran ops).")
     models = provenance.measured_on(runs, meta, [None], "models")  # the last invocation: meta.json's machine
-    assert models.startswith("Measured on znver4, 2 cores (CPU model not recorded), by invocation 3 (")
+    assert models.startswith("Measured on znver4, 2 cores (CPU model not recorded); from invocation 3 (")
     md = (OLD_SUITE / "report.md").read_text()  # the committed report says the same
     assert line in md and models in md
 
@@ -328,7 +328,7 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     assert "## Operators" in md and "| MMT |" in md and "## Whole models" in md and "Energy:" in md
     _check_report_numbers(md, run)
     # each table and figure says where it was measured: this machine, this commit, invocation 1
-    where = f"Measured on {provenance.machine_text(machine_id())}, by invocation 1 ({first['date']}, " \
+    where = f"Measured on {provenance.machine_text(machine_id())}; from invocation 1 ({first['date']}, " \
             f"{provenance.commit_text(first)})."
     sections = md.split("\n## ")
     assert where in next(x for x in sections if "Ceiling:" in x)
