@@ -42,7 +42,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -54,6 +53,13 @@ from typing import Any, Iterator, Sequence
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "bench" / "results" / "soak.json"
 DEFAULT_DB = ROOT / "bench" / "results" / "soak.db"
+def _git() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout (:func:`.provenance.git_state`)."""
+    from .provenance import git_state
+
+    return git_state(ROOT)
+
+
 #: The tuner that proposes candidates: uniform, so it meets faults at the planned rate.
 TUNER = "random"
 
@@ -280,18 +286,6 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def git_commit() -> str | None:
-    """The checkout's commit (``+dirty`` when the working tree has changes)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("+dirty" if dirty else "")) or None
-
-
 # ------------------------------------------------------------------------------------- the run
 def check_plan(db: Any, task: Any) -> None:
     """Refuse a database whose stored trials were made under another fault plan (rate)."""
@@ -369,7 +363,7 @@ def run_soak(s: SoakSettings, db_path: Path, out: Path | None = None, progress: 
            "stop_reason": res.stop_reason, "startup_s": round(startup_s, 2), "wall_s": round(wall_s, 2)}
     report = analyse(s, n_parallel, task, trials, best_db, res, verify, prior + sampler.samples, run)
     report.update({"benchmark": "soak", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_id(),
-                   "git_commit": git_commit(), "settings": {**asdict(s), "n_parallel": n_parallel, "tuner": TUNER},
+                   "git_commit": _git()[0], "git_dirty": _git()[1], "settings": {**asdict(s), "n_parallel": n_parallel, "tuner": TUNER},
                    "tolerances": {"memory_mib": MEM_TOL_MIB, "memory_frac": MEM_TOL_FRAC, "fds": FD_TOL,
                                   "throughput_keep": THROUGHPUT_KEEP, "session_share": SESSION_SHARE},
                    "task": {"name": task.name, "workload_key": task.workload_key, "template": faults.NAME,
