@@ -249,33 +249,28 @@ def cmd_best(a: argparse.Namespace) -> int:
     db = _open_db(a.db, readonly=True)
     from .task import Task
 
-    from .database import describe_timing
-
     rows = []
+    contexts = []
     try:
         for task, trial in db.best_all():
             try:
                 name = Task.from_json(json.loads(task.task_json)).name
             except Exception:  # noqa: BLE001 - a task this version cannot rebuild: still report it
                 name = f"{task.op}[{task.workload_key[:8]}]"
-            ctx = trial.context
+            contexts.append(trial.context)
             rows.append({"workload_key": task.workload_key, "task": name,
                          "best_config": trial.config, "best_latency_ms": trial.cost * 1e3,
                          "best_gflops": task.flops / trial.cost / 1e9, "tuner": trial.tuner,
                          "trial_id": trial.id, "trials": db.count(task.workload_key),
-                         "measured": {"timing": json.loads(ctx.timing) if ctx.timing else None, "threads": ctx.threads,
-                                      "cpu_model": ctx.cpu_model or None, "target": json.loads(ctx.target)}})
+                         "measured": trial.context.to_json()})
     finally:
         db.close()
     if a.json:
         print(json.dumps(rows))
     else:
-        for r in rows:
-            m = r["measured"]
-            how = (f"{describe_timing(json.dumps(m['timing'])) if m['timing'] else 'timing not recorded'}, "
-                   f"{m['threads']} threads, {m['cpu_model'] or 'CPU not recorded'}")
+        for r, ctx in zip(rows, contexts):
             print(f"{r['task']:<55} {r['best_latency_ms']:10.4f} ms {r['best_gflops']:8.1f} GFLOPS  "
-                  f"({r['trials']} trials, {r['tuner']}; {how})")
+                  f"({r['trials']} trials, {r['tuner']}; {ctx.describe()})")
         if not rows:
             print("no verified trials stored")
     return 0

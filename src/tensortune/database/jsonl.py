@@ -8,7 +8,6 @@ first bad line is named in a one-line :class:`DatabaseError`.
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import sqlite3

@@ -38,6 +38,16 @@ def _check(name: str, value: Any, kind: str) -> Any:
     raise ValueError(f"field {name!r}: expected {kind}, got {type(value).__name__}")
 
 
+def _check_json_object(name: str, text: str) -> None:
+    """Raise ValueError unless ``text`` is the JSON text of an object."""
+    try:
+        ok = isinstance(json.loads(text), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"field {name!r}: not the JSON text of an object")
+
+
 def _from_json(cls: type, data: Mapping[str, Any], kinds: Mapping[str, str]) -> Any:
     """Build a ``cls`` from a JSON object, checking types; unknown keys are ignored."""
     if not isinstance(data, Mapping):
@@ -79,12 +89,7 @@ class TaskRecord:
         if not math.isfinite(self.created) or self.created < 0:
             raise ValueError(f"field 'created': {self.created!r} is not a non-negative finite number")
         for name in ("task_json", "target"):
-            try:
-                ok = isinstance(json.loads(getattr(self, name)), dict)
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ValueError(f"field {name!r}: not the JSON text of an object")
+            _check_json_object(name, getattr(self, name))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TaskRecord:
@@ -179,12 +184,7 @@ class TrialRecord:
         if self.threads < 0:
             raise ValueError(f"field 'threads': {self.threads} is negative")
         if self.timing:
-            try:
-                ok = isinstance(json.loads(self.timing), dict)
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ValueError("field 'timing': not the JSON text of an object")
+            _check_json_object("timing", self.timing)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrialRecord:
@@ -203,6 +203,12 @@ class MeasureContext(NamedTuple):
     threads: int
     timing: str
     cpu_model: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The context as JSON for people and scripts: timing parsed (None: not recorded),
+        threads, CPU model (None: not recorded) and the target dict."""
+        return {"timing": json.loads(self.timing) if self.timing else None, "threads": self.threads,
+                "cpu_model": self.cpu_model or None, "target": json.loads(self.target)}
 
     def describe(self) -> str:
         """One line for people: timing, threads and CPU."""

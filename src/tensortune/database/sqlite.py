@@ -14,10 +14,8 @@ another tool, or by a version that checked less) are skipped with one warning pe
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -162,9 +160,8 @@ class Database:
         for statement in self.UPGRADABLE[version].split(";"):
             if statement.strip():
                 con.execute(statement)
-        rows = con.execute("SELECT id, costs, error FROM trials").fetchall()
         con.executemany("UPDATE trials SET cost = ? WHERE id = ?",
-                        [(_median_cost(r["costs"], r["error"]), r["id"]) for r in rows])
+                        [(_stored_cost(r), r["id"]) for r in con.execute("SELECT * FROM trials").fetchall()])
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(self.SCHEMA_VERSION),))
     def _create_schema(self, con: sqlite3.Connection) -> None:
         """Create the tables in a new file (another process may have just done so)."""
@@ -376,12 +373,11 @@ def _row_to_task(row: sqlite3.Row) -> TaskRecord:
     return TaskRecord.from_json({c: row[c] for c in _TASK_COLS})
 
 
-def _median_cost(costs_json: str, error: str) -> float | None:
-    """The median cost of a stored trial, or None when it failed or its costs are unusable."""
+def _stored_cost(row: sqlite3.Row) -> float | None:
+    """The ``cost`` column of a stored trial: its median cost, or None when it failed or is invalid."""
     try:
-        costs = json.loads(costs_json)
-        if error != "none" or not costs or not all(isinstance(c, (int, float)) and math.isfinite(c) for c in costs):
-            return None
-        return float(statistics.median(costs))
-    except (ValueError, TypeError):
+        trial = _row_to_trial(row)
+        trial.validate()
+    except (ValueError, TypeError, KeyError):
         return None
+    return trial.cost if trial.ok else None

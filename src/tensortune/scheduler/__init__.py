@@ -116,7 +116,7 @@ class TaskScheduler:
         for out in self.outcomes.values():
             task = out.mtask.task
             best = self.database.best(task.workload_key, measure_context(task, self.measurer.options))
-            out.trials_total = self.database.count(out.mtask.task.workload_key)
+            out.trials_total = self.database.count(task.workload_key)
             if best is not None:
                 out.best_s = min(out.best_s, best.cost)
 

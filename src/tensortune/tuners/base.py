@@ -54,7 +54,7 @@ class TuneResult:
             "best_spread": self.best_spread,
             "verified": self.verified,
             "best_source": self.best_source or None,
-            "measured": _context_json(self.context),
+            "measured": self.context.to_json() if self.context is not None else None,
             "stop_reason": self.stop_reason,
         }
 
@@ -67,16 +67,6 @@ class TuneResult:
             f"stored trial {src['trial_id']} ({src['tuner'] or 'unknown tuner'}, "
             f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(src['timestamp']))})")
         return f"{where}; {self.context.describe()}" if self.context is not None else where
-
-
-def _context_json(context: Any) -> dict[str, Any] | None:
-    """A MeasureContext as the CLI's JSON (timing parsed)."""
-    if context is None:
-        return None
-    import json
-
-    return {"timing": json.loads(context.timing) if context.timing else None, "threads": context.threads,
-            "cpu_model": context.cpu_model, "target": json.loads(context.target)}
 
 
 class Tuner(ABC):

@@ -39,7 +39,7 @@ def record_trial(db: Database, tuner: Any, inp: MeasureInput, res: MeasureResult
         workload_key=inp.task.workload_key, config_index=inp.config.index, config=inp.config.to_json()["knobs"],
         costs=list(res.costs), error=res.error.value, error_msg=res.error_msg, build_time=res.build_time,
         run_time=res.run_time, timestamp=res.timestamp or time.time(), tuner=tuner.name, seed=tuner.seed,
-        tvm_version=tvm_version(), target=target_key(inp.task.target_json), threads=res.threads,
+        tvm_version=tvm_version(), target=context.target, threads=res.threads,
         verified=bool(res.extra.get("verified", False)), energy_j=res.energy_j,
         timing=context.timing, cpu_model=context.cpu_model,
     ))
