@@ -158,6 +158,16 @@ class CountingDatabase:
         return getattr(self._db, name)
 
 
+def _child_pids() -> set[int]:
+    """Process ids of this process's children (and theirs) now."""
+    import psutil
+
+    try:
+        return {c.pid for c in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
 def _worker_pid(worker: Any) -> int | None:
     """The process id of a :class:`tensortune.measure.pool.Worker` now (None between restarts)."""
     proc = getattr(getattr(worker, "_w", None), "_proc", None)
@@ -198,7 +208,7 @@ class Sampler(threading.Thread):
 
     def __init__(self, measurer: Any, db_path: Path, key: str, session: int, path: Path, interval: float,
                  counting: CountingDatabase, before: int, before_errors: Counter, total: int,
-                 progress: bool) -> None:
+                 progress: bool, preexisting: set[int] = frozenset()) -> None:
         super().__init__(name="soak-sampler", daemon=True)
         self.measurer, self.db_path, self.key, self.session = measurer, db_path, key, session
         self.path, self.interval, self.counting = path, interval, counting
@@ -207,6 +217,8 @@ class Sampler(threading.Thread):
         self.t0 = time.perf_counter()
         self._stop_event = threading.Event()
         self._last_print = 0.0
+        #: children of this process from before its workers started: not the run's, never counted
+        self.preexisting = preexisting
 
     def take(self) -> dict[str, Any]:
         """One sample of every process, the database and the counters."""
@@ -217,8 +229,9 @@ class Sampler(threading.Thread):
         procs = {role: proc_stats(pid) for role, pid in roles(self.measurer).items()}
         me = psutil.Process()
         try:
-            kids = me.children()
-            zombies = sum(1 for c in me.children(recursive=True) if c.status() == psutil.STATUS_ZOMBIE)
+            kids = [c for c in me.children() if c.pid not in self.preexisting]
+            zombies = sum(1 for c in me.children(recursive=True)
+                          if c.pid not in self.preexisting and c.status() == psutil.STATUS_ZOMBIE)
         except psutil.Error:
             kids, zombies = [], 0
         build_dir = getattr(self.measurer.builder, "_dir", None)
@@ -342,11 +355,12 @@ def run_soak(s: SoakSettings, db_path: Path, out: Path | None = None, progress: 
                       f"{before} stored in {db_path}; session {session}; starting workers", flush=True)
             counting = CountingDatabase(db)
             t_start = time.perf_counter()
+            preexisting = _child_pids()  # not the run's workers (e.g. multiprocessing's resource tracker)
             with Measurer(opts) as m:
                 m.start()
                 startup_s = time.perf_counter() - t_start
                 sampler = Sampler(m, db_path, key, session, samples_path, s.sample_interval_s, counting, before,
-                                  before_errors, s.trials, progress)
+                                  before_errors, s.trials, progress, preexisting)
                 sampler.start()
                 tuner = get_tuner(TUNER, task, seed=s.seed, batch_size=s.batch_size)
                 try:
@@ -658,7 +672,7 @@ def plot(r: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tensortune.utils.atomic import atomic_path
+    from ..common import save_figure
 
     samples = r["samples"]
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
@@ -688,8 +702,7 @@ def plot(r: dict[str, Any], path: Path) -> None:
     fig.suptitle(f"soak: {r['task']['name']}, fault rate {s['fault_rate']:g}, {r['trials']['committed']} trials; "
                  f"{'PASS' if r['pass'] else 'FAIL'}", fontsize=10)
     fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
