@@ -33,11 +33,12 @@ def model():
 def test_tasks_fuse_epilogues_and_fold_batch_norm(model):
     tasks = model_tasks(model)
     classes = {t.kernel_class: t for t in tasks}
-    assert "conv2d-add-relu" in classes  # BN folded into the conv's constants: only a bias add remains
-    assert any(c.startswith("depthwise_conv2d-add-clip") for c in classes), classes
+    assert "conv2d_nchwc-add-relu" in classes  # BN folded into the conv's constants: only a bias add remains
+    assert any(c.startswith("depthwise_conv2d_nchwc-add-clip") for c in classes), classes
     assert "matmul-add" in classes
-    conv = classes["conv2d-add-relu"].task
-    assert conv.template_name == "conv2d" and conv.args == {"H": 16, "W": 16, "IC": 3, "OC": 8, "K": 3, "S": 1, "P": 1}
+    conv = classes["conv2d_nchwc-add-relu"].task
+    assert conv.template_name == "conv2d_nchwc"
+    assert conv.args == {"H": 16, "W": 16, "IC": 3, "OC": 8, "K": 3, "S": 1, "P": 1, "IB": 3, "OB": 8}
     assert not any("subtract" in c or "divide" in c for c in classes)
     assert sum(t.weight for t in tasks) >= 4
     # every task's default config builds, runs and matches TVM's unscheduled function

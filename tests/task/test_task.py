@@ -21,6 +21,11 @@ VALID = {
     "conv2d": ((11, 11, 4, 8, 3, 2, 1), 2 * 8 * 6 * 6 * 4 * 9, [[1, 4, 11, 11], [8, 4, 3, 3], [1, 8, 6, 6]]),
     # H, W, C, K, S, P: 12x12 pad 1 stride 1 -> 12x12
     "depthwise_conv2d": ((12, 12, 8, 3, 1, 1), 2 * 8 * 12 * 12 * 9, [[1, 8, 12, 12], [8, 1, 3, 3], [1, 8, 12, 12]]),
+    # H, W, IC, OC, K, S, P, IB, OB: the blocked forms (NCHW4c in, OIHW4i8o weight, NCHW8c out)
+    "conv2d_nchwc": ((11, 11, 8, 16, 3, 2, 1, 4, 8), 2 * 16 * 6 * 6 * 8 * 9,
+                     [[1, 2, 11, 11, 4], [2, 2, 3, 3, 4, 8], [1, 2, 6, 6, 8]]),
+    "depthwise_conv2d_nchwc": ((12, 12, 16, 3, 1, 1, 8), 2 * 16 * 12 * 12 * 9,
+                               [[1, 2, 12, 12, 8], [2, 1, 3, 3, 1, 8], [1, 2, 12, 12, 8]]),
 }
 
 MATMUL = ("matmul", (32, 48, 64))
@@ -125,6 +130,8 @@ def test_keys_differ_between_tasks() -> None:
     ("conv2d", (4, 4, 8, 16, 7, 1, 1)),          # 7 > 4 + 2
     ("conv2d", (10, 4, 8, 16, 7, 1, 1)),         # wide enough in H, not in W
     ("depthwise_conv2d", (3, 3, 8, 5, 1, 0)),
+    ("conv2d_nchwc", (10, 10, 12, 16, 3, 1, 1, 8, 8)),  # 12 input channels in blocks of 8
+    ("depthwise_conv2d_nchwc", (10, 10, 12, 3, 1, 1, 8)),
     ("matmul", (32, 4.5, 64)),
     ("matmul", (32, "48", 64)),
     ("matmul", (True, 48, 64)),
@@ -222,6 +229,30 @@ def test_depthwise_reference_matches_torch(shape) -> None:
     got = t.reference(x)
     assert list(got.shape) == t.out_shape
     np.testing.assert_allclose(got, torch_conv(t, x, groups=t.args["C"]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(11, 11, 8, 16, 3, 2, 1, 4, 8), (13, 13, 3, 8, 3, 1, 1, 3, 8), (7, 9, 16, 8, 1, 1, 0, 8, 4)])
+def test_conv2d_nchwc_reference_matches_torch(shape) -> None:
+    """The blocked conv is the NCHW conv with data NCHW{IB}c and weight OIHW{IB}i{OB}o (packed by hand here)."""
+    from tensortune.task.ops import block, unblock
+
+    t = Task.from_op("conv2d_nchwc", shape)
+    x, w = t.make_inputs(3)
+    IB, OB = t.args["IB"], t.args["OB"]
+    oco, ico, k, _, _, _ = w.shape
+    w_oihw = w.transpose(0, 5, 1, 4, 2, 3).reshape(oco * OB, ico * IB, k, k)  # [o, ob, i, ib, h, w]
+    ref = torch_conv(t, [unblock(x), np.ascontiguousarray(w_oihw)])
+    np.testing.assert_allclose(t.reference([x, w]), block(ref, OB), rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_nchwc_reference_matches_torch() -> None:
+    from tensortune.task.ops import block, unblock
+
+    t = Task.from_op("depthwise_conv2d_nchwc", (13, 13, 16, 3, 2, 1, 8))
+    x, w = t.make_inputs(4)
+    w_oihw = np.ascontiguousarray(w[:, 0, :, :, 0, :].transpose(0, 3, 1, 2).reshape(16, 1, 3, 3))
+    ref = torch_conv(t, [unblock(x), w_oihw], groups=16)
+    np.testing.assert_allclose(t.reference([x, w]), block(ref, 8), rtol=1e-4, atol=1e-4)
 
 
 # ---------------------------------------------------------------- PrimFunc tasks

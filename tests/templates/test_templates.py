@@ -40,6 +40,12 @@ OP_CASES = {
     "conv2d-odd-channels": ("conv2d", (9, 9, 3, 12, 3, 1, 1)),
     "depthwise": ("depthwise_conv2d", (12, 12, 8, 3, 1, 1)),
     "depthwise-stride2": ("depthwise_conv2d", (13, 13, 6, 3, 2, 1)),
+    # the blocked forms of a model's layout plan; 13 and 11 (prime) output widths: tail tiles
+    "conv2d-nchwc": ("conv2d_nchwc", (13, 13, 16, 16, 3, 1, 1, 8, 8)),
+    "conv2d-nchwc-stem": ("conv2d_nchwc", (21, 21, 3, 8, 3, 2, 1, 3, 8)),
+    "conv2d-nchwc-1x1": ("conv2d_nchwc", (9, 9, 8, 16, 1, 1, 0, 4, 8)),
+    "depthwise-nchwc": ("depthwise_conv2d_nchwc", (13, 13, 16, 3, 1, 1, 8)),
+    "depthwise-nchwc-stride2": ("depthwise_conv2d_nchwc", (17, 17, 8, 5, 2, 2, 8)),
 }
 
 
@@ -171,8 +177,24 @@ def test_template_splits_cover_the_task_axes() -> None:
     assert np.prod(c["tile_y"]) == 32 and np.prod(c["tile_x"]) == 48 and np.prod(c["tile_k"]) == 64
 
 
+@pytest.mark.parametrize("op,shape", [("conv2d_nchwc", (17, 17, 16, 16, 3, 1, 1, 8, 8)),
+                                      ("depthwise_conv2d_nchwc", (35, 35, 8, 3, 1, 1, 8))])
+def test_blocked_register_tiles_are_not_limited_to_divisors(op: str, shape) -> None:
+    """Prime and odd widths get full-width register tiles (a guarded tail), every one correct."""
+    task = Task.from_op(op, shape)
+    OW = task.out_shape[3]
+    widths = sorted({e[1] for e in task.space.knob("tile_x").entities})
+    assert any(OW % w for w in widths) and max(widths) >= 7
+    inputs = task.make_inputs(1)
+    ref = task.reference(inputs)
+    for w in (5, 7):
+        knobs = dict(task.default_config().knobs, tile_x=(-(-OW // w), w))
+        got = run_config(task, task.space.get(task.space.index_of(knobs)), inputs)
+        np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
+
+
 def test_get_template() -> None:
-    for name in ("gemm", "conv2d", "depthwise_conv2d", "generic", "none"):
+    for name in ("gemm", "conv2d", "conv2d_nchwc", "depthwise_conv2d", "depthwise_conv2d_nchwc", "generic", "none"):
         t = get_template(name)
         assert isinstance(t, Template) and t.name == name
     with pytest.raises(TemplateError):

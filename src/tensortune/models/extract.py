@@ -1,7 +1,8 @@
 """A model's tasks: legalize and fuse its Relax module, one task per distinct fused PrimFunc.
 
 The passes are TVM's own (the CPU pipeline's legalize stage): ``DecomposeOpsForInference,
-LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR``. Each fused PrimFunc
+LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR``, after the model's layout
+plan (:mod:`.layout`). Each fused PrimFunc
 becomes a :class:`~tensortune.task.Task` through :meth:`Task.from_fused` (op template for a
 recognised anchor, generic otherwise). Functions that the VM turns into a free view
 (pure reshapes) are not tasks. Structurally equal functions are one task whose weight is
@@ -38,12 +39,15 @@ class ModelTask:
 
 
 def fuse_passes() -> list[Any]:
-    """TVM's legalize-and-fuse passes, in order."""
+    """TVM's legalize-and-fuse passes, in order (blocked convolutions lowered by
+    :func:`tensortune.models.layout.legalize_conv2d`)."""
     from tvm import relax
 
+    from .layout import legalize_conv2d
+
     t = relax.transform
-    return [t.DecomposeOpsForInference(), t.LegalizeOps(), t.AnnotateTIROpPattern(), t.FoldConstant(), t.FuseOps(),
-            t.FuseTIR()]
+    return [t.DecomposeOpsForInference(), t.LegalizeOps({"relax.nn.conv2d": legalize_conv2d}), t.AnnotateTIROpPattern(),
+            t.FoldConstant(), t.FuseOps(), t.FuseTIR(), t.DeadCodeElimination()]
 
 
 def lower_to_fused(mod: Any, target: Any) -> Any:

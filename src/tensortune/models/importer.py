@@ -55,19 +55,43 @@ class Model:
     meta: dict[str, Any] = field(default_factory=dict)
     _fused: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def fused(self, target_json: dict[str, Any]) -> Any:
-        """The module legalized and fused for ``target_json`` (computed once per target:
-        tuning, compiling tuned and untuned all start from it)."""
+    def fused(self, target_json: dict[str, Any], layout: str | None = None) -> Any:
+        """The module with its layout plan (:mod:`.layout`), legalized and fused for
+        ``target_json`` (computed once per target and layout mode: tuning, compiling tuned and
+        untuned all start from it)."""
         from ..target import make_target, target_key
         from .extract import lower_to_fused
+        from .layout import DEFAULT_MODE, plan_layouts
 
-        key = target_key(target_json)
+        key = (target_key(target_json), layout or DEFAULT_MODE)
         if key not in self._fused:
+            target = make_target(target_json)
+            with target:
+                planned, plan = plan_layouts(self.mod, target_json, key[1])
             try:
-                self._fused[key] = lower_to_fused(self.mod, make_target(target_json))
-            except Exception as e:  # noqa: BLE001 - a graph TVM cannot legalize is bad input, not a crash
-                raise ModelError(f"{self.name}: TVM cannot legalize and fuse it: {_first_line(e)}") from None
-        return self._fused[key]
+                fused = lower_to_fused(planned, target)
+            except Exception as e:  # noqa: BLE001
+                if planned is self.mod:  # a graph TVM cannot legalize is bad input, not a crash
+                    raise ModelError(f"{self.name}: TVM cannot legalize and fuse it: {_first_line(e)}") from None
+                try:  # the plan made something TVM cannot lower: NCHW everywhere, said in the plan
+                    fused = lower_to_fused(self.mod, target)
+                except Exception as e2:  # noqa: BLE001
+                    raise ModelError(f"{self.name}: TVM cannot legalize and fuse it: {_first_line(e2)}") from None
+                from .layout import LayoutPlan
+
+                plan = LayoutPlan(key[1], 0, plan.convs, 0, f"lowering the planned graph failed: {_first_line(e)}")
+                for c in plan.convs:
+                    c.layout, c.reason = "NCHW", "layout plan could not be lowered"
+            self._fused[key] = (fused, plan)
+        return self._fused[key][0]
+
+    def layout_plan(self, target_json: dict[str, Any], layout: str | None = None) -> Any:
+        """The :class:`~tensortune.models.layout.LayoutPlan` of :meth:`fused`."""
+        from ..target import target_key
+        from .layout import DEFAULT_MODE
+
+        self.fused(target_json, layout)
+        return self._fused[(target_key(target_json), layout or DEFAULT_MODE)][1]
 
 
 def _first_line(e: BaseException) -> str:

@@ -15,7 +15,7 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
-SPLIT_POLICIES = ("factors", "power2")
+SPLIT_POLICIES = ("factors", "power2", "any")
 
 
 def _divisors(n: int) -> list[int]:
@@ -84,7 +84,9 @@ class SplitKnob(Knob):
 
     ``policy="factors"``: every exact factorisation. ``policy="power2"``: inner factors are
     powers of two (a non-divisible split leaves a partial tile, which TVM guards), the
-    outermost factor is the ceiling quotient. ``max_innermost`` bounds the innermost factor,
+    outermost factor is the ceiling quotient. ``policy="any"``: every inner factor up to
+    ``max_innermost`` (prime and odd extents get full-width register tiles; the template
+    handles the tail). ``max_innermost`` bounds the innermost factor,
     ``min_innermost`` asks for at least that (when the extent allows it).
     """
 
@@ -111,6 +113,8 @@ class SplitKnob(Knob):
     def _candidates(self, n: int) -> list[int]:
         if self.policy == "factors":
             return _divisors(n)
+        if self.policy == "any":
+            return list(range(1, min(n, self.max_innermost or n) + 1))
         out, p = [], 1
         while p <= n:
             out.append(p)
@@ -135,7 +139,7 @@ class SplitKnob(Knob):
             prod = math.prod(inner)
             outer = math.ceil(self.extent / prod)
             ent = (outer,) + inner
-            if self.policy == "power2" and self.num_outputs > 1 and prod > self.extent:
+            if self.policy in ("power2", "any") and self.num_outputs > 1 and prod > self.extent:
                 continue
             last = ent[-1]
             if self.max_innermost is not None and last > self.max_innermost:

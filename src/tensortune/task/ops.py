@@ -3,6 +3,14 @@
 Each op is an :class:`OpDef` in :data:`OPS`, reachable by its short name. Shapes follow
 ``bench/workloads.json``: NCHW for convolutions (batch 1), ``C[M,N] = A[M,K] x B[K,N]``
 for matmul, ``B`` given as ``[N,K]`` for dense, ``A[b,M,K] x B[b,K,N]`` for batch_matmul.
+
+The blocked convolutions are the forms a model's layout plan gives them
+(:mod:`tensortune.models.layout`): ``conv2d_nchwc`` reads data ``[1, IC/IB, H, W, IB]`` and a
+weight packed once at compile time as ``[OC/OB, IC/IB, K, K, IB, OB]`` (``OIHW{IB}i{OB}o``)
+and writes ``[1, OC/OB, OH, OW, OB]``; ``depthwise_conv2d_nchwc`` reads ``[1, C/B, H, W, B]``
+and ``[C/B, 1, K, K, 1, B]`` (``OIHW1i{B}o``). The same TE computes serve the model's
+legalization (:func:`conv2d_nchwc_te`, :func:`depthwise_nchwc_te`), so a standalone task and a
+model's function are one computation.
 """
 from __future__ import annotations
 
@@ -146,6 +154,96 @@ def _dw_compute(args: dict[str, int]) -> list:
     return [data, kernel, out]
 
 
+def conv2d_nchwc_te(data: "te.Tensor", kernel: "te.Tensor", S: int, P: int, out_dtype: str = "float32") -> "te.Tensor":
+    """Blocked conv2d: data ``[1, IC/IB, H, W, IB]``, kernel ``[OC/OB, IC/IB, K, K, IB, OB]``."""
+    from tvm import te, topi
+
+    _, ICo, H, W, IB = (int(d) for d in data.shape)
+    OCo, _, K, _, _, OB = (int(d) for d in kernel.shape)
+    OH, OW = conv_out(H, K, S, P), conv_out(W, K, S, P)
+    pad = topi.nn.pad(data, [0, 0, P, P, 0], [0, 0, P, P, 0], name="pad") if P else data
+    rco = te.reduce_axis((0, ICo), name="rco")
+    ry = te.reduce_axis((0, K), name="ry")
+    rx = te.reduce_axis((0, K), name="rx")
+    rci = te.reduce_axis((0, IB), name="rci")
+    return te.compute(
+        (1, OCo, OH, OW, OB),
+        lambda n, fo, y, x, fi: te.sum(
+            pad[n, rco, y * S + ry, x * S + rx, rci].astype(out_dtype) * kernel[fo, rco, ry, rx, rci, fi].astype(out_dtype),
+            axis=[rco, ry, rx, rci]),
+        name="conv_nchwc",
+    )
+
+
+def depthwise_nchwc_te(data: "te.Tensor", kernel: "te.Tensor", S: int, P: int, out_dtype: str = "float32") -> "te.Tensor":
+    """Blocked depthwise conv2d: data ``[1, C/B, H, W, B]``, kernel ``[C/B, 1, K, K, 1, B]``."""
+    from tvm import te, topi
+
+    _, Co, H, W, B = (int(d) for d in data.shape)
+    K = int(kernel.shape[2])
+    OH, OW = conv_out(H, K, S, P), conv_out(W, K, S, P)
+    pad = topi.nn.pad(data, [0, 0, P, P, 0], [0, 0, P, P, 0], name="pad") if P else data
+    ry = te.reduce_axis((0, K), name="ry")
+    rx = te.reduce_axis((0, K), name="rx")
+    return te.compute(
+        (1, Co, OH, OW, B),
+        lambda n, c, y, x, ci: te.sum(
+            pad[n, c, y * S + ry, x * S + rx, ci].astype(out_dtype) * kernel[c, 0, ry, rx, 0, ci].astype(out_dtype),
+            axis=[ry, rx]),
+        name="dw_nchwc",
+    )
+
+
+def _conv2d_nchwc_compute(args: dict[str, int]) -> list:
+    from tvm import te
+
+    H, W, IC, OC, K, IB, OB = (args[n] for n in ("H", "W", "IC", "OC", "K", "IB", "OB"))
+    data = te.placeholder((1, IC // IB, H, W, IB), name="data")
+    kernel = te.placeholder((OC // OB, IC // IB, K, K, IB, OB), name="kernel")
+    return [data, kernel, conv2d_nchwc_te(data, kernel, args["S"], args["P"])]
+
+
+def _dw_nchwc_compute(args: dict[str, int]) -> list:
+    from tvm import te
+
+    H, W, C, K, B = (args[n] for n in ("H", "W", "C", "K", "B"))
+    data = te.placeholder((1, C // B, H, W, B), name="data")
+    kernel = te.placeholder((C // B, 1, K, K, 1, B), name="kernel")
+    return [data, kernel, depthwise_nchwc_te(data, kernel, args["S"], args["P"])]
+
+
+def unblock(x: np.ndarray) -> np.ndarray:
+    """``[N, C/b, H, W, b]`` -> ``[N, C, H, W]``."""
+    n, co, h, w, b = x.shape
+    return x.transpose(0, 1, 4, 2, 3).reshape(n, co * b, h, w)
+
+
+def block(x: np.ndarray, b: int) -> np.ndarray:
+    """``[N, C, H, W]`` -> ``[N, C/b, H, W, b]``."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _conv_nchwc_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    data, kernel = unblock(inputs[0]), inputs[1]
+    oco, ico, k, _, ib, ob = kernel.shape
+    w = kernel.transpose(0, 5, 1, 4, 2, 3).reshape(oco * ob, ico * ib, k, k)
+    return block(_conv_reference(args, [data, w], groups=False), args["OB"])
+
+
+def _dw_nchwc_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    data, kernel = unblock(inputs[0]), inputs[1]
+    co, _, k, _, _, b = kernel.shape
+    w = kernel[:, 0, :, :, 0, :].transpose(0, 3, 1, 2).reshape(co * b, 1, k, k)
+    return block(_conv_reference(args, [data, w], groups=True), args["B"])
+
+
+def _blocks_divide(args: dict[str, int], pairs: Sequence[tuple[str, str]]) -> None:
+    for c, b in pairs:
+        if args[c] % args[b]:
+            raise OpError(f"channel count {c}={args[c]} is not a multiple of its block {b}={args[b]}")
+
+
 def _conv_reference(args: dict[str, int], inputs: Sequence[np.ndarray], groups: bool) -> np.ndarray:
     data, kernel = inputs[0][0], inputs[1]
     K, S, P = args["K"], args["S"], args["P"]
@@ -185,6 +283,20 @@ OPS: dict[str, OpDef] = {
         "depthwise_conv2d", ("H", "W", "C", "K", "S", "P"), "depthwise_conv2d", "depthwise_conv2d", _dw_compute,
         lambda a: 2.0 * a["C"] * conv_out(a["H"], a["K"], a["S"], a["P"]) * conv_out(a["W"], a["K"], a["S"], a["P"]) * a["K"] ** 2,
         lambda a, x: _conv_reference(a, x, groups=True), lambda a: _conv_check(a, ["C"]),
+    ),
+    "conv2d_nchwc": OpDef(
+        "conv2d_nchwc", ("H", "W", "IC", "OC", "K", "S", "P", "IB", "OB"), "conv2d_nchwc", "conv2d_nchwc",
+        _conv2d_nchwc_compute,
+        lambda a: 2.0 * a["OC"] * conv_out(a["H"], a["K"], a["S"], a["P"]) * conv_out(a["W"], a["K"], a["S"], a["P"]) * a["IC"] * a["K"] ** 2,
+        _conv_nchwc_reference,
+        lambda a: (_conv_check(a, ["IC", "OC", "IB", "OB"]), _blocks_divide(a, [("IC", "IB"), ("OC", "OB")])),
+    ),
+    "depthwise_conv2d_nchwc": OpDef(
+        "depthwise_conv2d_nchwc", ("H", "W", "C", "K", "S", "P", "B"), "depthwise_conv2d_nchwc",
+        "depthwise_conv2d_nchwc", _dw_nchwc_compute,
+        lambda a: 2.0 * a["C"] * conv_out(a["H"], a["K"], a["S"], a["P"]) * conv_out(a["W"], a["K"], a["S"], a["P"]) * a["K"] ** 2,
+        _dw_nchwc_reference,
+        lambda a: (_conv_check(a, ["C", "B"]), _blocks_divide(a, [("C", "B")])),
     ),
 }
 

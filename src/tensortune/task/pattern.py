@@ -11,6 +11,9 @@ Recognised anchors (a multiply-accumulate reduction block ``C += X * Y``):
 - ``conv2d``: ``out[n,f,y,x] += data[n, rc, y*S+ry, x*S+rx] * w[f, rc, ry, rx]``, square
   kernel and stride, no dilation, batch 1, optional symmetric zero padding stage.
 - ``depthwise_conv2d``: the same with ``data[n, f(+rc), ...]`` and ``w[f, 0|rc, ry, rx]``.
+- ``conv2d_nchwc``: ``out[n,fo,y,x,fi] += data[n, rco, y*S+ry, x*S+rx, rci] * w[fo, rco, ry, rx, rci, fi]``
+  (the blocked form a model's layout plan gives it, see :mod:`tensortune.task.ops`).
+- ``depthwise_conv2d_nchwc``: ``out[n,c,y,x,ci] += data[n, c, y*S+ry, x*S+rx, ci] * w[c, 0, ry, rx, 0, ci]``.
 - ``matmul`` / ``dense`` / ``batch_matmul``: one reduction variable ``k``,
   ``out[..., i, j] += A[..., i, k] * B[..., k, j]`` (``B[..., j, k]``: dense).
 """
@@ -43,7 +46,8 @@ class FuncPattern:
         """The whole fused pattern, e.g. ``conv2d-add-relu`` (``generic`` without an anchor)."""
         if self.op is None:
             return "generic"
-        return "-".join((self.op, *self.epilogue_ops))
+        name = "-".join((self.op, *self.epilogue_ops))
+        return name.replace("maximum-minimum", "clip").replace("relu-minimum", "clip")  # clip as the layout plan writes it
 
 
 # ---------------------------------------------------------------- small expression helpers
@@ -284,6 +288,8 @@ def _gemm(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any
 
 # ---------------------------------------------------------------- convolutions
 def _conv(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any]) -> FuncPattern:
+    if len(b.store.indices) == 5:
+        return _conv_nchwc(b, x, y, before, common)
     out_idx = [_plain_var(e) for e in b.store.indices]
     if len(out_idx) != 4 or any(v is None for v in out_idx) or out_idx != b.spatial or b.vars[:4] != out_idx:
         return _generic("reduction output is not NCHW indexed by its loops")
@@ -362,6 +368,74 @@ def _conv(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any
     return FuncPattern(op, args, pad=pad_block, weight_read=reads.index(wh), prologue=prologue, **common)
 
 
+def _conv_nchwc(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any]) -> FuncPattern:
+    """The blocked convolutions (see the module doc)."""
+    out_idx = [_plain_var(e) for e in b.store.indices]
+    if any(v is None for v in out_idx) or out_idx != b.spatial or b.vars[:5] != out_idx:
+        return _generic("reduction output is not NCHWc indexed by its loops")
+    n, fo, oy, ox, fi = out_idx
+    if b.extent(n) != 1:
+        return _generic("batch > 1 convolution")
+    red = b.reduction
+    for data, weight in ((x, y), (y, x)):
+        if len(data.indices) == 5 and len(weight.indices) == 6:
+            break
+    else:
+        return _generic("no blocked [O, I, KH, KW, i, o] weight operand")
+    wv = [_plain_var(e) for e in weight.indices]
+    lin = [_linear(e) for e in data.indices]
+    if any(v is None for v in lin):
+        return _generic("non-linear data index")
+    if len(red) == 4:
+        rco, ry, rx, rci = red
+        op = "conv2d_nchwc"
+        if wv != [fo, rco, ry, rx, rci, fi] or lin[1] != ({rco: 1}, 0) or lin[4] != ({rci: 1}, 0):
+            return _generic("blocked conv2d operands are not indexed as the template expects")
+    elif len(red) == 2:
+        ry, rx = red
+        op = "depthwise_conv2d_nchwc"
+        if wv[0] != fo or wv[2:4] != [ry, rx] or wv[5] != fi or lin[1] != ({fo: 1}, 0) or lin[4] != ({fi: 1}, 0):
+            return _generic("blocked depthwise operands are not indexed as the template expects")
+    else:
+        return _generic(f"{len(red)} reduction variables in a blocked convolution")
+    (c_n, _), (c_y, off_y), (c_x, off_x) = lin[0], lin[2], lin[3]  # type: ignore[misc]
+    if c_n != {n: 1} or c_y.keys() != {oy, ry} or c_x.keys() != {ox, rx} or off_y or off_x:
+        return _generic("data spatial index is not y*S + ry")
+    S, SW = c_y[oy], c_x[ox]
+    if S != SW or c_y[ry] != 1 or c_x[rx] != 1:
+        return _generic("non-square stride or dilation")
+    KH, KW = b.extent(ry), b.extent(rx)
+    wshape, dshape = _shape(_load_buffer(weight)), _shape(_load_buffer(data))
+    if KH != KW or wshape is None or dshape is None:
+        return _generic("non-square kernel or symbolic shapes")
+    pad_block, P, H, W = None, 0, dshape[2], dshape[3]
+    dh = _load_buffer(data).__chandle__()
+    writers = [p for p in before if any(w.__chandle__() == dh for w in p.write_buffers)]
+    if writers:
+        padded = _pad_amount(writers[-1])
+        if padded is None:
+            return _generic("data produced by a stage that is not zero padding")
+        P, H, W = padded
+        pad_block = writers[-1].name if P else None
+        if dshape[2] != H + 2 * P or dshape[3] != W + 2 * P:
+            return _generic("asymmetric padding")
+    OH, OW = b.extent(oy), b.extent(ox)
+    if (H + 2 * P - KH) // S + 1 != OH or (W + 2 * P - KW) // S + 1 != OW:
+        return _generic("output size does not follow from the input, kernel, stride and padding")
+    if op == "conv2d_nchwc":
+        IB, OB = wshape[4], wshape[5]
+        args = {"H": H, "W": W, "IC": wshape[1] * IB, "OC": b.extent(fo) * OB, "K": KH, "S": S, "P": P, "IB": IB, "OB": OB}
+    else:
+        B = wshape[5]
+        if wshape[1] != 1 or wshape[4] != 1 or dshape[1] != b.extent(fo):
+            return _generic("blocked depthwise channel multiplier != 1")
+        args = {"H": H, "W": W, "C": b.extent(fo) * B, "K": KH, "S": S, "P": P, "B": B}
+    reads = [r.__chandle__() for r in b.reads]
+    prologue = tuple(p.name for p in before if p.name != pad_block)  # a P = 0 copy stage is inlined
+    return FuncPattern(op, args, pad=pad_block, weight_read=reads.index(_load_buffer(weight).__chandle__()),
+                       prologue=prologue, **common)
+
+
 def _pad_amount(pb: _Block) -> tuple[int, int, int] | None:
     """``(P, H, W)`` of a zero-padding block ``out[n,c,y,x] = if(in range) in[n,c,y-P,x-P] else 0``."""
     if pb.reduction or type(pb.store).__name__ != "BufferStore":
@@ -375,13 +449,13 @@ def _pad_amount(pb: _Block) -> tuple[int, int, int] | None:
             return None
     else:
         return None
-    if not _is_load(load) or len(load.indices) != 4:
+    if not _is_load(load) or len(load.indices) not in (4, 5):  # NCHW or NCHW{c}c
         return None
     lin = [_linear(e) for e in load.indices]
     if any(v_ is None for v_ in lin):
         return None
     py, px = -lin[2][1], -lin[3][1]  # type: ignore[index]
-    if py != px or py < 0 or lin[0][1] or lin[1][1]:  # type: ignore[index]
+    if py != px or py < 0 or any(lin[i][1] for i in range(len(lin)) if i not in (2, 3)):  # type: ignore[index]
         return None
     shape = _shape(_load_buffer(load))
     if shape is None:

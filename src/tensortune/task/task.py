@@ -183,7 +183,7 @@ class Task:
     def features(self) -> dict[str, float]:
         """Task features: the shape arguments (and output sizes) as numbers."""
         feats = {k: float(v) for k, v in self.args.items()}
-        if self.op in ("conv2d", "depthwise_conv2d"):
+        if self.op.startswith(("conv2d", "depthwise_conv2d")):
             a = self.args
             feats["OH"] = float(conv_out(a["H"], a["K"], a["S"], a["P"]))
             feats["OW"] = float(conv_out(a["W"], a["K"], a["S"], a["P"]))

@@ -52,7 +52,7 @@ def register_template(t: Template) -> Template:
 
 def get_template(name: str) -> Template:
     """The template called ``name``."""
-    from . import conv2d, gemm, generic, depthwise  # noqa: F401  (register built-ins)
+    from . import conv2d, conv2d_nchwc, depthwise, depthwise_nchwc, gemm, generic  # noqa: F401  (register built-ins)
 
     try:
         return TEMPLATES[name]
@@ -107,7 +107,12 @@ def annotate_unroll(sch: Any, loop: Any, config: Config) -> None:
 
 def vector_lanes(task: "Task") -> int:
     """float32 lanes of the widest vector register of the task's target."""
-    mcpu = str(task.target_json.get("mcpu", ""))
+    return target_lanes(task.target_json)
+
+
+def target_lanes(target_json: dict[str, Any]) -> int:
+    """float32 lanes of the widest vector register of a target (16 with AVX-512, else 8)."""
+    mcpu = str(target_json.get("mcpu", ""))
     wide = ("skylake-avx512", "cascadelake", "icelake", "sapphirerapids", "znver4", "znver5", "tigerlake",
             "cooperlake", "rocketlake", "emeraldrapids", "graniterapids")
     return 16 if any(mcpu.startswith(w) for w in wide) else 8

@@ -1,0 +1,320 @@
+"""The layout plan of a model: convolutions in blocked layouts across the whole graph.
+
+Convolutions run on activations ``NCHW{b}c`` with weights ``OIHW{b}i{b}o`` (depthwise
+``OIHW1i{b}o``); relu, add, pooling, mean and concat follow the block, so the only
+``layout_transform`` left in the model is at its edges and around ops that cannot follow
+(a reshape, a channel shuffle, a convolution whose channels the block does not divide).
+The recipe is TVM's own (its Adreno pipeline, Relay's x86 ``alter_conv2d_layout``):
+
+1. ``clip`` (ReLU6) becomes ``minimum(maximum(x, lo), hi)``: ``relax.clip`` has no layout
+   inference and would send the activation back to NCHW and forward again;
+2. ``ConvertLayout`` with a per-call callback: the plan's block for every convolution it can
+   block, NCHW for the rest (each with its reason, :class:`ConvPlan`);
+3. ``FoldConstant``: the weights are bound constants, so their layout transforms are done
+   once, here, at compile time; no inference repacks a weight;
+4. ``LegalizeOps`` with :func:`legalize_conv2d`: the blocked forms lower to the TE computes of
+   :mod:`tensortune.task.ops` (``conv2d_nchwc``, ``depthwise_conv2d_nchwc``), which the op
+   templates recognise; NCHW convolutions take TVM's own legalization.
+
+The block ``b`` is one per model (adjacent convolutions with different blocks crash
+``ConvertLayout`` in TVM 0.27): the widest of the target's vector lanes and its halves that
+covers the most convolution FLOPs (:func:`choose_block`). A stem whose input has fewer
+channels than the block (RGB) reads ``NCHW{IC}c``. If planning fails, the model keeps NCHW
+everywhere and the plan says why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Layout modes: ``blocked`` (the plan above) or ``nchw`` (no plan: TVM's layouts as imported).
+MODES = ("blocked", "nchw")
+DEFAULT_MODE = "blocked"
+
+
+@dataclass
+class ConvPlan:
+    """What the plan chose for one convolution."""
+
+    kind: str  # conv2d | depthwise_conv2d | grouped
+    shape: str  # "64x56x56 -> 128, 3x3 s2"
+    flops: float
+    layout: str  # the data layout chosen: "NCHW8c" or "NCHW"
+    reason: str = ""  # why NCHW (or a smaller input block) was kept
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for reports."""
+        return dict(self.__dict__)
+
+
+@dataclass
+class LayoutPlan:
+    """The layout plan of one model on one target."""
+
+    mode: str
+    block: int = 0  # 0: no blocked layout
+    convs: list[ConvPlan] = field(default_factory=list)
+    transforms: int = 0  # layout_transform calls left in main (after folding the weights')
+    note: str = ""  # why the plan fell back to NCHW everywhere
+
+    @property
+    def blocked_share(self) -> float:
+        """Fraction of the convolution FLOPs that run blocked."""
+        total = sum(c.flops for c in self.convs)
+        return sum(c.flops for c in self.convs if c.layout != "NCHW") / total if total else 0.0
+
+    def fallbacks(self) -> list[ConvPlan]:
+        """Convolutions kept in NCHW (or with a smaller input block), each with its reason."""
+        return [c for c in self.convs if c.reason]
+
+    def summary(self) -> str:
+        """One line: block, share of conv FLOPs blocked, transforms left, fallbacks."""
+        if self.mode != "blocked":
+            return "layouts: NCHW as imported (no plan)"
+        if not self.block:
+            return f"layouts: NCHW kept ({self.note})"
+        n_conv = len(self.convs)
+        n_blocked = sum(c.layout != "NCHW" for c in self.convs)
+        text = (f"layouts: NCHW{self.block}c for {n_blocked}/{n_conv} convolutions "
+                f"({self.blocked_share:.0%} of conv FLOPs), {self.transforms} layout transforms left in main")
+        kept = [c for c in self.convs if c.layout == "NCHW"]
+        if kept:
+            reasons = sorted({c.reason for c in kept})
+            text += f"; NCHW kept for {len(kept)}: " + "; ".join(reasons[:3]) + (" ..." if len(reasons) > 3 else "")
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for reports."""
+        return {"mode": self.mode, "block": self.block, "blocked_share": self.blocked_share, "transforms": self.transforms,
+                "note": self.note, "summary": self.summary(), "convs": [c.to_json() for c in self.convs]}
+
+
+# ---------------------------------------------------------------- the conv calls of a module
+@dataclass(frozen=True)
+class _Conv:
+    groups: int
+    data: tuple[int, ...]
+    weight: tuple[int, ...]
+    strides: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    layouts: tuple[str, str, str]
+
+    @property
+    def kind(self) -> str:
+        if self.groups == 1:
+            return "conv2d"
+        if self.groups == self.data[1] == self.weight[0] and self.weight[1] == 1:
+            return "depthwise_conv2d"
+        return "grouped"
+
+    @property
+    def flops(self) -> float:
+        oc, icg, kh, kw = self.weight
+        oh = (self.data[2] + self.padding[0] + self.padding[2] - kh) // self.strides[0] + 1
+        ow = (self.data[3] + self.padding[1] + self.padding[3] - kw) // self.strides[1] + 1
+        return 2.0 * oc * oh * ow * icg * kh * kw
+
+    def describe(self) -> str:
+        oc, _, kh, kw = self.weight
+        return f"{self.data[1]}x{self.data[2]}x{self.data[3]} -> {oc}, {kh}x{kw} s{self.strides[0]}"
+
+    def unsupported(self) -> str:
+        """Why the blocked templates cannot run it ('' if they can)."""
+        if self.layouts != ("NCHW", "OIHW", "NCHW"):
+            return f"imported in layout {self.layouts[0]}/{self.layouts[1]}"
+        if self.data[0] != 1:
+            return "batch > 1"
+        if self.kind == "grouped":
+            return f"grouped convolution ({self.groups} groups)"
+        if len(set(self.strides)) != 1 or len(set(self.padding)) != 1 or set(self.dilation) != {1}:
+            return "asymmetric stride or padding, or dilation"
+        if self.weight[2] != self.weight[3]:
+            return "non-square kernel"
+        return ""
+
+
+def _ints(v: Any) -> tuple[int, ...]:
+    return tuple(int(x) for x in v)
+
+
+def _conv_of(call: Any) -> _Conv | None:
+    if getattr(call.op, "name", "") != "relax.nn.conv2d":
+        return None
+    a = call.attrs
+    try:
+        data, weight = _ints(call.args[0].ty.shape), _ints(call.args[1].ty.shape)
+    except Exception:  # noqa: BLE001 - symbolic shape
+        return None
+    return _Conv(int(a.groups), data, weight, _ints(a.strides), _ints(a.padding), _ints(a.dilation),
+                 (str(a.data_layout), str(a.kernel_layout), str(a.out_layout or a.data_layout)))
+
+
+def _convs(mod: Any) -> list[_Conv]:
+    from tvm import relax
+
+    out: list[_Conv] = []
+
+    def visit(e: Any) -> None:
+        if isinstance(e, relax.Call):
+            c = _conv_of(e)
+            if c is not None:
+                out.append(c)
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return out
+
+
+# ---------------------------------------------------------------- the plan
+def _decide(conv: _Conv, b: int) -> tuple[list[str] | None, str]:
+    """Layouts ``[data, weight, out]`` of one convolution under block ``b`` (None: keep NCHW), and why."""
+    why = conv.unsupported()
+    if why:
+        return None, why
+    ic, oc = conv.data[1], conv.weight[0]
+    if conv.kind == "depthwise_conv2d":
+        if oc % b:
+            return None, f"{oc} channels not a multiple of {b}"
+        return [f"NCHW{b}c", f"OIHW1i{b}o", f"NCHW{b}c"], ""
+    if oc % b:
+        return None, f"{oc} output channels not a multiple of {b}"
+    if ic % b == 0:
+        return [f"NCHW{b}c", f"OIHW{b}i{b}o", f"NCHW{b}c"], ""
+    if ic < b:  # a stem reading the model's few input channels: all of them in one block
+        return [f"NCHW{ic}c", f"OIHW{ic}i{b}o", f"NCHW{b}c"], f"{ic} input channels: input block {ic}"
+    return None, f"{ic} input channels not a multiple of {b}"
+
+
+def _candidate_blocks(target_json: dict[str, Any]) -> list[int]:
+    from ..templates.base import target_lanes
+
+    lanes = target_lanes(target_json)
+    return [b for b in (lanes, lanes // 2) if b >= 4]
+
+
+def choose_block(convs: list[_Conv], target_json: dict[str, Any]) -> int:
+    """The block that runs the most convolution FLOPs blocked: the widest of the target's
+    vector lanes and its half whose covered FLOPs are within 10% of the best (0: none)."""
+    cands = _candidate_blocks(target_json)
+    cover = {b: sum(c.flops for c in convs if _decide(c, b)[0] is not None) for b in cands}
+    best = max(cover.values(), default=0.0)
+    if best <= 0:
+        return 0
+    return next(b for b in cands if cover[b] >= 0.9 * best)
+
+
+def rewrite_clip(mod: Any) -> Any:
+    """``clip(x, lo, hi)`` -> ``minimum(maximum(x, lo), hi)`` in every Relax function (binary
+    ops with scalar constants follow any layout; ``relax.clip`` has no layout inference)."""
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    def scalar(v: Any) -> float:
+        v = getattr(v, "value", v)
+        return float(getattr(v, "value", v))
+
+    @mutator
+    class _Clip(PyExprMutator):  # type: ignore[misc]
+        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", "") != "relax.clip":
+                return call
+            x = call.args[0]
+            dt = str(x.ty.dtype)
+            lo = relax.const(np.array(scalar(call.args[1]), dtype=dt))
+            hi = relax.const(np.array(scalar(call.args[2]), dtype=dt))
+            return relax.op.minimum(relax.op.maximum(x, lo), hi)
+
+    out = mod.clone() if hasattr(mod, "clone") else mod
+    r = _Clip(out)
+    for gv, f in list(out.functions.items()):
+        if isinstance(f, relax.Function):
+            out[gv] = r.visit_expr(f)
+    return out
+
+
+def count_layout_transforms(mod: Any) -> int:
+    """``layout_transform`` calls in ``main`` (Relax ops before legalization, or the fused
+    functions named ``*layout_transform*`` after it)."""
+    from tvm import relax
+
+    n = 0
+
+    def visit(e: Any) -> None:
+        nonlocal n
+        if isinstance(e, relax.Call):
+            name = getattr(e.op, "name", "")
+            if name == "relax.layout_transform":
+                n += 1
+            elif name == "relax.call_tir" and "layout_transform" in e.args[0].name_hint:
+                n += 1
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return n
+
+
+def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE) -> tuple[Any, LayoutPlan]:
+    """``mod`` with its convolutions in blocked layouts and their weights transformed (folded),
+    and the plan. Never raises for a planning failure: the model keeps NCHW and the plan says why."""
+    from tvm import relax
+
+    if mode not in MODES:
+        raise ValueError(f"unknown layout mode {mode!r}; known: {', '.join(MODES)}")
+    if mode == "nchw":
+        return mod, LayoutPlan(mode)
+    convs = _convs(mod)
+    b = choose_block(convs, target_json)
+    plans = []
+    for c in convs:
+        layouts, why = _decide(c, b) if b else (None, "no block covers it")
+        plans.append(ConvPlan(c.kind, c.describe(), c.flops, layouts[0] if layouts else "NCHW", why))
+    plan = LayoutPlan(mode, b, plans)
+    if not b:
+        plan.note = "no convolution can be blocked" if convs else "no convolution"
+        return mod, plan
+
+    def callback(call: Any) -> dict[str, list[str]]:
+        conv = _conv_of(call)
+        if conv is None:
+            return {}
+        layouts, _ = _decide(conv, b)
+        return {"relax.nn.conv2d": layouts or ["NCHW", "OIHW", "NCHW"]}
+
+    try:
+        seq = [relax.transform.FoldConstant(), relax.transform.ConvertLayout({}, callback), relax.transform.Normalize(),
+               relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
+               relax.transform.DeadCodeElimination()]
+        import tvm
+
+        out = tvm.transform.Sequential(seq)(rewrite_clip(mod))
+    except Exception as e:  # noqa: BLE001 - TVM cannot convert this graph: keep NCHW, say why
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]
+        for p in plan.convs:
+            p.layout, p.reason = "NCHW", "layout planning failed"
+        return mod, LayoutPlan(mode, 0, plan.convs, 0, f"ConvertLayout failed: {first}")
+    plan.transforms = count_layout_transforms(out)
+    return out, plan
+
+
+# ---------------------------------------------------------------- legalization
+def legalize_conv2d(bb: Any, call: Any) -> Any:
+    """Lower a blocked conv2d to :func:`~tensortune.task.ops.conv2d_nchwc_te` /
+    :func:`~tensortune.task.ops.depthwise_nchwc_te`; any other conv2d to TVM's own legalization."""
+    import tvm
+
+    from ..task.ops import conv2d_nchwc_te, depthwise_nchwc_te
+
+    a = call.attrs
+    dl, kl = str(a.data_layout), str(a.kernel_layout)
+    if dl == "NCHW" or len(dl) <= 4:
+        return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
+    S, P = int(a.strides[0]), int(a.padding[0])
+    out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void") else str(call.args[0].ty.dtype)
+    if int(a.groups) == 1:
+        return bb.call_te(conv2d_nchwc_te, call.args[0], call.args[1], S, P, out_dtype, primfunc_name_hint="conv2d_nchwc")
+    if not kl.startswith("OIHW1i"):
+        raise ValueError(f"blocked grouped convolution with kernel layout {kl} is not supported")
+    return bb.call_te(depthwise_nchwc_te, call.args[0], call.args[1], S, P, out_dtype,
+                      primfunc_name_hint="depthwise_conv2d_nchwc")

@@ -1,0 +1,109 @@
+"""Blocked conv2d template for CPU: AutoTVM's x86 ``conv2d_NCHWc`` schedule, weights prepacked.
+
+The function reads activations ``[1, IC/IB, H, W, IB]`` and a weight the model packed once at
+compile time, ``[OC/OB, IC/IB, K, K, IB, OB]`` (:mod:`tensortune.models.layout`), so nothing is
+repacked per inference. The register tile is ``tile_x`` output columns x ``tile_f`` output
+channel blocks x the block ``OB`` (vectorised), accumulated over the whole reduction. The
+column tile need not divide the output width: a tail tile is guarded, so prime and odd widths
+(13, 17, 35) get full-width register tiles. Parallel over output channel blocks and rows. A
+fused epilogue (bias, residual add, relu, clip) is written out per register tile while hot.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..space import Config, ConfigSpace
+from .base import (Template, annotate_unroll, inline_prologue, output_stage, pick_entity,
+                   register_template, schedule_of, target_lanes, vectorize_own_loop)
+from .conv2d import UNROLL_STEPS, schedule_padding
+
+
+def max_accumulators(target_json: dict[str, Any]) -> int:
+    """Vector registers a register tile may hold as accumulators (32 registers with AVX-512, 16
+    with AVX2), leaving room for the weight vectors and the broadcast input."""
+    return 28 if target_lanes(target_json) == 16 else 12
+
+
+def default_register_tile(width: int, f_blocks: int, vec: int, acc: int) -> tuple[int, int]:
+    """``(columns, channel blocks)`` of an untuned register tile: at most 8 columns, at most
+    ``acc`` accumulators (``columns x blocks x vec``), a tail wasting at most 10% of the row,
+    the most accumulators, then the widest row (measured on ResNet-18's convolutions: tails
+    beyond 8 columns and more than 12 accumulators lose on AVX2)."""
+    best = (1, 1)
+    for fm in (1, 2):
+        if f_blocks % fm:
+            continue
+        for xi in range(1, min(width, 8) + 1):
+            tiles = -(-width // xi)
+            if xi * fm * vec > acc or (tiles * xi - width) * 10 > tiles * xi:
+                continue
+            if (xi * fm, xi) > (best[0] * best[1], best[0]):
+                best = (xi, fm)
+    return best
+
+
+class Conv2dNCHWcTemplate(Template):
+    """conv2d ``NCHW{IB}c`` x ``OIHW{IB}i{OB}o`` -> ``NCHW{OB}c``, any stride and padding (batch 1)."""
+
+    name = "conv2d_nchwc"
+
+    def space(self, task: Any) -> ConfigSpace:
+        a = task.args
+        OCo, ICo, OH, OW = a["OC"] // a["OB"], a["IC"] // a["IB"], task.out_shape[2], task.out_shape[3]
+        vec = -(-a["OB"] // target_lanes(task.target_json))  # vectors per output block
+        acc = max_accumulators(task.target_json)
+        s = ConfigSpace()
+        s.define_split("tile_f", OCo, 2, max_innermost=4)
+        s.define_split("tile_y", OH, 2, max_innermost=4)
+        s.define_split("tile_x", OW, 2, policy="any", max_innermost=acc)
+        s.define_split("tile_rc", ICo, 2)
+        s.define_choice("unroll_kw", [0, 1])
+        s.define_unroll(UNROLL_STEPS)
+        s.add_constraint("registers", lambda c: c["tile_x"][1] * c["tile_f"][1] * vec <= acc)
+        return s
+
+    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+        a = task.args
+        OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], a["IC"] // a["IB"]
+        xi, fm = default_register_tile(OW, OCo, -(-a["OB"] // target_lanes(task.target_json)),
+                                       max_accumulators(task.target_json))
+        return {
+            "tile_f": (OCo // fm, fm),
+            "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
+            "tile_x": (-(-OW // xi), xi),
+            "tile_rc": (ICo, 1),
+            "unroll_kw": int(fm == 1),
+            "auto_unroll_max_step": 16,
+            "unroll_explicit": 1,
+        }
+
+    def apply(self, task: Any, config: Config) -> Any:
+        pat = task.pattern
+        sch = schedule_of(task)
+        inline_prologue(sch, pat)
+        block = sch.get_sblock(pat.anchor)
+        n, f, y, x, fi, rc, ry, rx, rci = sch.get_loops(block)
+        fo, fm = sch.split(f, list(config["tile_f"]))
+        yo, yi = sch.split(y, list(config["tile_y"]))
+        xo, xi = sch.split(x, [None, config["tile_x"][1]])
+        rco, rcm = sch.split(rc, list(config["tile_rc"]))
+        if config["unroll_kw"]:
+            sch.reorder(n, fo, yo, yi, xo, rco, ry, rcm, rci, rx, xi, fm, fi)
+            sch.unroll(rx)
+        else:
+            sch.reorder(n, fo, yo, yi, xo, rco, ry, rx, rcm, rci, xi, fm, fi)
+        acc = output_stage(sch, block, pat)
+        sch.reverse_compute_at(acc, xo)
+        vectorize_own_loop(sch, acc, xo)
+        par = sch.fuse(n, fo, yo)
+        sch.parallel(par)
+        sch.unroll(xi)
+        sch.unroll(fm)
+        sch.vectorize(fi)
+        annotate_unroll(sch, par, config)
+        sch.decompose_reduction(block, rco)
+        schedule_padding(sch, pat.pad)
+        return sch.mod
+
+
+register_template(Conv2dNCHWcTemplate())

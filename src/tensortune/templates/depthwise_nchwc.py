@@ -1,0 +1,75 @@
+"""Blocked depthwise conv2d template for CPU: ``NCHW{B}c`` x ``OIHW1i{B}o`` -> ``NCHW{B}c``.
+
+The register tile is ``tile_x`` output columns x the channel block (vectorised), accumulated
+over the kernel window; the column tile need not divide the output width (a guarded tail).
+Parallel over channel blocks and row tiles; the fused epilogue (bias, clip) is written per tile.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..space import Config, ConfigSpace
+from .base import (Template, annotate_unroll, inline_prologue, output_stage, pick_entity, register_template, schedule_of,
+                   target_lanes, vectorize_own_loop)
+from .conv2d import UNROLL_STEPS, schedule_padding
+from .conv2d_nchwc import max_accumulators
+
+
+class DepthwiseNCHWcTemplate(Template):
+    """Depthwise conv2d in the blocked layout (multiplier 1), any stride and padding."""
+
+    name = "depthwise_conv2d_nchwc"
+
+    def space(self, task: Any) -> ConfigSpace:
+        a = task.args
+        Co, OH, OW = a["C"] // a["B"], task.out_shape[2], task.out_shape[3]
+        vec = -(-a["B"] // target_lanes(task.target_json))
+        acc = max_accumulators(task.target_json)
+        s = ConfigSpace()
+        s.define_split("tile_c", Co, 2, max_innermost=4)
+        s.define_split("tile_y", OH, 2, max_innermost=8)
+        s.define_split("tile_x", OW, 2, policy="any", max_innermost=acc)
+        s.define_choice("unroll_kw", [1, 0])
+        s.define_unroll(UNROLL_STEPS)
+        s.add_constraint("registers", lambda c: c["tile_x"][1] * vec <= acc)
+        return s
+
+    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+        OW = task.out_shape[3]
+        vec = -(-task.args["B"] // target_lanes(task.target_json))
+        xi = min(OW, max_accumulators(task.target_json) // vec, 8)
+        return {
+            "tile_c": pick_entity(space, "tile_c", lambda e: (e[1] == 1,)),
+            "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
+            "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == xi,)),
+            "unroll_kw": 1,
+            "auto_unroll_max_step": 16,
+            "unroll_explicit": 1,
+        }
+
+    def apply(self, task: Any, config: Config) -> Any:
+        pat = task.pattern
+        sch = schedule_of(task)
+        inline_prologue(sch, pat)
+        block = sch.get_sblock(pat.anchor)
+        n, c, y, x, ci, ry, rx = sch.get_loops(block)
+        co, cm = sch.split(c, list(config["tile_c"]))
+        yo, yi = sch.split(y, list(config["tile_y"]))
+        xo, xi = sch.split(x, [None, config["tile_x"][1]])
+        sch.reorder(n, co, yo, cm, yi, xo, ry, rx, xi, ci)
+        acc = output_stage(sch, block, pat)
+        sch.reverse_compute_at(acc, xo)
+        vectorize_own_loop(sch, acc, xo)
+        par = sch.fuse(n, co, yo)
+        sch.parallel(par)
+        if config["unroll_kw"]:
+            sch.unroll(rx)
+        sch.unroll(xi)
+        sch.vectorize(ci)
+        annotate_unroll(sch, par, config)
+        sch.decompose_reduction(block, ry)
+        schedule_padding(sch, pat.pad)
+        return sch.mod
+
+
+register_template(DepthwiseNCHWcTemplate())

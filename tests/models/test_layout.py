@@ -1,0 +1,112 @@
+"""The layout plan: blocked convolutions across the graph, weights packed once at compile time."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tensortune.models.compile import compile_model, model_tasks
+from tensortune.models.importer import load_model
+from tensortune.models.layout import count_layout_transforms, plan_layouts
+from tensortune.models.reference import TorchRunner, compare_outputs
+from tensortune.target import host_target_json
+from tensortune.templates.base import target_lanes
+
+from tiny import tiny
+
+
+def transforms_in_main(fused) -> list[tuple[str, str]]:
+    """(function, argument kind) of every layout transform ``main`` of a fused module calls."""
+    from tvm import relax
+
+    out = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir" and "layout_transform" in e.args[0].name_hint:
+            arg = e.args[1].fields[0] if isinstance(e.args[1], relax.Tuple) else e.args[1]
+            out.append((e.args[0].name_hint, type(arg).__name__))
+
+    relax.analysis.post_order_visit(fused["main"].body, visit)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model():
+    m, x = tiny()
+    return load_model(m, x)
+
+
+def test_tiny_model_is_blocked_end_to_end(model) -> None:
+    tj = host_target_json()
+    plan = model.layout_plan(tj)
+    b = plan.block
+    assert b in (target_lanes(tj), target_lanes(tj) // 2) and b == 8  # 8 channels: the only block that divides
+    assert [c.layout for c in plan.convs] == ["NCHW3c", "NCHW8c"]  # the RGB stem reads its 3 channels as one block
+    assert plan.blocked_share == 1.0
+    # only the model's edges transform: the input into NCHW3c, the pooled features back to NCHW;
+    # ReLU6 (clip) no longer breaks the chain, and no weight is repacked per inference
+    moves = transforms_in_main(model.fused(tj))
+    assert len(moves) == 2 == plan.transforms == count_layout_transforms(model.fused(tj)), moves
+    assert all(kind != "Constant" for _, kind in moves), moves
+    classes = {t.kernel_class: t.task for t in model_tasks(model, tj)}
+    conv = classes["conv2d_nchwc-add-relu"]
+    assert conv.template_name == "conv2d_nchwc"
+    assert conv.args == {"H": 16, "W": 16, "IC": 3, "OC": 8, "K": 3, "S": 1, "P": 1, "IB": 3, "OB": 8}
+    assert "depthwise_conv2d_nchwc-add-clip-add" in classes, classes
+    cm = compile_model(model)
+    assert cm.counts()["naive"] == 0 and cm.counts()["generic"] == 0
+    check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs))
+    assert check.ok, check.message
+
+
+class OddChannels(nn.Module):
+    """A conv whose 10 channels no block (8 or 4) divides sits between blocked ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 16, 3, 1, 1)
+        self.b = nn.Conv2d(16, 10, 3, 1, 1)
+        self.c = nn.Conv2d(10, 16, 1)
+        self.d = nn.Conv2d(16, 16, 3, 2, 1, groups=16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.d(torch.relu(self.c(torch.relu(self.b(torch.relu(self.a(x)))))))
+
+
+def test_channels_the_block_does_not_divide_keep_nchw_and_say_why() -> None:
+    torch.manual_seed(0)
+    model = load_model(OddChannels().eval(), [torch.randn(1, 3, 15, 15)])
+    tj = dict(host_target_json(), mcpu="znver3")  # AVX2: blocks 8 (and 4)
+    plan = model.layout_plan(tj)
+    assert plan.block == 8
+    kept = [c for c in plan.convs if c.layout == "NCHW"]
+    assert len(kept) == 2 and all("10" in c.reason and "multiple of 8" in c.reason for c in kept), plan.convs
+    assert "NCHW kept for 2" in plan.summary()
+    templates = {t.task.template_name for t in model_tasks(model, tj)}
+    assert {"conv2d", "conv2d_nchwc", "depthwise_conv2d_nchwc"} <= templates
+    cm = compile_model(model, target_json=tj)
+    check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs))
+    assert check.ok, check.message
+
+
+def test_failed_planning_keeps_nchw_and_still_compiles(model, monkeypatch) -> None:
+    from tvm import relax
+
+    def broken(*a, **k):
+        raise RuntimeError("Invalid layout axis 8b")
+
+    monkeypatch.setattr(relax.transform, "ConvertLayout", broken)
+    mod, plan = plan_layouts(model.mod, host_target_json())
+    assert mod is model.mod and plan.block == 0 and "Invalid layout axis" in plan.note
+    assert all(c.layout == "NCHW" and c.reason for c in plan.convs)
+    assert plan.summary().startswith("layouts: NCHW kept")
+
+
+def test_nchw_mode_is_the_graph_as_imported(model) -> None:
+    tj = host_target_json()
+    fused = model.fused(tj, layout="nchw")
+    assert count_layout_transforms(fused) == 0
+    assert model.layout_plan(tj, "nchw").summary().startswith("layouts: NCHW as imported")
+    with pytest.raises(ValueError, match="unknown layout mode"):
+        plan_layouts(model.mod, tj, "nhwc")
