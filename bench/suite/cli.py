@@ -151,7 +151,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     save_wall()
     if "peak" in s.suites:
-        from .peak import measure_peak
+        from tensortune.measure.peak import measure_peak
 
         pk = measure_peak(threads)
         run.write_json("peak", run.stamp(pk))

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..common import save_figure, write_text
 from .config import METASCHEDULE
-from .peak import roofline
+from tensortune.measure.peak import roofline
 from .provenance import commit_text, machine_of, measured_on
 from .store import RunDir
 

@@ -174,6 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--no-onnxruntime", action="store_true")
     bm.add_argument("--json", action="store_true")
 
+    pr = sub.add_parser("profile", help="time every fused function inside the compiled model")
+    model_args(pr)
+    pr.add_argument("--db", default=None, help="database of tuning records (none: template defaults)")
+    pr.add_argument("--threads", type=_positive_int, default=None, help="threads (default: all cores)")
+    pr.add_argument("--runs", type=_positive_int, default=10, help="inferences profiled (medians over them)")
+    pr.add_argument("--top", type=_positive_int, default=None, help="show only the N heaviest functions")
+    pr.add_argument("--no-peak", action="store_true", help="skip measuring the machine's peak (no %%peak column)")
+    pr.add_argument("--layout", default=None, help="layout mode: blocked (default) or nchw")
+    pr.add_argument("--json", action="store_true")
+
     d = sub.add_parser("demo", help=f"the main job on defaults: tune {DEMO_MODEL} for a few minutes, then compare")
     d.add_argument("--model", default=DEMO_MODEL)
     d.add_argument("--time-budget", type=_positive_float, default=DEMO_TIME_BUDGET)
@@ -541,6 +551,35 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_profile(a: argparse.Namespace) -> int:
+    """``tensortune profile``."""
+    from .models.compile import compile_model
+    from .models.layout import MODES
+    from .models.profile import profile_compiled
+
+    if a.layout is not None and a.layout not in MODES:
+        raise UsageError(f"--layout {a.layout!r}: one of {', '.join(MODES)}")
+    threads = _threads_env(a.threads)
+    model = _load(a)
+    db = None
+    if a.db is not None:
+        _check_db_path(a.db, must_exist=True)
+        db = _open_db(a.db, readonly=True)
+    try:
+        cm = compile_model(model, db, layout=a.layout)
+    finally:
+        if db is not None:
+            db.close()
+    peak = None
+    if not a.no_peak:
+        from .measure.peak import measure_peak
+
+        peak = measure_peak(threads)["peak_gflops"]
+    prof = profile_compiled(cm, runs=a.runs, threads=threads, peak_gflops=peak)
+    print(json.dumps(prof.to_json()) if a.json else prof.table(a.top))
+    return 0
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     """The main job on defaults: tune a built-in model for a few minutes, compile, compare."""
     from .models.bench import bench_model
@@ -567,7 +606,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import,
             "upgrade-db": cmd_upgrade_db, "demo": cmd_demo,
-            "tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench}
+            "tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench, "profile": cmd_profile}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

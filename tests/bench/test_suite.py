@@ -25,7 +25,7 @@ from bench import common  # noqa: E402
 from bench.suite import cli, provenance, report  # noqa: E402
 from bench.suite.config import METASCHEDULE  # noqa: E402
 from bench.suite.ops import Curve, remeasure  # noqa: E402
-from bench.suite.peak import roofline  # noqa: E402
+from tensortune.measure.peak import roofline  # noqa: E402
 from bench.suite.store import RunDir  # noqa: E402
 
 #: The committed results folder, written before invocations recorded their machine.

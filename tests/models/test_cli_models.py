@@ -21,7 +21,7 @@ def onnx_path(tmp_path_factory):
 def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     assert main(["tasks", onnx_path, "--json"]) == 0
     tasks = json.loads(capsys.readouterr().out)
-    assert {"conv2d-add-relu", "matmul-add"} <= {t["kernel_class"] for t in tasks}
+    assert {"conv2d_nchwc-add-relu", "depthwise_conv2d_nchwc-add-clip-add", "matmul-add"} <= {t["kernel_class"] for t in tasks}
     db = str(tmp_path / "m.db")
     assert main(["tune", onnx_path, "--tuner", "random", "--trials-per-task", "2", "--db", db, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -42,6 +42,18 @@ def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     assert rep["reference"] == "onnxruntime"
     assert rows["tensortune tuned"]["outputs_match"] and rows["tensortune tuned"]["latency"]["median_ms"] > 0
     assert rows["tensortune untuned"]["outputs_match"]
+    # profile: every fused function timed inside the model, next to its task's stored latency
+    assert main(["profile", onnx_path, "--db", db, "--json", "--runs", "3", "--no-peak"]) == 0
+    prof = json.loads(capsys.readouterr().out)
+    kernels = [f for f in prof["funcs"] if f["task"]]
+    assert {f["kernel_class"] for f in kernels} == {t["kernel_class"] for t in tasks}
+    assert all(f["ms"] > 0 and f["calls"] >= 1 and f["source"] == "tuned" and f["stored_ms"] > 0 for f in kernels)
+    assert prof["total_ms"] > 0 and prof["sum_ms"] > 0
+    # the ONNX file's Clip (TIR maximum/minimum calls) follows the block too: only the edges transform
+    assert prof["layout"].startswith("layouts: NCHW8c for 2/2") and "2 layout transforms" in prof["layout"]
+    assert main(["profile", onnx_path, "--runs", "2", "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "measured peak" in text and "%peak" in text and "more functions" in text
 
 
 @pytest.mark.parametrize("argv, msg", [

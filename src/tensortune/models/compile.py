@@ -59,6 +59,7 @@ class CompiledModel:
     executable: Any
     choices: list[FuncChoice]
     target_json: dict[str, Any]
+    layout: Any = None  # the model's LayoutPlan (tensortune.models.layout)
 
     @property
     def vm(self) -> Any:
@@ -105,6 +106,7 @@ class CompiledModel:
             "model": self.model.name, "source": self.model.source, "batch": self.model.batch,
             "inputs": [s.to_json() for s in self.model.inputs], "target": self.target_json,
             "machine": machine_id(), "tvm_version": tvm.__version__, "tasks": [c.to_json() for c in self.choices],
+            "layout": self.layout.to_json() if self.layout is not None else None,
             "load": "tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cpu())['main'](*inputs)",
         }
         atomic_write(path + ".json", json.dumps(meta, indent=1))
@@ -192,24 +194,26 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = Non
     return mod, choices
 
 
-def compile_model(model: Model, database: Any = None, target_json: dict[str, Any] | None = None) -> CompiledModel:
-    """Build ``model`` with the best stored schedules of ``database`` (None: defaults only)."""
+def compile_model(model: Model, database: Any = None, target_json: dict[str, Any] | None = None,
+                  layout: str | None = None) -> CompiledModel:
+    """Build ``model`` with the best stored schedules of ``database`` (None: defaults only), in
+    the layouts of its plan (``layout``: a mode of :data:`tensortune.models.layout.MODES`)."""
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     tj = dict(target_json or host_target_json())
     target = make_target(tj)
-    mod, choices = schedule_module(model.fused(tj), tj, database)
+    mod, choices = schedule_module(model.fused(tj, layout), tj, database)
     lowering = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
     with target:
         ex = tvm.compile(mod, target, relax_pipeline=lowering)
-    return CompiledModel(model, ex, choices, tj)
+    return CompiledModel(model, ex, choices, tj, model.layout_plan(tj, layout))
 
 
-def model_tasks(model: Model, target_json: dict[str, Any] | None = None) -> list[ModelTask]:
-    """The tasks of ``model`` (legalized and fused for ``target_json``)."""
+def model_tasks(model: Model, target_json: dict[str, Any] | None = None, layout: str | None = None) -> list[ModelTask]:
+    """The tasks of ``model`` (layouts planned, legalized and fused for ``target_json``)."""
     tj = dict(target_json or host_target_json())
-    return extract_tasks(model.fused(tj), tj)
+    return extract_tasks(model.fused(tj, layout), tj)
 
 
 def load_library(path: str) -> Callable[..., list[np.ndarray]]:

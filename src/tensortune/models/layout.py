@@ -219,7 +219,10 @@ def rewrite_clip(mod: Any) -> Any:
     class _Clip(PyExprMutator):  # type: ignore[misc]
         def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
             call = super().visit_call_(call)
-            if getattr(call.op, "name", "") != "relax.clip":
+            name = getattr(call.op, "name", "")
+            if name == "relax.call_tir":  # the ONNX frontend writes Clip as TIR maximum/minimum calls
+                return _elementwise_call(call)
+            if name != "relax.clip":
                 return call
             x = call.args[0]
             dt = str(x.ty.dtype)
@@ -233,6 +236,22 @@ def rewrite_clip(mod: Any) -> Any:
         if isinstance(f, relax.Function):
             out[gv] = r.visit_expr(f)
     return out
+
+
+def _elementwise_call(call: Any) -> Any:
+    """``call_tir(maximum|minimum, (x, scalar))`` as the Relax op (which follows layouts), else ``call``."""
+    import re
+
+    from tvm import relax
+
+    op = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}.get(re.sub(r"\d+$", "", call.args[0].name_hint))
+    args = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else []
+    if op is None or len(args) != 2:
+        return call
+    shape = getattr(getattr(args[1], "ty", None), "shape", None)
+    if shape is None or len(shape) != 0:
+        return call
+    return op(args[0], args[1])
 
 
 def count_layout_transforms(mod: Any) -> int:
@@ -288,7 +307,7 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
                relax.transform.DeadCodeElimination()]
         import tvm
 
-        out = tvm.transform.Sequential(seq)(rewrite_clip(mod))
+        out = tvm.transform.Sequential(seq)(rewrite_clip(relax.transform.FoldConstant()(mod)))
     except Exception as e:  # noqa: BLE001 - TVM cannot convert this graph: keep NCHW, say why
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]
         for p in plan.convs:
@@ -311,7 +330,7 @@ def legalize_conv2d(bb: Any, call: Any) -> Any:
     if dl == "NCHW" or len(dl) <= 4:
         return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
     S, P = int(a.strides[0]), int(a.padding[0])
-    out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void") else str(call.args[0].ty.dtype)
+    out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else str(call.args[0].ty.dtype)
     if int(a.groups) == 1:
         return bb.call_te(conv2d_nchwc_te, call.args[0], call.args[1], S, P, out_dtype, primfunc_name_hint="conv2d_nchwc")
     if not kl.startswith("OIHW1i"):

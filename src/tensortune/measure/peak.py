@@ -74,7 +74,7 @@ def _time(func: Any, target: Any, args: list[np.ndarray], min_repeat_ms: int = 5
 
 def measure_peak(threads: int) -> dict[str, Any]:
     """Peak GFLOP/s and bandwidth (GB/s) with ``threads`` threads (TVM_NUM_THREADS must match)."""
-    from tensortune.target import host_target_json, make_target
+    from ..target import host_target_json, make_target
 
     target = make_target(host_target_json())
     fma = []
