@@ -64,7 +64,7 @@ def run_tuner(name: str, task: Any, trials: int, db_path: Path, measurer: Any, s
         res = tuner.tune(trials, measurer, callbacks=[bar], database=db)
         bar.close()
         wall = time.perf_counter() - t0
-        trials_db = db.trials(task.workload_key)
+        trials_db = [t for t in db.trials(task.workload_key) if t.confirmation is None]  # search trials
     best, curve, stamps = float("inf"), [], []
     for t in trials_db:  # the curve from the database: complete even after a resume
         if t.ok:

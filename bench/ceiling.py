@@ -8,6 +8,7 @@ dense, batch_matmul) or PyTorch (conv2d, depthwise) in the same run, interleaved
 library time / tensortune time over ResNet-18 C1-C12 and the square matmuls is >= 0.8.
 
     python bench/ceiling.py [--groups resnet18_conv2d,square_matmul] [--trials 200] [--tuner genetic]
+    python bench/ceiling.py --groups odd_conv2d --blocked --tuner autotvm --trials 64 --name oddshapes
 
 Writes bench/results/ceiling.{json,md,png}; the tuning database (default
 bench/results/ceiling.db, not committed) makes an interrupted run resume.
@@ -46,6 +47,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--db", default=str(RESULTS / "ceiling.db"))
     ap.add_argument("--name", default="ceiling")
+    ap.add_argument("--blocked", action="store_true",
+                    help="tune convolutions in the blocked layout a model's plan gives them (conv2d_nchwc, "
+                         "depthwise_conv2d_nchwc); the library still runs its own NCHW")
     ap.add_argument("--report-only", action="store_true", help="redo the table and plot from NAME.json")
     a = ap.parse_args()
     if a.report_only:
@@ -65,6 +69,11 @@ def main() -> None:
     with Measurer() as m:
         threads = m.options.threads
         for group, name, op, shape in work:
+            if a.blocked:
+                from tensortune.models.layout import blocked_workload
+                from tensortune.target import host_target_json
+
+                op, shape = blocked_workload(op, shape, host_target_json())
             task = Task.from_op(op, shape)
             bar = ProgressBar(a.trials, desc=f"{name} {a.tuner}")
             t0 = time.perf_counter()

@@ -23,6 +23,7 @@ GROUP_OPS = {
     "bert_base_dense": "dense",
     "bert_base_batch_matmul": "batch_matmul",
     "square_matmul": "matmul",
+    "odd_conv2d": "conv2d",
 }
 
 

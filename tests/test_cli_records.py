@@ -70,7 +70,8 @@ def test_export_refuses_other_databases_and_existing_files_unless_forced(db_copy
     rc, _, err = cli(capfd, "export", "--db", str(db_copy), "-o", str(notes))
     assert rc == 2 and "--force" in err and notes.read_text() == "keep me\n"
     rc, _, err = cli(capfd, "export", "--db", str(db_copy), "-o", str(notes), "--force")
-    assert rc == 0 and [json.loads(ln)["kind"] for ln in notes.read_text().splitlines()] == ["task"] + ["trial"] * 4
+    assert rc == 0 and [json.loads(ln)["kind"] for ln in notes.read_text().splitlines()] == ["task"] + ["trial"] * 13
+    # (4 search trials and the 9 confirmation re-measurements of their top 3)
     assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]  # no temporary file left behind
 
 

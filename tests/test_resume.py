@@ -20,8 +20,19 @@ def tune_cmd(db: str, tuner: str = "random", trials: int = 24, seed: int = 0) ->
 
 
 def trial_rows(db: str) -> list[tuple[int, str]]:
+    """(config index, tuner) of every search trial (confirmation re-measurements left out)."""
     with Database(db, readonly=True) as d:
-        return [(t.config_index, t.tuner) for t in d.trials()]
+        return [(t.config_index, t.tuner) for t in d.trials() if t.confirmation is None]
+
+
+def confirmation_groups(db: str) -> dict[str, int]:
+    """Trials per confirmation group."""
+    with Database(db, readonly=True) as d:
+        groups: dict[str, int] = {}
+        for t in d.trials():
+            if t.confirmation is not None:
+                groups[t.confirmation["group"]] = groups.get(t.confirmation["group"], 0) + 1
+        return groups
 
 
 def integrity(db: str) -> str:
@@ -56,6 +67,7 @@ def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     assert summary["trials_measured"] == 40 - len(after_kill)
     assert len(rows) == 40
     assert len({i for i, _ in rows}) == 40, "a config stored before the kill was measured again"
+    assert list(confirmation_groups(db).values()) == [9]  # the rerun confirmed its top 3, 3 rounds each
 
 
 def test_two_tuners_write_one_database_at_once(tmp_path):
@@ -70,3 +82,7 @@ def test_two_tuners_write_one_database_at_once(tmp_path):
     assert integrity(db) == "ok"
     rows = trial_rows(db)
     assert sorted(t for _, t in rows) == ["genetic"] * 12 + ["random"] * 12
+    # each writer confirms the top 3 of all stored trials at its end (3 rounds each); the later one
+    # skips it when that group already holds its top 3
+    groups = confirmation_groups(db)
+    assert 1 <= len(groups) <= 2 and all(n == 9 for n in groups.values())

@@ -363,6 +363,7 @@ def run_soak(s: SoakSettings, db_path: Path, out: Path | None = None, progress: 
                                   before_errors, s.trials, progress, preexisting)
                 sampler.start()
                 tuner = get_tuner(TUNER, task, seed=s.seed, batch_size=s.batch_size)
+                tuner.confirm_top = 0  # every config once: the checks count commits and duplicates
                 try:
                     res = tuner.tune(s.trials, m, database=counting)
                 finally:

@@ -77,6 +77,21 @@ def test_real_configs_measure_and_verify(measurer):
     assert r.extra["timed_s"] > 0
 
 
+def test_measure_rounds_builds_once_and_runs_interleaved(measurer):
+    task = Task.from_op("matmul", [32, 32, 32])
+    inputs = [MeasureInput(task, c) for c in [task.default_config()] + task.space.sample(random.Random(1), 1)]
+    inputs.append(faulty("compile_error"))
+    order = []
+    rounds = measurer.measure_rounds(inputs, 3, lambda r, inp, res: order.append((r, inputs.index(inp), res.error)))
+    assert [(r, k) for r, k, _ in order] == [(r, k) for r in (1, 2, 3) for k in range(3)]  # A B C, A B C, A B C
+    for results in rounds:
+        assert results[0].ok and results[1].ok and results[0].extra["verified"]
+        assert results[2].error is ErrorKind.COMPILE  # a build error is a result of every round
+    # one build per candidate (the same build time every round); no library left behind
+    assert len({res[0].build_time for res in rounds}) == 1
+    assert not [f for f in os.listdir(measurer.builder._dir) if f.endswith(".so")]
+
+
 EXPECTED = {
     "raise": ErrorKind.INSTANTIATION,
     "compile_error": ErrorKind.COMPILE,

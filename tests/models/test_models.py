@@ -84,7 +84,7 @@ def test_onnx_model_compiles_and_matches_onnxruntime(tmp_path):
     model = load_model(path)
     assert model.source == "onnx" and model.inputs[0].shape == (1, 3, 16, 16)
     kinds = {t.kernel_class for t in model_tasks(model)}
-    assert "conv2d-add-relu" in kinds
+    assert {"conv2d_nchwc-add-relu", "depthwise_conv2d_nchwc-add-clip-add"} <= kinds, kinds  # ONNX's Clip follows the block
     cm = compile_model(model)
     ref = OrtRunner(path).run(model.example_inputs)
     assert compare_outputs(cm.run(model.example_inputs), ref).ok
@@ -109,7 +109,9 @@ def test_onnx_shape_arithmetic_is_folded_to_static_shapes(tmp_path):
     m, x = Shuffle().eval(), torch.randn(1, 8, 6, 6)
     path = export_onnx(m, [x], str(tmp_path / "shuffle.onnx"))
     model = load_model(path)
-    assert {t.kernel_class for t in model_tasks(model)} >= {"conv2d-add-relu"}
+    # 4 channels: blocked by 4 on AVX2, NCHW where the smallest block is 8 (AVX-512); the shuffle's
+    # reshape and transpose cannot follow a block, so they get layout transforms around them
+    assert {t.kernel_class for t in model_tasks(model)} & {"conv2d-add-relu", "conv2d_nchwc-add-relu"}
     ref = OrtRunner(path).run(model.example_inputs)
     assert compare_outputs(compile_model(model).run(model.example_inputs), ref).ok
 

@@ -81,3 +81,127 @@ def test_overruns_are_charged_so_the_light_tasks_still_run(clock):
 def test_no_task_starts_after_the_budget(clock):
     log = run(clock, 5, 10.0, 100.0)  # the first task alone uses everything
     assert len(log) == 1
+
+
+# ---------------------------------------------------------------- one tuner per task, tuned again
+from tensortune.database import Database  # noqa: E402
+from tensortune.measure import ErrorKind, MeasureResult  # noqa: E402
+from tensortune.scheduler import RoundRobinScheduler  # noqa: E402
+from tensortune.space import ConfigSpace  # noqa: E402
+from tensortune.tuners import AutoTVMTuner, RandomTuner  # noqa: E402
+from tensortune.tuners.records import ensure_task, measure_context, record_trial  # noqa: E402
+
+
+def small_task(k: int) -> SimpleNamespace:
+    """A task with a 60-point space that needs no TVM (costs come from :class:`StubMeasurer`)."""
+    space = ConfigSpace()
+    space.define_choice("a", list(range(12)))
+    space.define_choice("b", list(range(5)))
+    return SimpleNamespace(space=space, flops=1e6, name=f"small{k}", workload_key=f"small-{k}", op="fake",
+                           kernel_class="fake", target_json={"kind": "llvm"}, json_text='{"op": "fake"}')
+
+
+class StubMeasurer:
+    """Measures without building: a verified cost per config index (or a runtime error where
+    ``fail`` says so); logs every measured (config index, round of the call) pair."""
+
+    def __init__(self, cost=lambda i: 1e-3 * (1 + (i * 37) % 17), fail=lambda i, call: False) -> None:
+        self.options = MeasureOptions(number=1, repeat=1, min_repeat_ms=0)
+        self.cost, self.fail = cost, fail
+        self.calls = 0
+        self.log: list[int] = []
+
+    def measure(self, inputs, on_result=None):
+        self.calls += 1
+        out = []
+        for inp in inputs:
+            i = inp.config.index
+            self.log.append(i)
+            r = (MeasureResult([], ErrorKind.RUNTIME, "stub failure", threads=self.options.threads)
+                 if self.fail(i, self.calls)
+                 else MeasureResult([self.cost(i)], threads=self.options.threads, extra={"verified": True}))
+            if on_result is not None:
+                on_result(inp, r)
+            out.append(r)
+        return out
+
+    def verify(self, inp):  # pragma: no cover - check_correctness is on
+        raise AssertionError("not called")
+
+
+def test_round_robin_makes_one_tuner_per_task_and_keeps_its_model(tmp_path, monkeypatch) -> None:
+    made: list[tuple[str, int]] = []
+    transfers: list[str] = []
+    real_enable = AutoTVMTuner.enable_transfer
+
+    def enable(self, database):
+        transfers.append(self.task.workload_key)
+        return real_enable(self, database)
+
+    monkeypatch.setattr(AutoTVMTuner, "enable_transfer", enable)
+
+    def make(task, round_):
+        made.append((task.workload_key, round_))
+        return AutoTVMTuner(task, seed=0, batch_size=4, feature="knob", plan_size=4, warmup=4, n_finalists=16,
+                            n_random_pool=8, sa_options={"n_chains": 4, "max_steps": 5})
+
+    seen: dict[str, list[tuple[int, int]]] = {}  # per task: (id of its tuner, id of its cost model) per batch
+
+    def watch(scheduler, tuner, inputs, results):
+        seen.setdefault(tuner.task.workload_key, []).append((id(tuner), id(tuner.model)))
+
+    tasks = [ModelTask(small_task(k), 1) for k in range(2)]
+    with Database(tmp_path / "rr.db") as db:
+        s = RoundRobinScheduler(tasks, make, StubMeasurer(), db, trials_per_task=12, callbacks=[watch], batch_size=4)
+        out = s.run()
+        keys = [t.task.workload_key for t in tasks]
+        assert made == [(k, 0) for k in keys]  # one tuner per task, made once, for round 0
+        assert sorted(transfers) == keys  # transfer tried once per tuner, not once per round
+        for k in keys:
+            assert len(seen[k]) == 3 and len(set(seen[k])) == 1  # 3 rounds, one tuner, one model
+            tuner = s.tuners[k]
+            # one model refitted as the data grew (after rounds 1 and 2); a tuner made anew each
+            # round would have fitted once, on the history it loaded
+            assert tuner.fits == 2 and len(tuner.data) == 12
+            search = [t for t in db.trials(k) if t.confirmation is None]
+            assert len(search) == 12 == db.count(k) and len({t.config_index for t in search}) == 12
+        assert [o.trials_total for o in out] == [12, 12] and [o.measured for o in out] == [12, 12]
+        for k, o in zip(keys, out):  # each task's best is its confirmed one
+            best = db.best(k, measure_context(o.mtask.task, s.measurer.options))
+            assert best.confirmation is not None and o.best_s == best.cost
+
+
+def test_tuning_the_same_tuner_again_loads_only_new_trials(tmp_path) -> None:
+    task = small_task(0)
+    m = StubMeasurer()
+    tuner = RandomTuner(task, seed=1, batch_size=4)
+    loaded: list[list[int]] = []
+    real_load = tuner.load_history
+    tuner.load_history = lambda configs, results: (loaded.append([c.index for c in configs]),  # type: ignore
+                                                   real_load(configs, results))
+    with Database(tmp_path / "again.db") as db:
+        first = tuner.tune(4, m, database=db)
+        assert first.trials_measured == 4 and loaded == []
+        assert first.confirm_measured == 9  # the top 3 of 4, 3 rounds each
+        searched = [i for i in m.log[:4]]
+        # someone else stores a trial of a config this tuner has not seen
+        other_config = next(c for c in task.space if c.index not in tuner.visited)
+        context = measure_context(task, m.options)
+        ensure_task(db, task)
+        writer = SimpleNamespace(name="other", seed=0)
+        record_trial(db, writer, SimpleNamespace(task=task, config=other_config),
+                     MeasureResult([9e-3], threads=context.threads, extra={"verified": True}), context)
+
+        second = tuner.tune(8, m, database=db)
+        assert loaded == [[other_config.index]]  # only the new trial: neither its own trials nor confirmations
+        assert second.trials_measured == 4  # 8 minus its own 4 stored (confirmations do not count)
+        search = [t for t in db.trials(task.workload_key) if t.confirmation is None]
+        assert len(search) == 9 == db.count(task.workload_key)
+        assert len({t.config_index for t in search}) == 9  # nothing measured twice by the search
+        assert len(tuner.visited) == 9 and not set(m.log[13:17]) & set(searched)
+
+        calls = m.calls
+        third = tuner.tune(8, m, database=db)
+        assert third.trials_measured == 0 and third.confirm_measured == 0 and m.calls == calls
+        assert loaded == [[other_config.index]]  # nothing new to load
+        assert third.best_config.index == db.best(task.workload_key, context).config_index

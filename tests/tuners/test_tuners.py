@@ -366,25 +366,30 @@ def test_small_space_is_exhausted(name: str, measurer, tiny_task) -> None:
 @pytest.mark.parametrize("name", TUNER_NAMES)
 def test_resume_from_database(name: str, measurer, matmul_task, tmp_path) -> None:
     key = matmul_task.workload_key
+
+    def searched() -> list[int]:  # config indices of the search trials (confirmations left out)
+        return [t.config_index for t in db.trials(key) if t.confirmation is None]
+
     with Database(tmp_path / "tune.db") as db:
         first = get_tuner(name, matmul_task, seed=0, batch_size=4).tune(4, measurer, database=db)
-        assert first.trials_measured == 4
-        before = [t.config_index for t in db.trials(key)]
+        assert first.trials_measured == 4 and first.confirm_measured == 9  # its top 3, 3 rounds each
+        before = searched()
         assert len(before) == 4
 
         rec = Recorder()
         second = get_tuner(name, matmul_task, seed=0, batch_size=4).tune(7, measurer, database=db,
                                                                            callbacks=[rec])
-        assert second.trials_measured == 3
+        assert second.trials_measured == 3  # confirmations do not count against the 7
         assert not set(rec.indices) & set(before)  # nothing stored was measured again
-        after = [t.config_index for t in db.trials(key)]
+        after = searched()
         assert len(after) == 7 and len(set(after)) == 7
         assert after[:4] == before and sorted(after[4:]) == sorted(rec.indices)
         assert all(t.tuner == name and t.seed == 0 for t in db.trials(key))
 
         third = get_tuner(name, matmul_task, seed=0).tune(7, measurer, database=db)
-        assert third.trials_measured == 0 and db.count(key) == 7
-        best_stored = min(db.trials(key, ok_only=True), key=lambda t: t.cost)
+        assert third.trials_measured == 0 and third.confirm_measured == 0 and db.count(key) == 7
+        best_stored = db.best(key, third.context)  # the lowest median of the latest confirmation
+        assert best_stored.confirmation is not None and third.confirmation
         assert third.best_config.index == best_stored.config_index
         assert third.best_cost == pytest.approx(best_stored.cost)
         assert third.verified

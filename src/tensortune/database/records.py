@@ -11,7 +11,7 @@ import json
 import math
 import statistics
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple
 
 #: Every error kind a trial may carry (``tensortune.measure.ErrorKind``'s values; kept here so the
 #: database layer does not import the measurement layer).
@@ -108,6 +108,11 @@ class TrialRecord:
     (the CPU's name), ``threads`` and ``timing`` (canonical JSON of the timing settings: mode
     hot or cold, number, repeat, min_repeat_ms; empty when not recorded, e.g. trials stored by
     schema version 1). Two trials' costs are comparable only when :attr:`context` agrees.
+
+    ``extra`` is a JSON object of further facts about the trial. ``extra["confirm"]`` marks a
+    confirmation: a re-measurement of one of the task's top configs made after a search
+    (``{"group": id, "round": r, "of": R}``, see :attr:`confirmation` and :func:`confirmed_best`).
+    Confirmations do not count against a task's trial budget.
     """
 
     workload_key: str
@@ -128,13 +133,14 @@ class TrialRecord:
     energy_j: float | None = None
     timing: str = ""
     cpu_model: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
     id: int | None = field(default=None, compare=False)
 
     _KINDS = {"workload_key": "str", "config_index": "int", "config": "dict", "costs": "list",
               "error": "str", "error_msg": "str", "build_time": "float", "run_time": "float",
               "timestamp": "float", "tuner": "str", "seed": "int?", "tvm_version": "str",
               "target": "str", "threads": "int", "verified": "bool", "energy_j": "float?",
-              "timing": "str", "cpu_model": "str", "id": "int?"}
+              "timing": "str", "cpu_model": "str", "extra": "dict", "id": "int?"}
 
     def __post_init__(self) -> None:
         self.error = getattr(self.error, "value", self.error)  # accept an ErrorKind enum member
@@ -153,6 +159,12 @@ class TrialRecord:
     def context(self) -> MeasureContext:
         """Where and how the trial was measured: only trials of one context are compared."""
         return MeasureContext(self.target, self.threads, self.timing, self.cpu_model)
+
+    @property
+    def confirmation(self) -> dict[str, Any] | None:
+        """``{"group", "round", "of"}`` when the trial is a confirmation re-measurement, else None."""
+        confirm = self.extra.get("confirm")
+        return confirm if isinstance(confirm, dict) else None
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict of all fields."""
@@ -185,11 +197,77 @@ class TrialRecord:
             raise ValueError(f"field 'threads': {self.threads} is negative")
         if self.timing:
             _check_json_object("timing", self.timing)
+        try:
+            json.dumps(self.extra)
+        except (TypeError, ValueError):
+            raise ValueError("field 'extra': not a JSON object") from None
+        if "confirm" in self.extra:
+            _check_confirm(self.extra["confirm"])
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrialRecord:
         """Inverse of :meth:`to_json`; raises ValueError on missing or mistyped fields."""
         return _from_json(cls, data, cls._KINDS)
+
+
+def _check_confirm(confirm: Any) -> None:
+    """Raise ValueError unless ``confirm`` is ``{"group": non-empty str, "round": r, "of": R}``, 1 <= r <= R."""
+    if not isinstance(confirm, dict):
+        raise ValueError("field 'extra': 'confirm' is not an object")
+    group, rnd, of = confirm.get("group"), confirm.get("round"), confirm.get("of")
+    if not isinstance(group, str) or not group:
+        raise ValueError("field 'extra': 'confirm' needs a non-empty string 'group'")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rnd, of)) or not 1 <= rnd <= of:
+        raise ValueError(f"field 'extra': 'confirm' round {rnd!r} of {of!r} is not 1 <= round <= of")
+
+
+def latest_confirmation(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """The trials of the latest confirmation group in ``trials`` (in stored order: the group of the
+    last confirmation trial), all its rounds and nothing else; empty when there is none."""
+    confirms = [t for t in trials if t.confirmation is not None]
+    if not confirms:
+        return []
+    group = confirms[-1].confirmation["group"]  # type: ignore[index]
+    return [t for t in confirms if t.confirmation["group"] == group]  # type: ignore[index]
+
+
+def confirmed_best(trials: Iterable[TrialRecord]) -> TrialRecord | None:
+    """The best of the latest confirmation group in ``trials`` (give trials of one task and one
+    context, in stored order), or None when there is no group or no config of it qualifies.
+
+    Each config of the group is judged by the median cost of its verified successful rounds (the
+    lower middle one for an even count); a config with a failed round is dropped, an unverified
+    round is ignored. The config with the lowest median wins (ties: the earlier trial), and the
+    trial returned is its round whose cost is that median, so ``cost`` is the median.
+    """
+    rounds: dict[int, list[TrialRecord]] = {}
+    failed: set[int] = set()
+    for t in latest_confirmation(trials):
+        if not t.ok:
+            failed.add(t.config_index)
+        elif t.verified:
+            rounds.setdefault(t.config_index, []).append(t)
+    best: TrialRecord | None = None
+    for index, ts in rounds.items():
+        if index in failed:
+            continue
+        median = statistics.median_low([t.cost for t in ts])
+        pick = next(t for t in ts if t.cost == median)
+        if best is None or median < best.cost:
+            best = pick
+    return best
+
+
+def top_configs(trials: Iterable[TrialRecord], k: int) -> list[int]:
+    """Up to ``k`` config indices of ``trials`` (one task, one context) with the lowest median cost
+    over their verified successful trials (confirmations included), best first; ties go to the
+    config measured first."""
+    costs: dict[int, list[float]] = {}
+    for t in trials:
+        if t.ok and t.verified:
+            costs.setdefault(t.config_index, []).append(t.cost)
+    order = sorted(costs, key=lambda i: statistics.median_low(costs[i]))  # stable: first measured first
+    return order[:max(0, k)]
 
 
 class MeasureContext(NamedTuple):

@@ -6,10 +6,14 @@ before anything is written to them.
 
 Schema version 2 stores, with each trial, how it was measured (``timing``, ``cpu_model``
 beside ``target`` and ``threads``) and its median ``cost``; :meth:`Database.best` compares
-only trials of one :class:`~tensortune.database.records.MeasureContext`. A version-1 file is
-upgraded in place, in one transaction, the first time it is opened for writing (its trials
-keep their data, with timing and CPU "not recorded"). Rows that fail validation (written by
-another tool, or by a version that checked less) are skipped with one warning per database.
+only trials of one :class:`~tensortune.database.records.MeasureContext`. Version 3 adds
+``extra``, a JSON object per trial; ``extra["confirm"]`` marks the confirmation re-measurements
+of a task's top configs, which :meth:`Database.best` prefers over single measurements. An older
+file is upgraded in place, in one transaction, the first time it is opened for writing (its
+trials keep their data: version-1 trials with timing and CPU "not recorded", every trial with
+no extra data). A version-2 file may also be read without upgrading it (it holds no
+confirmations). Rows that fail validation (written by another tool, or by a version that
+checked less) are skipped with one warning per database.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
-from .records import MeasureContext, TaskRecord, TrialRecord
+from .records import MeasureContext, TaskRecord, TrialRecord, confirmed_best
 
 T = TypeVar("T")
 
@@ -30,7 +34,7 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 _TASK_COLS = ("workload_key", "op", "kernel_class", "target", "flops", "task_json", "created")
 _TRIAL_COLS = ("workload_key", "config_index", "config", "costs", "error", "error_msg", "build_time",
                "run_time", "timestamp", "tuner", "seed", "tvm_version", "target", "threads",
-               "verified", "energy_j", "timing", "cpu_model")
+               "verified", "energy_j", "timing", "cpu_model", "extra")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tasks (
@@ -42,7 +46,7 @@ CREATE TABLE IF NOT EXISTS trials (
     build_time REAL NOT NULL, run_time REAL NOT NULL, timestamp REAL NOT NULL, tuner TEXT NOT NULL,
     seed INTEGER, tvm_version TEXT NOT NULL, target TEXT NOT NULL, threads INTEGER NOT NULL,
     verified INTEGER NOT NULL, energy_j REAL, timing TEXT NOT NULL DEFAULT '',
-    cpu_model TEXT NOT NULL DEFAULT '', cost REAL);
+    cpu_model TEXT NOT NULL DEFAULT '', cost REAL, extra TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS trials_by_task ON trials (workload_key, config_index);
 CREATE INDEX IF NOT EXISTS trials_by_cost ON trials (workload_key, cost);
 """
@@ -55,9 +59,15 @@ ALTER TABLE trials ADD COLUMN cost REAL;
 CREATE INDEX IF NOT EXISTS trials_by_cost ON trials (workload_key, cost);
 DROP TABLE IF EXISTS best;
 """
+#: Upgrade of a version-2 file: the ``extra`` JSON object of every trial (none for old trials).
+_MIGRATE_V2 = """
+ALTER TABLE trials ADD COLUMN extra TEXT NOT NULL DEFAULT '{}';
+"""
 #: A trial that may be a best: successful, checked against the reference, with a sane cost.
 _BEST_WHERE = "error = 'none' AND verified = 1 AND cost > 0 AND cost < 1e300"
 _CONTEXT_COLS = ("target", "threads", "timing", "cpu_model")
+#: A confirmation trial: ``extra`` holds a ``confirm`` object (rows with malformed JSON are not).
+_IS_CONFIRM = "json_extract(CASE WHEN json_valid(extra) THEN extra END, '$.confirm') IS NOT NULL"
 
 
 class DatabaseError(Exception):
@@ -67,10 +77,14 @@ class DatabaseError(Exception):
 class Database:
     """Tasks and measured trials in one SQLite file (one object per process, used from one thread)."""
 
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
     BUSY_TIMEOUT_S = 60.0
-    #: Older schema versions this code upgrades in place when the file is opened for writing.
-    UPGRADABLE = {1: _MIGRATE_V1}
+    #: Older schema versions this code upgrades in place when the file is opened for writing:
+    #: the statements that take each version to the next one.
+    UPGRADABLE = {1: _MIGRATE_V1, 2: _MIGRATE_V2}
+    #: Older schema versions that may be opened read-only as they are (they only lack columns
+    #: whose absence reads as "nothing recorded").
+    READABLE = {2}
 
     def __init__(self, path: str | os.PathLike[str], readonly: bool = False) -> None:
         self.path = Path(path)
@@ -104,6 +118,7 @@ class Database:
 
         self._con = self._connect(readonly)
         if readonly:
+            self._has_extra = self._trials_have_extra()
             return
         try:
             if is_new:  # create the schema before switching to WAL: the file appears complete
@@ -115,6 +130,11 @@ class Database:
         except BaseException:
             self._con.close()
             raise
+        self._has_extra = True
+
+    def _trials_have_extra(self) -> bool:
+        """Whether the ``trials`` table has the ``extra`` column (not in a version-2 file read as it is)."""
+        return any(r["name"] == "extra" for r in self._con.execute("PRAGMA table_info(trials)").fetchall())
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -145,7 +165,7 @@ class Database:
         if version == str(self.SCHEMA_VERSION):
             return self.SCHEMA_VERSION
         if version in {str(v) for v in self.UPGRADABLE}:
-            if upgradable:
+            if upgradable or int(version) in self.READABLE:
                 return int(version)
             raise DatabaseError(f"{self.path} has schema version {version} (older tensortune); open it once for "
                                 f"writing to upgrade it in place, e.g. `tensortune upgrade-db --db {self.path}`")
@@ -153,15 +173,18 @@ class Database:
                             f"expected {self.SCHEMA_VERSION}; refusing to touch it")
 
     def _migrate(self, con: sqlite3.Connection) -> None:
-        """Upgrade an older schema in place (inside one transaction: all or nothing)."""
-        version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
-        if version == self.SCHEMA_VERSION:  # another process upgraded it first
+        """Upgrade an older schema in place, one version after the other (inside one transaction:
+        all or nothing)."""
+        first = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+        if first == self.SCHEMA_VERSION:  # another process upgraded it first
             return
-        for statement in self.UPGRADABLE[version].split(";"):
-            if statement.strip():
-                con.execute(statement)
-        con.executemany("UPDATE trials SET cost = ? WHERE id = ?",
-                        [(_stored_cost(r), r["id"]) for r in con.execute("SELECT * FROM trials").fetchall()])
+        for version in range(first, self.SCHEMA_VERSION):
+            for statement in self.UPGRADABLE[version].split(";"):
+                if statement.strip():
+                    con.execute(statement)
+        if first == 1:  # version 2 added the median cost of every trial
+            con.executemany("UPDATE trials SET cost = ? WHERE id = ?",
+                            [(_stored_cost(r), r["id"]) for r in con.execute("SELECT * FROM trials").fetchall()])
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(self.SCHEMA_VERSION),))
     def _create_schema(self, con: sqlite3.Connection) -> None:
         """Create the tables in a new file (another process may have just done so)."""
@@ -223,7 +246,8 @@ class Database:
         """Insert ``trial`` (with its median cost) and return the new row id."""
         values: dict[str, Any] = {c: getattr(trial, c) for c in _TRIAL_COLS}
         values.update(config=json.dumps(trial.config), costs=json.dumps(list(trial.costs)),
-                      verified=int(trial.verified), cost=trial.cost if trial.ok else None)
+                      verified=int(trial.verified), cost=trial.cost if trial.ok else None,
+                      extra=json.dumps(trial.extra))
         cols = _TRIAL_COLS + ("cost",)
         cur = con.execute(f"INSERT INTO trials ({', '.join(cols)}) VALUES ({', '.join(':' + c for c in cols)})", values)
         return int(cur.lastrowid)  # type: ignore[arg-type]
@@ -270,15 +294,21 @@ class Database:
         return {r[0] for r in rows.fetchall()}
 
     def best(self, workload_key: str, context: MeasureContext | None = None, **match: Any) -> TrialRecord | None:
-        """Return the fastest verified successful trial of a task, or None.
+        """Return the best verified successful trial of a task, or None.
 
         Costs are compared only like with like: with ``context``, among the trials measured in
         exactly that context; ``match`` narrows by single fields instead (``cpu_model=...``,
         ``target=...``, ``threads=...``, ``timing=...``). With neither, all of the task's
         trials compete, which is meaningful only when they share one context
         (:meth:`contexts` tells).
+
+        When those trials include confirmations (re-measurements of the top configs, see
+        :class:`TrialRecord`), the best is chosen from the latest confirmation group alone: the
+        config with the lowest median over its rounds (:func:`confirmed_best`; the trial returned
+        is the round whose cost is that median). Otherwise, or when no config of that group
+        qualifies, it is the fastest single trial.
         """
-        where, args = [f"workload_key = ? AND {_BEST_WHERE}"], [workload_key]
+        where, args = ["workload_key = ?"], [workload_key]
         fields = dict(context._asdict()) if context is not None else {}
         fields.update(match)
         for col, value in fields.items():
@@ -286,6 +316,13 @@ class Database:
                 raise TypeError(f"best(): unknown context field {col!r}")
             where.append(f"{col} = ?")
             args.append(value)
+        if self._has_extra:
+            rows = self._con.execute(f"SELECT * FROM trials WHERE {' AND '.join(where)} AND {_IS_CONFIRM} "
+                                     "ORDER BY id", args).fetchall()
+            confirmed = confirmed_best(self._valid_trials(rows))
+            if confirmed is not None:
+                return confirmed
+        where.append(_BEST_WHERE)
         for row in self._con.execute(f"SELECT * FROM trials WHERE {' AND '.join(where)} ORDER BY cost, id", args):
             trial = self._valid_trials([row])
             if trial:
@@ -310,12 +347,17 @@ class Database:
                     out.append((task, trial))
         return out
 
-    def count(self, workload_key: str | None = None) -> int:
-        """Return the number of stored trials (of one task, or all)."""
-        if workload_key is None:
-            return self._con.execute("SELECT count(*) FROM trials").fetchone()[0]
-        return self._con.execute("SELECT count(*) FROM trials WHERE workload_key = ?",
-                                 (workload_key,)).fetchone()[0]
+    def count(self, workload_key: str | None = None, confirmations: bool = False) -> int:
+        """Return the number of stored search trials (of one task, or all): the trials that count
+        against a tuning budget. Confirmation re-measurements (see :class:`TrialRecord`) are
+        counted too only with ``confirmations``; :meth:`trials` returns both kinds."""
+        where, args = ["1"], []
+        if workload_key is not None:
+            where.append("workload_key = ?")
+            args.append(workload_key)
+        if not confirmations and self._has_extra:
+            where.append(f"NOT ({_IS_CONFIRM})")
+        return self._con.execute(f"SELECT count(*) FROM trials WHERE {' AND '.join(where)}", args).fetchone()[0]
 
     # -- validation of stored rows ----------------------------------------------------------------
 
@@ -362,9 +404,10 @@ class Database:
 
 def _row_to_trial(row: sqlite3.Row) -> TrialRecord:
     """Convert a ``trials`` row into a :class:`TrialRecord` (types checked; ValueError if bad)."""
-    values = {c: row[c] for c in _TRIAL_COLS}
+    values = {c: row[c] for c in _TRIAL_COLS if c in row.keys()}  # no ``extra`` in a version-2 file read as it is
     values["config"], values["costs"] = json.loads(row["config"]), json.loads(row["costs"])
     values["verified"] = bool(row["verified"])
+    values["extra"] = json.loads(values["extra"]) if values.get("extra") else {}
     return TrialRecord.from_json({**values, "id": row["id"]})
 
 

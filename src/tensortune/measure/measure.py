@@ -103,33 +103,35 @@ class LocalRunner:
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
             on_result: Callable[[MeasureInput, MeasureResult], None] | None = None,
-            check_correctness: bool | None = None) -> list[MeasureResult]:
+            check_correctness: bool | None = None, keep_artifacts: bool = False) -> list[MeasureResult]:
         """Run each successfully built candidate; build errors pass through as results.
 
-        ``on_result`` is called as each candidate completes (to commit it at once).
+        ``on_result`` is called as each candidate completes (to commit it at once). Built
+        libraries are deleted once run, unless ``keep_artifacts`` (they are run again).
         """
         opts = self.options.runner_opts()
         if check_correctness is not None:
             opts["check_correctness"] = check_correctness
         out = []
         for inp, b in zip(inputs, builds):
-            r = self._run_one(inp, b, opts)
+            r = self._run_one(inp, b, opts, keep_artifacts)
             out.append(r)
             if on_result is not None:
                 on_result(inp, r)
         return out
 
-    def _run_one(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> MeasureResult:
+    def _run_one(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any], keep: bool = False) -> MeasureResult:
         now, threads = time.time(), self.options.threads
         if b.error is not ErrorKind.NONE or b.artifact is None:
             return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads)
         t0 = time.perf_counter()
         res = self._worker.call(run_candidate, (inp.task.json_text, b.artifact, opts), self.options.run_timeout)
         dt = time.perf_counter() - t0
-        try:
-            os.remove(b.artifact)
-        except OSError:
-            pass
+        if not keep:
+            try:
+                os.remove(b.artifact)
+            except OSError:
+                pass
         if res.status == "ok":
             kind, costs, msg, got_threads, timed = res.value
             r = MeasureResult(costs, ErrorKind(kind), msg, b.build_time, dt, now, got_threads or threads)
@@ -166,6 +168,23 @@ class Measurer:
                 on_result: Callable[[MeasureInput, MeasureResult], None] | None = None) -> list[MeasureResult]:
         """Build then run ``inputs`` (``on_result`` as each completes)."""
         return self.runner.run(inputs, self.builder.build(inputs), on_result)
+
+    def measure_rounds(self, inputs: Sequence[MeasureInput], rounds: int,
+                       on_result: Callable[[int, MeasureInput, MeasureResult], None] | None = None) -> list[list[MeasureResult]]:
+        """Build ``inputs`` once, then run them all ``rounds`` times in turn (round 1: A B C, round 2:
+        A B C, ...), so drift of the machine hits every candidate alike; ``on_result(round, inp, res)``
+        as each run completes. Returns one list of results per round."""
+        builds = self.builder.build(inputs)
+        out = []
+        try:
+            for r in range(1, rounds + 1):
+                cb = None if on_result is None else (lambda inp, res, r=r: on_result(r, inp, res))
+                out.append(self.runner.run(inputs, builds, cb, keep_artifacts=r < rounds))
+        finally:
+            for b in builds:
+                if b.artifact and os.path.exists(b.artifact):
+                    os.remove(b.artifact)
+        return out
 
     def verify(self, inp: MeasureInput) -> MeasureResult:
         """Build and run one candidate with the correctness check forced on."""

@@ -205,6 +205,27 @@ def choose_block(convs: list[_Conv], target_json: dict[str, Any]) -> int:
     return next(b for b in cands if cover[b] >= 0.9 * best)
 
 
+def blocked_workload(op: str, args: dict[str, int], target_json: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """The blocked op a model's plan would run a standalone ``conv2d`` / ``depthwise_conv2d`` as
+    (same rules as :func:`plan_layouts`, block per workload); ``(op, args)`` unchanged if none applies."""
+    if op == "conv2d":
+        conv = _Conv(1, (1, args["IC"], args["H"], args["W"]), (args["OC"], args["IC"], args["K"], args["K"]),
+                     (args["S"],) * 2, (args["P"],) * 4, (1, 1), ("NCHW", "OIHW", "NCHW"))
+    elif op == "depthwise_conv2d":
+        conv = _Conv(args["C"], (1, args["C"], args["H"], args["W"]), (args["C"], 1, args["K"], args["K"]),
+                     (args["S"],) * 2, (args["P"],) * 4, (1, 1), ("NCHW", "OIHW", "NCHW"))
+    else:
+        return op, dict(args)
+    b = choose_block([conv], target_json)
+    layouts = _decide(conv, b)[0] if b else None
+    if layouts is None:
+        return op, dict(args)
+    if op == "depthwise_conv2d":
+        return "depthwise_conv2d_nchwc", {**args, "B": b}
+    ib = int(layouts[0].removeprefix("NCHW").removesuffix("c"))
+    return "conv2d_nchwc", {**args, "IB": ib, "OB": b}
+
+
 def rewrite_clip(mod: Any) -> Any:
     """``clip(x, lo, hi)`` -> ``minimum(maximum(x, lo), hi)`` in every Relax function (binary
     ops with scalar constants follow any layout; ``relax.clip`` has no layout inference)."""

@@ -6,13 +6,20 @@ is spent. Both work through :meth:`Tuner.tune` with the database, so every trial
 committed as it completes and a rerun resumes where the last run stopped (a task's
 stored trials count against its budget and are never measured again).
 
+Each task has one tuner for the whole run, made by ``make_tuner(task, 0)`` when the task is
+first tuned: a round-robin task keeps its cost model, its search state and its transfer model
+from round to round. Every ``tune`` call that measured something ends with a confirmation of
+the task's top configs (see :mod:`tensortune.tuners.base`); those re-measurements are not
+counted against the task's trials (``Database.count`` leaves them out), and a task's best is
+the confirmed one.
+
 With a time budget, ``sequential`` gives each task a share of the remaining time in
 proportion to its weight x FLOPs (at least :data:`MIN_SHARE` of an even split), and time
-a task does not use passes to the tasks after it. A tuner checks its clock between batches
-and verifies its best at the end, so it runs past its budget by about one batch: the mean
-overrun of the tasks so far is taken off each next share, and enough is kept back for one
-short run of every later task (one batch: its template default and a few more), so that
-the light tasks tuned last are not starved by the heavy ones.
+a task does not use passes to the tasks after it. A tuner checks its clock between batches,
+and confirms and verifies its best at the end, so it runs past its budget by about one batch:
+the mean overrun of the tasks so far is taken off each next share, and enough is kept back
+for one short run of every later task (one batch: its template default and a few more), so
+that the light tasks tuned last are not starved by the heavy ones.
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ class TaskOutcome:
     """One task's state after a run."""
 
     mtask: ModelTask
-    trials_total: int = 0  # stored in the database for the task
+    trials_total: int = 0  # search trials stored in the database for the task (confirmations not counted)
     measured: int = 0  # this run
     best_s: float = float("inf")
     errors: dict[str, int] = field(default_factory=dict)
@@ -60,7 +67,11 @@ def estimated_total(outcomes: Sequence[TaskOutcome]) -> tuple[float, int]:
 
 
 class TaskScheduler:
-    """Base: runs ``make_tuner(task)`` on each task with one measurer and one database."""
+    """Base: tunes each task with one measurer and one database, through one tuner per task.
+
+    ``make_tuner(task, round_)`` makes a task's tuner; it is called once per task, with
+    ``round_`` 0, and the tuner is kept (:meth:`tuner_for`) for every later batch of the task.
+    """
 
     name = ""
 
@@ -80,6 +91,8 @@ class TaskScheduler:
         self.outcomes = {t.task.workload_key: TaskOutcome(t) for t in tasks}
         self.current: ModelTask | None = None
         self._start = 0.0
+        #: each task's tuner, by workload key, made on first use
+        self.tuners: dict[str, Any] = {}
 
     def remaining(self) -> float | None:
         """Seconds left of the time budget (None: no time budget)."""
@@ -87,23 +100,31 @@ class TaskScheduler:
             return None
         return self.time_budget - (time.perf_counter() - self._start)
 
-    def _tune(self, mt: ModelTask, n_trial: int, time_budget: float | None, round_: int = 0) -> int:
-        """One ``Tuner.tune`` call on ``mt`` up to ``n_trial`` stored trials; returns trials measured."""
+    def tuner_for(self, mt: ModelTask) -> Any:
+        """The tuner of ``mt``: made by ``make_tuner(task, 0)`` on first use, the same one after."""
+        key = mt.task.workload_key
+        if key not in self.tuners:
+            self.tuners[key] = self.make_tuner(mt.task, 0)
+        return self.tuners[key]
+
+    def _tune(self, mt: ModelTask, n_trial: int, time_budget: float | None) -> int:
+        """One ``Tuner.tune`` call of ``mt``'s tuner up to ``n_trial`` stored trials; returns trials
+        measured (confirmation re-measurements not included)."""
         self.current = mt
         out = self.outcomes[mt.task.workload_key]
-        tuner = self.make_tuner(mt.task, round_)
-        res = tuner.tune(n_trial, self.measurer, time_budget=time_budget, database=self.database,
-                         callbacks=[self._callback])
+        res = self.tuner_for(mt).tune(n_trial, self.measurer, time_budget=time_budget, database=self.database,
+                                      callbacks=[self._callback])
         out.measured += res.trials_measured
         out.trials_total = self.database.count(mt.task.workload_key)
         for k, v in res.errors.items():
             out.errors[k] = out.errors.get(k, 0) + v
-        if res.best_config is not None and res.best_cost < out.best_s:
+        if res.best_config is not None:  # the tuner's (confirmed) best, which may be slower than a lucky trial
             out.best_s = res.best_cost
         out.stop_reason = res.stop_reason
         return res.trials_measured
 
     def _callback(self, tuner: Any, inputs: Any, results: Any) -> None:
+        """After each batch: the task's best so far (progress only; :meth:`_tune` sets the final one)."""
         out = self.outcomes[tuner.task.workload_key]
         out.best_s = min(out.best_s, tuner.best_cost)
         for cb in self.callbacks:
@@ -164,7 +185,6 @@ class RoundRobinScheduler(TaskScheduler):
 
     def _run(self) -> None:
         active = list(self.tasks)
-        round_ = 0
         while active:
             for mt in list(active):
                 left = self.remaining()
@@ -173,10 +193,9 @@ class RoundRobinScheduler(TaskScheduler):
                 out = self.outcomes[mt.task.workload_key]
                 have = self.database.count(mt.task.workload_key)
                 target = min(self.trials, have + self.batch_size)
-                n = self._tune(mt, target, left, round_)
+                n = self._tune(mt, target, left)
                 if n == 0 or out.trials_total >= self.trials or out.stop_reason == "space_exhausted":
                     active.remove(mt)
-            round_ += 1
 
 
 SCHEDULERS: dict[str, type[TaskScheduler]] = {s.name: s for s in (SequentialScheduler, RoundRobinScheduler)}

@@ -69,6 +69,7 @@ class AutoTVMTuner(Tuner):
         self.plan_size, self.warmup = plan_size, warmup
         self.diversity, self.lam, self.alpha, self.epsilon = diversity, lam, alpha, epsilon
         self.transfer = transfer
+        self.transfer_tried = False  # transfer is fitted once per tuner, on its first tune() with a database
         self.n_finalists, self.n_random_pool = n_finalists, n_random_pool
         self.data = TaskData(task)
         self.plan: list[Config] = []
@@ -152,16 +153,19 @@ class AutoTVMTuner(Tuner):
     def tune(self, n_trial: int, measurer: Any, early_stopping: int | None = None,
              time_budget: float | None = None, callbacks: Sequence[Any] = (), database: Any = None) -> Any:
         """The shared loop; with a database (and ``transfer`` not False) a global model is
-        first fitted on other tasks' records for the same target, when there are enough."""
-        if database is not None and self.transfer is not False and self.global_model is None:
+        first fitted on other tasks' records for the same target, when there are enough. That
+        happens on the first call with a database only: a tuner tuned again (a scheduler's next
+        round) keeps its models, with or without transfer."""
+        if database is not None and self.transfer is not False and not self.transfer_tried:
             self.enable_transfer(database)
         return super().tune(n_trial, measurer, early_stopping, time_budget, callbacks, database)
 
     def enable_transfer(self, database: Any) -> bool:
         """Fit the global model from ``database``; on too little history set :attr:`notice` and
-        return False (tuning goes on without transfer)."""
+        return False (tuning goes on without transfer). Marks the tuner's transfer as tried."""
         from ..costmodel.transfer import fit_global_model
 
+        self.transfer_tried = True
         t0 = time.perf_counter()
         model, self.notice = fit_global_model(database, self.task, objective=self.objective, seed=self.seed)
         self.timings["transfer"] += time.perf_counter() - t0

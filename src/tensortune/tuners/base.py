@@ -1,4 +1,15 @@
-"""The Tuner interface and the loop every tuner shares: propose, measure, record, update."""
+"""The Tuner interface and the loop every tuner shares: propose, measure, record, update, confirm.
+
+With a database, a ``tune`` call that measured anything ends by confirming: the top
+:data:`CONFIRM_TOP` configs of the task in this measure context are measured again,
+interleaved over :data:`CONFIRM_ROUNDS` rounds (A, B, C, then A, B, C again, ...), and every
+re-measurement is stored as a trial marked ``extra["confirm"] = {"group", "round", "of"}``.
+The best is then the config with the lowest median over the rounds of that group, not the one
+lucky measurement (``Database.best``). The top configs are those with the lowest median over
+their verified trials, confirmations included; when the latest group already holds exactly
+them, in every round, nothing is measured again. Confirmations are no search trials: they never
+count against ``n_trial`` nor in ``trials_measured`` (``TuneResult.confirm_measured`` has them).
+"""
 from __future__ import annotations
 
 import random
@@ -13,6 +24,10 @@ from ..space import Config
 
 #: Default batch size: candidates proposed, built and run per round.
 DEFAULT_BATCH_SIZE = 16
+#: Configs confirmed at the end of a ``tune`` call that measured anything (0: no confirmation).
+CONFIRM_TOP = 3
+#: Rounds of a confirmation: each of the top configs is measured this many times, interleaved.
+CONFIRM_ROUNDS = 3
 
 Callback = Callable[["Tuner", Sequence[MeasureInput], Sequence[MeasureResult]], None]
 
@@ -35,6 +50,11 @@ class TuneResult:
     best_source: dict[str, Any] = field(default_factory=dict)
     #: how every compared cost was measured: target, threads, timing and CPU (a MeasureContext)
     context: Any = None
+    #: re-measurements made by this call's confirmation (not in ``trials_measured``)
+    confirm_measured: int = 0
+    #: the confirmation group the best was chosen from: {"group", "rounds", "configs"} (empty: a
+    #: single measurement)
+    confirmation: dict[str, Any] = field(default_factory=dict)
 
     @property
     def best_gflops(self) -> float:
@@ -56,6 +76,8 @@ class TuneResult:
             "best_source": self.best_source or None,
             "measured": self.context.to_json() if self.context is not None else None,
             "stop_reason": self.stop_reason,
+            "confirm_measured": self.confirm_measured,
+            "confirmation": self.confirmation or None,
         }
 
     def describe_source(self) -> str:
@@ -66,6 +88,9 @@ class TuneResult:
         where = "measured this run" if src["from"] == "this run" else (
             f"stored trial {src['trial_id']} ({src['tuner'] or 'unknown tuner'}, "
             f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(src['timestamp']))})")
+        if self.confirmation:
+            where += (f", median of {self.confirmation['rounds']} confirmation rounds of its top "
+                      f"{len(self.confirmation['configs'])} configs")
         return f"{where}; {self.context.describe()}" if self.context is not None else where
 
 
@@ -76,6 +101,11 @@ class Tuner(ABC):
     found in the database), the best config and cost, and an ``rng`` seeded from ``seed``.
     With ``start_from_default`` the template's default config is measured in the first
     batch (when not measured yet), so a tuned result is never worse than the untuned one.
+
+    A tuner may be tuned again (the schedulers give a task one batch per round to the same
+    tuner): it remembers which stored trials it already has, so a later ``tune`` call loads
+    only the trials stored since by others. ``confirm_top`` and ``confirm_rounds`` (defaults
+    :data:`CONFIRM_TOP`, :data:`CONFIRM_ROUNDS`) size the confirmation at the end of a call.
     """
 
     name: str = ""
@@ -92,6 +122,12 @@ class Tuner(ABC):
         self.best_config: Config | None = None
         self.best_cost = float("inf")
         self.best_result: MeasureResult | None = None
+        self.confirm_top = CONFIRM_TOP
+        self.confirm_rounds = CONFIRM_ROUNDS
+        #: ids of the stored trials this tuner has (loaded or written), per database
+        self._have_trials: dict[str, set[int]] = {}
+        #: confirmation groups this tuner measured
+        self._groups_made: set[str] = set()
 
     # ------------------------------------------------------------ the interface
     @abstractmethod
@@ -127,16 +163,20 @@ class Tuner(ABC):
         time) or after ``early_stopping`` trials without improvement, or when the space is
         exhausted. With a database, trials already stored for the task in this run's context
         (same machine, threads and timing) are loaded first (never measured again, and this
-        tuner's stored trials count against ``n_trial``) and every new trial is committed as
-        it completes, with that context.
+        tuner's stored trials count against ``n_trial``; trials a previous call of this tuner
+        loaded or wrote are not loaded again) and every new trial is committed as it completes,
+        with that context. Then, if anything was measured, the top configs are confirmed (see
+        the module's docstring) and the best reported is the confirmed one.
         """
         from .records import history_from_db, measure_context, record_trial
 
         start = time.perf_counter()
         done_before = 0
         context = measure_context(self.task, measurer.options)
+        have: set[int] = set()
         if database is not None:
-            configs, results, done_before = history_from_db(database, self, context)
+            have = self._have_trials.setdefault(str(getattr(database, "path", id(database))), set())
+            configs, results, done_before = history_from_db(database, self, context, have)
             if configs:
                 self.load_history(configs, results)
         errors: Counter = Counter()
@@ -148,7 +188,7 @@ class Tuner(ABC):
 
         def commit(inp: MeasureInput, res: MeasureResult) -> None:
             if database is not None:
-                record_trial(database, self, inp, res, context)
+                have.add(record_trial(database, self, inp, res, context))
 
         while measured < budget:
             if time_budget is not None and time.perf_counter() - start >= time_budget:
@@ -179,6 +219,11 @@ class Tuner(ABC):
                 last_improve = measured
             for cb in callbacks:
                 cb(self, inputs, results)
+        confirm_measured, confirmation = 0, {}
+        if database is not None:
+            if measured:
+                confirm_measured = self._confirm(measurer, database, context, have)
+            confirmation = self._adopt_confirmed(database, context)
         verified = self._verify_best(measurer)
         spread = self.best_result.spread if self.best_result is not None and verified else 0.0
         source: dict[str, Any] = {}
@@ -186,7 +231,71 @@ class Tuner(ABC):
             stored = self.best_result.extra.get("stored")
             source = {"from": "database", **stored} if stored else {"from": "this run"}
         return TuneResult(self.task, self.best_config, self.best_cost, measured, errors, history, stop, verified, spread,
-                          getattr(self, "status", ""), source, context)
+                          getattr(self, "status", ""), source, context, confirm_measured,
+                          confirmation if self.best_config is not None else {})
+
+    # ------------------------------------------------------------ confirmation
+    def _confirm(self, measurer: Measurer, database: Any, context: Any, have: set[int]) -> int:
+        """Measure the task's top ``confirm_top`` configs of ``context`` again, interleaved over
+        ``confirm_rounds`` rounds, storing each result marked as a confirmation; return how many
+        were measured. Nothing is measured when the latest confirmation group already holds
+        exactly these configs, every one of them in every round (nothing new to confirm)."""
+        import uuid
+
+        from ..database import latest_confirmation, top_configs
+        from .records import record_trial
+
+        if self.confirm_top < 1 or self.confirm_rounds < 1:
+            return 0
+        trials = [t for t in database.trials(self.task.workload_key) if t.context == context]
+        top = top_configs(trials, self.confirm_top)
+        last = latest_confirmation(trials)
+        if (top and {t.config_index for t in last} == set(top) and len(last) == len(top) * self.confirm_rounds
+                and all(t.confirmation["of"] == self.confirm_rounds for t in last)):
+            return 0
+        configs = []
+        for i in top:
+            try:
+                configs.append(self.space.get(i))
+            except IndexError:  # a record of another space version
+                continue
+        if not configs:
+            return 0
+        group, rounds = uuid.uuid4().hex[:16], self.confirm_rounds
+        self._groups_made.add(group)
+        inputs = [MeasureInput(self.task, c) for c in configs]
+
+        def commit(r: int, inp: MeasureInput, res: MeasureResult) -> None:
+            mark = {"confirm": {"group": group, "round": r, "of": rounds}}
+            have.add(record_trial(database, self, inp, res, context, extra=mark))
+
+        if hasattr(measurer, "measure_rounds"):  # built once, run every round
+            measurer.measure_rounds(inputs, rounds, commit)
+        else:  # a measurer without it: build and run each round
+            for r in range(1, rounds + 1):
+                measurer.measure(inputs, lambda inp, res, r=r: commit(r, inp, res))
+        return rounds * len(configs)
+
+    def _adopt_confirmed(self, database: Any, context: Any) -> dict[str, Any]:
+        """Make the database's confirmed best of ``context`` this tuner's best (when the latest
+        confirmation group has one); return that group's description, or {} (best unchanged)."""
+        from ..database import latest_confirmation
+        from .records import result_of
+
+        best = database.best(self.task.workload_key, context)
+        if best is None or best.confirmation is None:
+            return {}
+        try:
+            config = self.space.get(best.config_index)
+        except IndexError:
+            return {}
+        result = result_of(best)
+        if best.confirmation["group"] in self._groups_made:
+            del result.extra["stored"]  # confirmed by this tuner: "this run"
+        self.best_config, self.best_cost, self.best_result = config, best.cost, result
+        group = latest_confirmation(t for t in database.trials(self.task.workload_key) if t.context == context)
+        return {"group": best.confirmation["group"], "rounds": best.confirmation["of"],
+                "configs": sorted({t.config_index for t in group})}
 
     def _unmeasured_default(self) -> Config | None:
         """The template's default config, if asked for and not measured yet."""

@@ -32,16 +32,18 @@ def measure_context(task: Any, options: MeasureOptions) -> MeasureContext:
     return MeasureContext(target_key(task.target_json), int(options.threads), options.timing_key(), cpu_model())
 
 
-def record_trial(db: Database, tuner: Any, inp: MeasureInput, res: MeasureResult, context: MeasureContext) -> None:
+def record_trial(db: Database, tuner: Any, inp: MeasureInput, res: MeasureResult, context: MeasureContext,
+                 extra: dict[str, Any] | None = None) -> int:
     """Commit one measured candidate (its task must be stored: :func:`ensure_task`) with the
-    context it was measured in (the thread count is the one the runner reports)."""
-    db.add_trial(TrialRecord(
+    context it was measured in (the thread count is the one the runner reports) and ``extra``
+    (e.g. a confirmation mark); return its row id."""
+    return db.add_trial(TrialRecord(
         workload_key=inp.task.workload_key, config_index=inp.config.index, config=inp.config.to_json()["knobs"],
         costs=list(res.costs), error=res.error.value, error_msg=res.error_msg, build_time=res.build_time,
         run_time=res.run_time, timestamp=res.timestamp or time.time(), tuner=tuner.name, seed=tuner.seed,
         tvm_version=tvm_version(), target=context.target, threads=res.threads,
         verified=bool(res.extra.get("verified", False)), energy_j=res.energy_j,
-        timing=context.timing, cpu_model=context.cpu_model,
+        timing=context.timing, cpu_model=context.cpu_model, extra=dict(extra or {}),
     ))
 
 
@@ -54,22 +56,33 @@ def result_of(trial: TrialRecord) -> MeasureResult:
                          extra={"verified": trial.verified, "stored": stored})
 
 
-def history_from_db(db: Database, tuner: Any, context: MeasureContext) -> tuple[list[Config], list[MeasureResult], int]:
-    """Configs and results stored for the tuner's task in ``context``, and how many of them this
-    tuner made. Trials of other contexts (another machine, thread count or timing mode) are
-    left out: their costs do not compare with this run's, and their configs may be measured again."""
+def history_from_db(db: Database, tuner: Any, context: MeasureContext, seen: set[int] | None = None
+                    ) -> tuple[list[Config], list[MeasureResult], int]:
+    """Search trials stored for the tuner's task in ``context``: their configs and results, and how
+    many of them this tuner made (they count against its ``n_trial``).
+
+    Trials of other contexts (another machine, thread count or timing mode) are left out: their
+    costs do not compare with this run's, and their configs may be measured again. Confirmation
+    re-measurements are left out too (they are no new configs and no part of the budget). With
+    ``seen`` (trial ids the tuner already has), only the other trials are returned, and their ids
+    are added to it; the count still covers all of them."""
     ensure_task(db, tuner.task)
     configs, results, mine = [], [], 0
     for t in db.trials(tuner.task.workload_key):
-        if t.context != context:
+        if t.context != context or t.confirmation is not None:
             continue
         try:
             c = tuner.space.get(t.config_index)
         except IndexError:
             continue
+        mine += t.tuner == tuner.name
+        if seen is not None:
+            if t.id in seen:
+                continue
+            if t.id is not None:
+                seen.add(t.id)
         configs.append(c)
         results.append(result_of(t))
-        mine += t.tuner == tuner.name
     return configs, results, mine
 
 

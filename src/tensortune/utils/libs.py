@@ -39,13 +39,20 @@ def library_latency(task: Any, threads: int) -> tuple[str, float]:
         fn = (lambda: a @ b.T) if task.op == "dense" else (lambda: np.matmul(a, b))  # BLAS reads B^T in place
         with threadpool_limits(threads):
             return "numpy", _median_time(fn)
-    if task.op in ("conv2d", "depthwise_conv2d"):
+    if task.op in ("conv2d", "depthwise_conv2d", "conv2d_nchwc", "depthwise_conv2d_nchwc"):
         import torch
 
         torch.set_num_threads(threads)
-        x, w = (torch.from_numpy(t) for t in inputs)
-        s, p = task.args["S"], task.args["P"]
-        groups = task.args["C"] if task.op == "depthwise_conv2d" else 1
+        a = task.args
+        s, p = a["S"], a["P"]
+        groups = a["C"] if task.op.startswith("depthwise") else 1
+        if task.op.endswith("_nchwc"):  # the same convolution in PyTorch's own layout (NCHW, OIHW)
+            ic, oc = (a["C"], a["C"]) if groups > 1 else (a["IC"], a["OC"])
+            rng = np.random.default_rng(0)
+            x = torch.from_numpy(rng.uniform(-1, 1, (1, ic, a["H"], a["W"])).astype(np.float32))
+            w = torch.from_numpy(rng.uniform(-1, 1, (oc, ic // groups, a["K"], a["K"])).astype(np.float32))
+        else:
+            x, w = (torch.from_numpy(t) for t in inputs)
         with torch.no_grad():
             return "pytorch", _median_time(lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p, groups=groups))
     raise ValueError(f"no library reference for {task.op}")
