@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 #: The main job on defaults: tune this built-in model for a few minutes, then compare.
 DEMO_MODEL, DEMO_TUNER, DEMO_TIME_BUDGET, DEMO_DB = "resnet18", "autotvm", 300.0, "tensortune_demo.db"
@@ -497,15 +498,8 @@ def cmd_compile(a: argparse.Namespace) -> int:
     for path in (a.output, a.output + ".json"):  # before the (slow) model import
         _check_output(path, a.force, db=a.db)
     model = _load(a)
-    db = None
-    if a.db is not None:
-        _check_db_path(a.db, must_exist=True)
-        db = _open_db(a.db, readonly=True)
-    try:
+    with _readonly_db(a.db) as db:
         cm = compile_model(model, db)
-    finally:
-        if db is not None:
-            db.close()
     lib, meta = cm.export(a.output)
     if a.json:
         print(json.dumps({"model": model.name, "library": lib, "description": meta, "counts": cm.counts(),
@@ -518,6 +512,20 @@ def cmd_compile(a: argparse.Namespace) -> int:
     print(f"{model.name}: {counts['tuned']} tasks tuned, {counts['default']} template default, "
           f"{counts['generic']} generic default, {counts['naive']} unscheduled; wrote {lib} and {meta}")
     return 0
+
+
+@contextlib.contextmanager
+def _readonly_db(path: str | None) -> Iterator[Any]:
+    """The database at ``path`` opened read-only (None without a path), closed afterwards."""
+    if path is None:
+        yield None
+        return
+    _check_db_path(path, must_exist=True)
+    db = _open_db(path, readonly=True)
+    try:
+        yield db
+    finally:
+        db.close()
 
 
 def _threads_env(threads: int | None) -> int:
@@ -534,15 +542,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
     threads = _threads_env(a.threads)
     model = _load(a)
-    db = None
-    if a.db is not None:
-        _check_db_path(a.db, must_exist=True)
-        db = _open_db(a.db, readonly=True)
-    try:
+    with _readonly_db(a.db) as db:
         report = bench_model(model, db, threads, with_ort=not a.no_onnxruntime)
-    finally:
-        if db is not None:
-            db.close()
     if a.json:
         print(json.dumps(report.to_json()))
     else:
@@ -561,15 +562,8 @@ def cmd_profile(a: argparse.Namespace) -> int:
         raise UsageError(f"--layout {a.layout!r}: one of {', '.join(MODES)}")
     threads = _threads_env(a.threads)
     model = _load(a)
-    db = None
-    if a.db is not None:
-        _check_db_path(a.db, must_exist=True)
-        db = _open_db(a.db, readonly=True)
-    try:
+    with _readonly_db(a.db) as db:
         cm = compile_model(model, db, layout=a.layout)
-    finally:
-        if db is not None:
-            db.close()
     peak = None
     if not a.no_peak:
         from .measure.peak import measure_peak

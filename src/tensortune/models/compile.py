@@ -45,6 +45,7 @@ class FuncChoice:
     trials: int = 0
     best_ms: float | None = None  # the stored best latency of the task (tuned only)
     funcs: list[str] = field(default_factory=list)
+    flops: float = 0.0  # of one call
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for reports."""
@@ -186,7 +187,7 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = Non
         task = mt.task
         sched, source, reason, n, best_ms = _schedule(task, database)
         choices.append(FuncChoice(task.name, task.kernel_class, task.workload_key, mt.weight, source, reason, n,
-                                  best_ms, list(mt.funcs)))
+                                  best_ms, list(mt.funcs), task.flops))
         sched = sched.without_attr("global_symbol")  # the Relax function's own attributes, not the task's "main"
         for name in mt.funcs:
             attrs = fused[name].attrs

@@ -298,6 +298,7 @@ def count_layout_transforms(mod: Any) -> int:
 def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE) -> tuple[Any, LayoutPlan]:
     """``mod`` with its convolutions in blocked layouts and their weights transformed (folded),
     and the plan. Never raises for a planning failure: the model keeps NCHW and the plan says why."""
+    import tvm
     from tvm import relax
 
     if mode not in MODES:
@@ -326,8 +327,6 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
         seq = [relax.transform.FoldConstant(), relax.transform.ConvertLayout({}, callback), relax.transform.Normalize(),
                relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
                relax.transform.DeadCodeElimination()]
-        import tvm
-
         out = tvm.transform.Sequential(seq)(rewrite_clip(relax.transform.FoldConstant()(mod)))
     except Exception as e:  # noqa: BLE001 - TVM cannot convert this graph: keep NCHW, say why
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]

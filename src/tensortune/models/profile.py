@@ -158,7 +158,6 @@ def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int =
         vm.set_instrument(lambda *a: None)
     names = {n for r in per_run for n in r}
     task_of = {fn: c for c in compiled.choices for fn in c.funcs}
-    flops = {fn: mt.task.flops for mt in _tasks(compiled) for fn in mt.funcs}
     rows: dict[str, FuncProfile] = {}
     runtime = FuncProfile(RUNTIME_ROW, 0, 0.0)
     for n in names:
@@ -172,7 +171,7 @@ def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int =
                 continue
             rows[n] = FuncProfile(n, int(calls), _median_ms(totals))
             continue
-        rows[n] = FuncProfile(n, int(calls), _median_ms(totals), c.task, c.kernel_class, c.source, flops.get(n, 0.0),
+        rows[n] = FuncProfile(n, int(calls), _median_ms(totals), c.task, c.kernel_class, c.source, c.flops,
                               c.best_ms)
     funcs = sorted(rows.values(), key=lambda r: -r.ms)
     if runtime.calls:
@@ -181,9 +180,3 @@ def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int =
         layout = compiled.layout.summary()
     return ModelProfile(model.name, threads, _median_ms(plain), funcs, peak_gflops, cpu_model(), layout, runs)
 
-
-def _tasks(compiled: Any) -> list[Any]:
-    from .compile import model_tasks
-
-    mode = compiled.layout.mode if compiled.layout is not None else None
-    return model_tasks(compiled.model, compiled.target_json, mode)
