@@ -24,6 +24,23 @@ def max_accumulators(target_json: dict[str, Any]) -> int:
     return 28 if target_lanes(target_json) == 16 else 12
 
 
+def block_vectors(task: Any, block: int) -> int:
+    """Vector registers one channel block of ``block`` floats takes on the task's target."""
+    return -(-block // target_lanes(task.target_json))
+
+
+def write_tile_and_parallelise(sch: Any, block: Any, pat: Any, tile_loop: Any, outer: list[Any]) -> Any:
+    """The blocked templates' common tail: the output stage (fused epilogue, else a cache write)
+    written per register tile under ``tile_loop`` and vectorised, the ``outer`` loops fused into
+    one parallel loop (returned)."""
+    acc = output_stage(sch, block, pat)
+    sch.reverse_compute_at(acc, tile_loop)
+    vectorize_own_loop(sch, acc, tile_loop)
+    par = sch.fuse(*outer)
+    sch.parallel(par)
+    return par
+
+
 def default_register_tile(width: int, f_blocks: int, vec: int, acc: int) -> tuple[int, int]:
     """``(columns, channel blocks)`` of an untuned register tile: at most 8 columns, at most
     ``acc`` accumulators (``columns x blocks x vec``), a tail wasting at most 10% of the row,
@@ -50,7 +67,7 @@ class Conv2dNCHWcTemplate(Template):
     def space(self, task: Any) -> ConfigSpace:
         a = task.args
         OCo, ICo, OH, OW = a["OC"] // a["OB"], a["IC"] // a["IB"], task.out_shape[2], task.out_shape[3]
-        vec = -(-a["OB"] // target_lanes(task.target_json))  # vectors per output block
+        vec = block_vectors(task, a["OB"])
         acc = max_accumulators(task.target_json)
         s = ConfigSpace()
         s.define_split("tile_f", OCo, 2, max_innermost=4)
@@ -65,8 +82,7 @@ class Conv2dNCHWcTemplate(Template):
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         a = task.args
         OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], a["IC"] // a["IB"]
-        xi, fm = default_register_tile(OW, OCo, -(-a["OB"] // target_lanes(task.target_json)),
-                                       max_accumulators(task.target_json))
+        xi, fm = default_register_tile(OW, OCo, block_vectors(task, a["OB"]), max_accumulators(task.target_json))
         return {
             "tile_f": (OCo // fm, fm),
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
@@ -92,11 +108,7 @@ class Conv2dNCHWcTemplate(Template):
             sch.unroll(rx)
         else:
             sch.reorder(n, fo, yo, yi, xo, rco, ry, rx, rcm, rci, xi, fm, fi)
-        acc = output_stage(sch, block, pat)
-        sch.reverse_compute_at(acc, xo)
-        vectorize_own_loop(sch, acc, xo)
-        par = sch.fuse(n, fo, yo)
-        sch.parallel(par)
+        par = write_tile_and_parallelise(sch, block, pat, xo, [n, fo, yo])
         sch.unroll(xi)
         sch.unroll(fm)
         sch.vectorize(fi)

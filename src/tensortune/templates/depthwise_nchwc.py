@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, annotate_unroll, inline_prologue, output_stage, pick_entity, register_template, schedule_of,
-                   target_lanes, vectorize_own_loop)
+from .base import Template, annotate_unroll, inline_prologue, pick_entity, register_template, schedule_of
 from .conv2d import UNROLL_STEPS, schedule_padding
-from .conv2d_nchwc import max_accumulators
+from .conv2d_nchwc import block_vectors, max_accumulators, write_tile_and_parallelise
 
 
 class DepthwiseNCHWcTemplate(Template):
@@ -23,7 +22,7 @@ class DepthwiseNCHWcTemplate(Template):
     def space(self, task: Any) -> ConfigSpace:
         a = task.args
         Co, OH, OW = a["C"] // a["B"], task.out_shape[2], task.out_shape[3]
-        vec = -(-a["B"] // target_lanes(task.target_json))
+        vec = block_vectors(task, a["B"])
         acc = max_accumulators(task.target_json)
         s = ConfigSpace()
         s.define_split("tile_c", Co, 2, max_innermost=4)
@@ -36,7 +35,7 @@ class DepthwiseNCHWcTemplate(Template):
 
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         OW = task.out_shape[3]
-        vec = -(-task.args["B"] // target_lanes(task.target_json))
+        vec = block_vectors(task, task.args["B"])
         xi = min(OW, max_accumulators(task.target_json) // vec, 8)
         return {
             "tile_c": pick_entity(space, "tile_c", lambda e: (e[1] == 1,)),
@@ -57,11 +56,7 @@ class DepthwiseNCHWcTemplate(Template):
         yo, yi = sch.split(y, list(config["tile_y"]))
         xo, xi = sch.split(x, [None, config["tile_x"][1]])
         sch.reorder(n, co, yo, cm, yi, xo, ry, rx, xi, ci)
-        acc = output_stage(sch, block, pat)
-        sch.reverse_compute_at(acc, xo)
-        vectorize_own_loop(sch, acc, xo)
-        par = sch.fuse(n, co, yo)
-        sch.parallel(par)
+        par = write_tile_and_parallelise(sch, block, pat, xo, [n, co, yo])
         if config["unroll_kw"]:
             sch.unroll(rx)
         sch.unroll(xi)
