@@ -98,7 +98,8 @@ def test_failed_planning_keeps_nchw_and_still_compiles(model, monkeypatch) -> No
 
     monkeypatch.setattr(relax.transform, "ConvertLayout", broken)
     mod, plan = plan_layouts(model.mod, host_target_json())
-    assert mod is model.mod and plan.block == 0 and "Invalid layout axis" in plan.note
+    assert plan.block == 0 and "Invalid layout axis" in plan.note
+    assert count_layout_transforms(mod) == 0  # the convolutions as imported (constants folded)
     assert all(c.layout == "NCHW" and c.reason for c in plan.convs)
     assert plan.summary().startswith("layouts: NCHW kept")
 

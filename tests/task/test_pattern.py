@@ -18,11 +18,26 @@ from tensortune.task.pattern import analyze_func
     ("dense", [128, 768, 3072], {"M": 128, "N": 768, "K": 3072}),
     ("matmul", [64, 32, 16], {"M": 64, "N": 32, "K": 16}),
     ("batch_matmul", [12, 128, 64, 128], {"B": 12, "M": 128, "N": 64, "K": 128}),
+    ("dense_pack", [128, 768, 3072, 16], {"M": 128, "N": 768, "K": 3072, "NB": 16}),
 ])
 def test_named_ops_are_recognised(op, shape, args):
     pat = analyze_func(Task.from_op(op, shape).prim_func())
     assert pat.op == op and pat.args == args and pat.epilogue == ()
-    assert pat.b_layout == ("nk" if op == "dense" else "kn") or op.endswith("conv2d")
+    expect = {"dense": "nk", "dense_pack": "packed"}.get(op, "kn")
+    assert pat.b_layout == expect or op.endswith("conv2d")
+
+
+def test_dense_pack_with_leading_rows_axis_and_epilogue():
+    from tensortune.task.ops import dense_pack_te
+
+    a = te.placeholder((1, 6, 20), name="A")
+    w = te.placeholder((3, 20, 8), name="W")
+    b = te.placeholder((24,), name="b")
+    d = dense_pack_te(a, w)
+    add = te.compute(d.shape, lambda n, i, j: d[n, i, j] + b[j], name="T_add")
+    pat = analyze_func(te.create_prim_func([a, w, b, add]))
+    assert pat.op == "dense_pack" and pat.args == {"M": 6, "N": 24, "K": 20, "NB": 8}
+    assert pat.epilogue_ops == ("add",) and pat.weight_read == 1
 
 
 def _conv_relu_func(P: int):

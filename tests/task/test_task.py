@@ -17,6 +17,8 @@ VALID = {
     "matmul": ((32, 48, 64), 2 * 32 * 48 * 64, [[32, 64], [64, 48], [32, 48]]),
     "dense": ((32, 48, 64), 2 * 32 * 48 * 64, [[32, 64], [48, 64], [32, 48]]),
     "batch_matmul": ((2, 16, 24, 32), 2 * 2 * 16 * 24 * 32, [[2, 16, 32], [2, 32, 24], [2, 16, 24]]),
+    # M, N, K, NB: the weight packed as [N/NB, K, NB]
+    "dense_pack": ((32, 48, 64, 16), 2 * 32 * 48 * 64, [[32, 64], [3, 64, 16], [32, 48]]),
     # H, W, IC, OC, K, S, P: 11x11 pad 1 stride 2 -> 6x6
     "conv2d": ((11, 11, 4, 8, 3, 2, 1), 2 * 8 * 6 * 6 * 4 * 9, [[1, 4, 11, 11], [8, 4, 3, 3], [1, 8, 6, 6]]),
     # H, W, C, K, S, P: 12x12 pad 1 stride 1 -> 12x12
@@ -132,6 +134,8 @@ def test_keys_differ_between_tasks() -> None:
     ("depthwise_conv2d", (3, 3, 8, 5, 1, 0)),
     ("conv2d_nchwc", (10, 10, 12, 16, 3, 1, 1, 8, 8)),  # 12 input channels in blocks of 8
     ("depthwise_conv2d_nchwc", (10, 10, 12, 3, 1, 1, 8)),
+    ("dense_pack", (32, 40, 64, 16)),  # 40 columns in blocks of 16
+    ("dense_pack", (32, 48, 64, 0)),
     ("matmul", (32, 4.5, 64)),
     ("matmul", (32, "48", 64)),
     ("matmul", (True, 48, 64)),

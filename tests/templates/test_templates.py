@@ -46,6 +46,9 @@ OP_CASES = {
     "conv2d-nchwc-1x1": ("conv2d_nchwc", (9, 9, 8, 16, 1, 1, 0, 4, 8)),
     "depthwise-nchwc": ("depthwise_conv2d_nchwc", (13, 13, 16, 3, 1, 1, 8)),
     "depthwise-nchwc-stride2": ("depthwise_conv2d_nchwc", (17, 17, 8, 5, 2, 2, 8)),
+    # a model's matmul with its weight packed at compile time; one row: the classifier's GEMV
+    "dense-pack": ("dense_pack", (12, 48, 40, 8)),
+    "dense-pack-gemv": ("dense_pack", (1, 40, 24, 8)),
 }
 
 

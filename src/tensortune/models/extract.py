@@ -40,13 +40,15 @@ class ModelTask:
 
 def fuse_passes() -> list[Any]:
     """TVM's legalize-and-fuse passes, in order (blocked convolutions lowered by
-    :func:`tensortune.models.layout.legalize_conv2d`)."""
+    :func:`tensortune.models.layout.legalize_conv2d`, exp/erf/tanh/softmax/GELU by the fast
+    forms of :mod:`tensortune.models.fastmath`)."""
     from tvm import relax
 
+    from .fastmath import FAST_MATH
     from .layout import legalize_conv2d
 
     t = relax.transform
-    return [t.DecomposeOpsForInference(), t.LegalizeOps({"relax.nn.conv2d": legalize_conv2d}), t.AnnotateTIROpPattern(),
+    return [t.DecomposeOpsForInference(), t.LegalizeOps({**FAST_MATH, "relax.nn.conv2d": legalize_conv2d}), t.AnnotateTIROpPattern(),
             t.FoldConstant(), t.FuseOps(), t.FuseTIR(), t.DeadCodeElimination()]
 
 

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from .prepack import DensePlan, pack_dense_weights
+
 #: Layout modes: ``blocked`` (the plan above) or ``nchw`` (no plan: TVM's layouts as imported).
 MODES = ("blocked", "nchw")
 DEFAULT_MODE = "blocked"
@@ -58,6 +60,8 @@ class LayoutPlan:
     convs: list[ConvPlan] = field(default_factory=list)
     transforms: int = 0  # layout_transform calls left in main (after folding the weights')
     note: str = ""  # why the plan fell back to NCHW everywhere
+    denses: list[DensePlan] = field(default_factory=list)  # the matmuls and their packed weights
+    dense_note: str = ""  # why no weight was packed (a failure of the rewrite)
 
     @property
     def blocked_share(self) -> float:
@@ -70,9 +74,22 @@ class LayoutPlan:
         return [c for c in self.convs if c.reason]
 
     def summary(self) -> str:
-        """One line: block, share of conv FLOPs blocked, transforms left, fallbacks."""
+        """One line: block, share of conv FLOPs blocked, transforms left, fallbacks; packed matmul weights."""
         if self.mode != "blocked":
             return "layouts: NCHW as imported (no plan)"
+        return self._conv_summary() + self._dense_summary()
+
+    def _dense_summary(self) -> str:
+        if self.dense_note:
+            return f"; matmul weights not packed ({self.dense_note})"
+        if not self.denses:
+            return ""
+        packed = [d for d in self.denses if d.block]
+        text = f"; {len(packed)}/{len(self.denses)} matmul weights packed at compile time"
+        reasons = sorted({d.reason for d in self.denses if d.reason})
+        return text + (" (kept: " + "; ".join(reasons[:3]) + ")" if reasons else "")
+
+    def _conv_summary(self) -> str:
         if not self.block:
             return f"layouts: NCHW kept ({self.note})"
         n_conv = len(self.convs)
@@ -88,7 +105,8 @@ class LayoutPlan:
     def to_json(self) -> dict[str, Any]:
         """JSON form for reports."""
         return {"mode": self.mode, "block": self.block, "blocked_share": self.blocked_share, "transforms": self.transforms,
-                "note": self.note, "summary": self.summary(), "convs": [c.to_json() for c in self.convs]}
+                "note": self.note, "summary": self.summary(), "convs": [c.to_json() for c in self.convs],
+                "denses": [d.to_json() for d in self.denses], "dense_note": self.dense_note}
 
 
 # ---------------------------------------------------------------- the conv calls of a module
@@ -298,7 +316,6 @@ def count_layout_transforms(mod: Any) -> int:
 def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE) -> tuple[Any, LayoutPlan]:
     """``mod`` with its convolutions in blocked layouts and their weights transformed (folded),
     and the plan. Never raises for a planning failure: the model keeps NCHW and the plan says why."""
-    import tvm
     from tvm import relax
 
     if mode not in MODES:
@@ -312,9 +329,28 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
         layouts, why = _decide(c, b) if b else (None, "no block covers it")
         plans.append(ConvPlan(c.kind, c.describe(), c.flops, layouts[0] if layouts else "NCHW", why))
     plan = LayoutPlan(mode, b, plans)
+    out = _block_convs(mod, plan) if b else relax.transform.FoldConstant()(mod)
     if not b:
         plan.note = "no convolution can be blocked" if convs else "no convolution"
-        return mod, plan
+    try:
+        out, plan.denses = pack_dense_weights(relax.transform.FoldConstant()(out), target_json)
+    except Exception as e:  # noqa: BLE001 - TVM cannot rewrite this graph: matmuls keep TVM's form
+        plan.dense_note = f"packing the weights failed: {_last_line(e)}"
+    plan.transforms = count_layout_transforms(out)
+    return out, plan
+
+
+def _last_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]
+
+
+def _block_convs(mod: Any, plan: LayoutPlan) -> Any:
+    """``mod`` with the plan's convolutions converted and their weights folded (the plan updated
+    to NCHW everywhere, with the reason, if TVM cannot convert the graph)."""
+    import tvm
+    from tvm import relax
+
+    b = plan.block
 
     def callback(call: Any) -> dict[str, list[str]]:
         conv = _conv_of(call)
@@ -327,14 +363,12 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
         seq = [relax.transform.FoldConstant(), relax.transform.ConvertLayout({}, callback), relax.transform.Normalize(),
                relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
                relax.transform.DeadCodeElimination()]
-        out = tvm.transform.Sequential(seq)(rewrite_clip(relax.transform.FoldConstant()(mod)))
+        return tvm.transform.Sequential(seq)(rewrite_clip(relax.transform.FoldConstant()(mod)))
     except Exception as e:  # noqa: BLE001 - TVM cannot convert this graph: keep NCHW, say why
-        first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]
         for p in plan.convs:
             p.layout, p.reason = "NCHW", "layout planning failed"
-        return mod, LayoutPlan(mode, 0, plan.convs, 0, f"ConvertLayout failed: {first}")
-    plan.transforms = count_layout_transforms(out)
-    return out, plan
+        plan.block, plan.note = 0, f"ConvertLayout failed: {_last_line(e)}"
+        return relax.transform.FoldConstant()(mod)
 
 
 # ---------------------------------------------------------------- legalization

@@ -2,7 +2,9 @@
 
 Each op is an :class:`OpDef` in :data:`OPS`, reachable by its short name. Shapes follow
 ``bench/workloads.json``: NCHW for convolutions (batch 1), ``C[M,N] = A[M,K] x B[K,N]``
-for matmul, ``B`` given as ``[N,K]`` for dense, ``A[b,M,K] x B[b,K,N]`` for batch_matmul.
+for matmul, ``B`` given as ``[N,K]`` for dense, ``A[b,M,K] x B[b,K,N]`` for batch_matmul;
+``dense_pack`` is a model's matmul with a constant weight packed at compile time as
+``[N/NB, K, NB]`` (:func:`dense_pack_te`, :func:`pack_weight`).
 
 The blocked convolutions are the forms a model's layout plan gives them
 (:mod:`tensortune.models.layout`): ``conv2d_nchwc`` reads data ``[1, IC/IB, H, W, IB]`` and a
@@ -105,6 +107,43 @@ def _bmm_compute(args: dict[str, int]) -> list:
     k = te.reduce_axis((0, K), name="k")
     C = te.compute((Bt, M, N), lambda b, i, j: te.sum(A[b, i, k] * B[b, k, j], axis=k), name="C")
     return [A, B, C]
+
+
+def dense_pack_te(data: "te.Tensor", packed: "te.Tensor", out_dtype: str = "float32") -> "te.Tensor":
+    """``data[..., K] x W`` with the weight ``W[K, N]`` packed once as ``[N/NB, K, NB]``
+    (:func:`pack_weight`): the columns of one block are contiguous along the reduction."""
+    from tvm import te
+
+    nbo, K, NB = (int(d) for d in packed.shape)
+    lead = [int(d) for d in data.shape[:-1]]
+    k = te.reduce_axis((0, K), name="k")
+    return te.compute(
+        (*lead, nbo * NB),
+        lambda *idx: te.sum(data[(*idx[:-1], k)].astype(out_dtype)
+                            * packed[idx[-1] // NB, k, idx[-1] % NB].astype(out_dtype), axis=k),
+        name="dense_pack",
+    )
+
+
+def pack_weight(w_kn: np.ndarray, nb: int) -> np.ndarray:
+    """``W[K, N]`` -> ``[N/nb, K, nb]`` (the weight layout of ``dense_pack``)."""
+    K, N = w_kn.shape
+    return np.ascontiguousarray(w_kn.reshape(K, N // nb, nb).transpose(1, 0, 2))
+
+
+def unpack_weight(packed: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`pack_weight`."""
+    nbo, K, nb = packed.shape
+    return packed.transpose(1, 0, 2).reshape(K, nbo * nb)
+
+
+def _dense_pack_compute(args: dict[str, int]) -> list:
+    from tvm import te
+
+    M, N, K, NB = args["M"], args["N"], args["K"], args["NB"]
+    A = te.placeholder((M, K), name="A")
+    Bp = te.placeholder((N // NB, K, NB), name="B")
+    return [A, Bp, dense_pack_te(A, Bp)]
 
 
 # ---------------------------------------------------------------- convolutions
@@ -268,6 +307,12 @@ OPS: dict[str, OpDef] = {
         "dense", ("M", "N", "K"), "gemm", "dense", _dense_compute,
         lambda a: 2.0 * a["M"] * a["N"] * a["K"],
         lambda a, x: x[0] @ x[1].T, _gemm_check(("M", "N", "K")),
+    ),
+    "dense_pack": OpDef(
+        "dense_pack", ("M", "N", "K", "NB"), "dense_pack", "dense_pack", _dense_pack_compute,
+        lambda a: 2.0 * a["M"] * a["N"] * a["K"],
+        lambda a, x: x[0] @ unpack_weight(x[1]),
+        lambda a: (_positive(a, ("M", "N", "K", "NB")), _blocks_divide(a, [("N", "NB")])),
     ),
     "batch_matmul": OpDef(
         "batch_matmul", ("B", "M", "N", "K"), "gemm", "batch_matmul", _bmm_compute,

@@ -16,6 +16,8 @@ Recognised anchors (a multiply-accumulate reduction block ``C += X * Y``):
 - ``depthwise_conv2d_nchwc``: ``out[n,c,y,x,ci] += data[n, c, y*S+ry, x*S+rx, ci] * w[c, 0, ry, rx, 0, ci]``.
 - ``matmul`` / ``dense`` / ``batch_matmul``: one reduction variable ``k``,
   ``out[..., i, j] += A[..., i, k] * B[..., k, j]`` (``B[..., j, k]``: dense).
+- ``dense_pack``: ``out[..., i, j] += A[..., i, k] * W[j // NB, k, j % NB]`` (a weight packed at
+  compile time, :func:`tensortune.task.ops.dense_pack_te`).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ class FuncPattern:
     anchor: str | None = None  # block name of the anchor reduction
     pad: str | None = None  # block name of the padding stage feeding the anchor's data
     weight_read: int = 1  # index of the weight (conv) / B (gemm) operand in the anchor's reads
-    b_layout: str = "kn"  # gemm: "kn" (B[..., k, j]) or "nk" (B[..., j, k])
+    b_layout: str = "kn"  # gemm: "kn" (B[..., k, j]), "nk" (B[..., j, k]) or "packed" (dense_pack)
     b_ndim: int = 2  # gemm: rank of B
     index_dtype: str = "int32"  # dtype of the buffers' shape values (int64 in Relax-made functions)
     prologue: tuple[str, ...] = ()  # other blocks before the anchor
@@ -248,6 +250,18 @@ def _gemm(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any
             vs.append(v)
         return vs
 
+    for a_load, b_load in ((x, y), (y, x)):
+        nb = _packed_block(b_load, j, k)
+        av = vars_of(a_load)
+        if nb and av is not None and av[-1] == k and i in av:
+            if any(v not in batch and v not in (i, k) for v in av):
+                return _generic("dense_pack data is not indexed by its loops")
+            reads = [r.__chandle__() for r in b.reads]
+            bbuf = _load_buffer(b_load)
+            args = {"M": b.extent(i), "N": b.extent(j), "K": b.extent(k), "NB": nb}
+            return FuncPattern("dense_pack", args, weight_read=reads.index(bbuf.__chandle__()), b_layout="packed",
+                               b_ndim=3, index_dtype=str(bbuf.shape[0].ty.dtype),
+                               prologue=tuple(p.name for p in before), **common)
     xv, yv = vars_of(x), vars_of(y)
     if xv is None or yv is None:
         return _generic("gemm operands are not indexed by plain loop variables")
@@ -284,6 +298,21 @@ def _gemm(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any
     return FuncPattern(op, args, weight_read=reads.index(bh), b_layout=layout, b_ndim=len(b_vars),
                        index_dtype=str(bbuf.shape[0].ty.dtype),
                        prologue=tuple(p.name for p in before), **common)
+
+
+def _packed_block(load: Any, j: Any, k: Any) -> int:
+    """NB when ``load`` reads a packed weight ``W[j // NB, k, j % NB]`` (else 0)."""
+    if len(load.indices) != 3 or _plain_var(load.indices[1]) != k:
+        return 0
+    div, mod = _strip_cast(load.indices[0]), _strip_cast(load.indices[2])
+    if type(div).__name__ != "FloorDiv" or type(mod).__name__ != "FloorMod":
+        return 0
+    if _plain_var(div.a) != j or _plain_var(mod.a) != j:
+        return 0
+    nbs = [_strip_cast(e.b) for e in (div, mod)]
+    if any(type(v).__name__ != "IntImm" for v in nbs) or int(nbs[0].value) != int(nbs[1].value):
+        return 0
+    return int(nbs[0].value)
 
 
 # ---------------------------------------------------------------- convolutions

@@ -52,7 +52,7 @@ def register_template(t: Template) -> Template:
 
 def get_template(name: str) -> Template:
     """The template called ``name``."""
-    from . import conv2d, conv2d_nchwc, depthwise, depthwise_nchwc, gemm, generic  # noqa: F401  (register built-ins)
+    from . import conv2d, conv2d_nchwc, dense_pack, depthwise, depthwise_nchwc, gemm, generic  # noqa: F401  (register built-ins)
 
     try:
         return TEMPLATES[name]

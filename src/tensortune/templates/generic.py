@@ -41,9 +41,23 @@ def _loop_kinds(sch: Any, block: Any) -> list[tuple[Any, int, bool]]:
     return out
 
 
+#: An elementwise block read by several consumers stays materialised when its expression is
+#: longer than this (printed characters): inlining would compute e.g. softmax's exponential once
+#: in the row sum (a scalar reduction loop) and again in the normalisation.
+SHARED_EXPR_CHARS = 400
+
+
+def _expensive_shared(sch: Any, block: Any) -> bool:
+    blk = sch.get(block)
+    return len(sch.get_consumers(block)) > 1 and not any(int(iv.iter_type) == 2 for iv in blk.iter_vars) \
+        and len(str(blk.body)) > SHARED_EXPR_CHARS
+
+
 def _inline_all(sch: Any) -> None:
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     for b in blocks[:-1]:
+        if _expensive_shared(sch, b):
+            continue
         try:
             sch.compute_inline(b)
         except Exception:
@@ -82,14 +96,26 @@ def _attach_producers(sch: Any, producers: list[Any], loop: Any | None) -> None:
             if loop is None:
                 raise ValueError("no loop to attach to")
             sch.compute_at(b, loop)
+            _vectorize_spatial_inner(sch, b, loop)
         except Exception:  # noqa: BLE001 - region not computable per iteration
             _parallel_own(sch, b)
+
+
+def _vectorize_spatial_inner(sch: Any, block: Any, anchor: Any) -> None:
+    """Vectorise an attached elementwise producer's own innermost loop (not a reduction's)."""
+    if any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars):
+        return
+    try:
+        vectorize_own_loop(sch, block, anchor)
+    except Exception:  # noqa: BLE001 - a gather or a branch: stays scalar
+        pass
 
 
 class GenericTemplate(Template):
     """A space for PrimFuncs no op template knows."""
 
     name = "generic"
+    version = 2
 
     def _shape(self, task: Any) -> list[tuple[int, bool]]:
         sch = schedule_of(task)

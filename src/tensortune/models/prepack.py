@@ -1,0 +1,101 @@
+"""Weights packed at compile time for a model's matrix products (part of the layout plan).
+
+A ``matmul(x, W)`` whose ``W[K, N]`` is a bound constant (after ``FoldConstant``, which also
+folds the transpose of a ``Linear``/``Gemm`` weight) becomes a ``dense_pack`` call
+(:func:`tensortune.task.ops.dense_pack_te`) on ``W`` packed here, once, as ``[N/NB, K, NB]``:
+the kernel reads a block of NB output columns contiguously along the reduction and no
+inference repacks the weight. ``NB`` is the target's vector lanes (or half of them when that is
+what divides N). A matmul whose weight is computed at run time, whose N no block divides, or
+whose rows carry a batch keeps TVM's ``matmul`` (and the ``gemm`` template), with the reason
+in its :class:`DensePlan`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class DensePlan:
+    """What the plan chose for one matmul of the model."""
+
+    shape: str  # "128x768 @ 768x3072"
+    flops: float
+    block: int  # NB of the packed weight (0: not packed)
+    reason: str = ""  # why the weight was not packed
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for reports."""
+        return dict(self.__dict__)
+
+
+def weight_block(n: int, target_json: dict[str, Any]) -> int:
+    """NB for a weight with ``n`` columns: the target's lanes, or half of them, that divides ``n`` (0: none)."""
+    from ..templates.base import target_lanes
+
+    lanes = target_lanes(target_json)
+    return next((b for b in (lanes, lanes // 2) if n % b == 0), 0)
+
+
+def _shape(expr: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(d) for d in expr.ty.shape)
+    except Exception:  # noqa: BLE001 - symbolic or unknown shape
+        return None
+
+
+def pack_dense_weights(mod: Any, target_json: dict[str, Any]) -> tuple[Any, list[DensePlan]]:
+    """``mod`` with every constant-weight matmul as ``dense_pack`` on a packed weight, and one
+    :class:`DensePlan` per matmul of ``main`` (run ``FoldConstant`` first)."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    from ..task.ops import dense_pack_te, pack_weight
+
+    plans: list[DensePlan] = []
+
+    @mutator
+    class _Pack(PyExprMutator):  # type: ignore[misc]
+        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", "") != "relax.matmul":
+                return call
+            x, w = call.args
+            xs, ws = _shape(x), _shape(w)
+            if xs is None or ws is None:
+                return call
+            const = w if isinstance(w, Constant) else None
+            if const is None and isinstance(w, relax.Var):
+                bound = self.lookup_binding(w)
+                const = bound if isinstance(bound, Constant) else None
+            flops = 2.0 * float(np.prod(xs)) * (ws[-1] if len(ws) == 2 else 0)
+            plan = DensePlan(f"{'x'.join(map(str, xs))} @ {'x'.join(map(str, ws))}", flops, 0)
+            plans.append(plan)
+            out_dtype = str(call.ty.dtype)
+            if const is None:
+                plan.reason = "weight computed at run time"
+            elif len(ws) != 2 or len(xs) < 2:
+                plan.reason = "not a 2-D weight"
+            elif int(np.prod(xs[:-2])) != 1:
+                plan.reason = "rows carry a batch"
+            elif str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32" or out_dtype != "float32":
+                plan.reason = "not float32"
+            elif not weight_block(ws[1], target_json):
+                plan.reason = f"N={ws[1]} not a multiple of a vector block"
+            if plan.reason:
+                return call
+            nb = weight_block(ws[1], target_json)
+            packed = relax.const(pack_weight(const.value.numpy(), nb))
+            plan.block = nb
+            return self.builder_.call_te(dense_pack_te, x, packed, out_dtype, primfunc_name_hint="dense_pack")
+
+    out = mod.clone() if hasattr(mod, "clone") else mod
+    packer = _Pack(out)
+    for gv, f in list(out.functions.items()):
+        if isinstance(f, relax.Function):
+            packer.builder_.update_func(gv, packer.visit_expr(f))
+    out = packer.builder_.get()
+    return relax.transform.DeadCodeElimination()(out), plans

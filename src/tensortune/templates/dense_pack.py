@@ -1,0 +1,89 @@
+"""Template for ``dense_pack``: a model's matmul whose weight was packed at compile time.
+
+The weight arrives as ``[N/NB, K, NB]`` (:func:`tensortune.task.ops.pack_weight`, done once
+by the layout plan), so the kernel reads each column block contiguously along the reduction
+and never copies the weight (the ``gemm`` template's ``pack_b`` repacks it on every call).
+Structure as AutoTVM's x86 ``dense_pack``: rows tiled ``tile_y`` = [yo, ym, yi], column blocks
+``tile_x`` = [xo, xm, xb] over ``N/NB``; the register tile is ``yi`` rows x ``xb * NB`` columns
+(rows and blocks unrolled, the block vectorised), accumulated over the whole reduction
+(``tile_k`` = [ko, ki]) before the output stage (fused epilogue or a cache write) stores it once.
+The row and column tiles run in parallel.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..space import Config, ConfigSpace
+from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, output_stage, register_template,
+                   schedule_of, vector_lanes, vectorize_own_loop)
+from .conv2d_nchwc import max_accumulators
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def default_register_tile(M: int, blocks: int, vec: int, acc: int, wide: bool) -> tuple[int, int]:
+    """``(yi, xb)``: the register tile with the most accumulators within ``acc`` (rows at most 8
+    with 32 vector registers, 4 with 16; at most 4 column blocks), ties to more rows."""
+    ymax = 8 if wide else 4
+    cands = [(yi, xb) for yi in _divisors(M) if yi <= ymax for xb in _divisors(blocks)
+             if xb <= 4 and yi * xb * vec <= acc]
+    return max(cands, key=lambda t: (t[0] * t[1], t[0]))
+
+
+class DensePackTemplate(Template):
+    """C[..., M, N] = A[..., M, K] x W, W packed ``[N/NB, K, NB]``."""
+
+    name = "dense_pack"
+
+    def space(self, task: Any) -> ConfigSpace:
+        a = task.args
+        M, K, blocks = a["M"], a["K"], a["N"] // a["NB"]
+        vec = -(-a["NB"] // vector_lanes(task))
+        acc = max_accumulators(task.target_json)
+        s = ConfigSpace()
+        s.define_split("tile_y", M, 3, max_innermost=16)
+        s.define_split("tile_x", blocks, 3, max_innermost=max(1, acc // vec))
+        s.define_split("tile_k", K, 2, max_innermost=16)
+        s.define_unroll()
+        s.add_constraint("registers", lambda c: c["tile_y"][2] * c["tile_x"][2] * vec <= acc)
+        return s
+
+    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+        a = task.args
+        M, K, blocks = a["M"], a["K"], a["N"] // a["NB"]
+        lanes = vector_lanes(task)
+        vec = -(-a["NB"] // lanes)
+        yi, xb = default_register_tile(M, blocks, vec, max_accumulators(task.target_json), lanes == 16)
+        ki = largest_divisor_le(K, 4)
+        return {"tile_y": (M // yi, 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K // ki, ki),
+                "auto_unroll_max_step": 64, "unroll_explicit": 1}
+
+    def apply(self, task: Any, config: Config) -> Any:
+        pat = task.pattern
+        NB = task.args["NB"]
+        sch = schedule_of(task)
+        inline_prologue(sch, pat)
+        block = sch.get_sblock(pat.anchor)
+        loops = sch.get_loops(block)
+        lead, (i, j, k) = loops[:-3], loops[-3:]
+        jo, jn = sch.split(j, [None, NB])
+        yo, ym, yi = sch.split(i, list(config["tile_y"]))
+        xo, xm, xb = sch.split(jo, list(config["tile_x"]))
+        ko, ki = sch.split(k, list(config["tile_k"]))
+        sch.reorder(*lead, xo, yo, ym, xm, ko, ki, yi, xb, jn)
+        out = output_stage(sch, block, pat)
+        sch.reverse_compute_at(out, xm)
+        par = sch.fuse(*lead, xo, yo)
+        sch.parallel(par)
+        sch.unroll(yi)
+        sch.unroll(xb)
+        sch.vectorize(jn)
+        vectorize_own_loop(sch, out, xm)
+        annotate_unroll(sch, par, config)
+        sch.decompose_reduction(block, ko)
+        return sch.mod
+
+
+register_template(DensePackTemplate())
