@@ -25,10 +25,13 @@ def _divisors(n: int) -> list[int]:
 
 def default_register_tile(M: int, blocks: int, vec: int, acc: int, wide: bool) -> tuple[int, int]:
     """``(yi, xb)``: the register tile with the most accumulators within ``acc`` (rows at most 8
-    with 32 vector registers, 4 with 16; at most 4 column blocks), ties to more rows."""
+    with 32 vector registers, 4 with 16; at most 4 column blocks, 8 when there are fewer than 4
+    rows: a matrix-vector product needs independent accumulators to hide the FMA latency), ties
+    to more rows."""
     ymax = 8 if wide else 4
+    xmax = 4 if M >= 4 else 8
     cands = [(yi, xb) for yi in _divisors(M) if yi <= ymax for xb in _divisors(blocks)
-             if xb <= 4 and yi * xb * vec <= acc]
+             if xb <= xmax and yi * xb * vec <= acc]
     return max(cands, key=lambda t: (t[0] * t[1], t[0]))
 
 
