@@ -57,10 +57,15 @@ class Conv2dTemplate(Template):
 
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         lanes = vector_lanes(task)
-        OW, IC = task.out_shape[3], task.args["IC"]
-        xi, rci = largest_divisor_le(OW, 8), largest_divisor_le(IC, 16)
+        OW, IC, OC = task.out_shape[3], task.args["IC"], task.args["OC"]
+        rci = largest_divisor_le(IC, 16)
+        if OC % lanes == 0:
+            fi, xi = lanes, largest_divisor_le(OW, 8)
+        else:  # channels no vector divides (ShuffleNet's 58, 116): a short vector, a wide row of them
+            fi = min(OC & -OC, lanes)  # the largest power of two dividing OC
+            xi = largest_divisor_le(OW, min(16, MAX_ACCUMULATORS))
         return {
-            "tile_f": pick_entity(space, "tile_f", lambda e: (e[2] == lanes, e[1] == 1)),
+            "tile_f": pick_entity(space, "tile_f", lambda e: (e[2] == fi, e[1] == 1)),
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
             "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == xi,)),
             "tile_rc": pick_entity(space, "tile_rc", lambda e: (e[1] == rci,)),
