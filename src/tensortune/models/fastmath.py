@@ -20,16 +20,23 @@ def _default(bb: Any, call: Any) -> Any:
     return call.op.get_attr("FLegalize")(bb, call)
 
 
-def _float32(call: Any) -> bool:
-    return str(call.args[0].ty.dtype) == "float32"
+Legalize = Callable[[Any, Any], Any]
 
 
-def _unary(fast: str) -> Callable[[Any, Any], Any]:
+def _float32_only(fast: Legalize) -> Legalize:
+    """``fast`` for float32 inputs, TVM's own legalization otherwise."""
+    def legalize(bb: Any, call: Any) -> Any:
+        if str(call.args[0].ty.dtype) != "float32":
+            return _default(bb, call)
+        return fast(bb, call)
+
+    return legalize
+
+
+def _unary(fast: str) -> Legalize:
     def legalize(bb: Any, call: Any) -> Any:
         from tvm import topi
 
-        if not _float32(call):
-            return _default(bb, call)
         return bb.call_te(getattr(topi, fast), call.args[0], primfunc_name_hint=fast)
 
     return legalize
@@ -38,16 +45,11 @@ def _unary(fast: str) -> Callable[[Any, Any], Any]:
 def _softmax(bb: Any, call: Any) -> Any:
     from tvm import topi
 
-    if not _float32(call):
-        return _default(bb, call)
     return bb.call_te(topi.nn.fast_softmax, call.args[0], int(call.attrs.axis), primfunc_name_hint="softmax")
 
 
 def _gelu(bb: Any, call: Any) -> Any:
     from tvm import tirx, topi
-
-    if not _float32(call):
-        return _default(bb, call)
 
     def te_gelu(x: Any) -> Any:
         erf = topi.fast_erf(x * tirx.const(0.5 ** 0.5, "float32"))
@@ -59,9 +61,6 @@ def _gelu(bb: Any, call: Any) -> Any:
 def _gelu_tanh(bb: Any, call: Any) -> Any:
     from tvm import tirx, topi
 
-    if not _float32(call):
-        return _default(bb, call)
-
     def te_gelu_tanh(x: Any) -> Any:
         c = tirx.const(math.sqrt(2.0 / math.pi), "float32")
         inner = topi.fast_tanh(c * x * (tirx.const(1.0, "float32") + tirx.const(0.044715, "float32") * x * x))
@@ -71,11 +70,11 @@ def _gelu_tanh(bb: Any, call: Any) -> Any:
 
 
 #: Relax op -> legalization with the fast approximation (float32 only; other dtypes get TVM's own).
-FAST_MATH: dict[str, Callable[[Any, Any], Any]] = {
+FAST_MATH: dict[str, Legalize] = {op: _float32_only(fn) for op, fn in {
     "relax.exp": _unary("fast_exp"),
     "relax.erf": _unary("fast_erf"),
     "relax.tanh": _unary("fast_tanh"),
     "relax.nn.softmax": _softmax,
     "relax.nn.gelu": _gelu,
     "relax.nn.gelu_tanh": _gelu_tanh,
-}
+}.items()}

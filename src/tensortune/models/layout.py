@@ -333,7 +333,7 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
     if not b:
         plan.note = "no convolution can be blocked" if convs else "no convolution"
     try:
-        out, plan.denses = pack_dense_weights(relax.transform.FoldConstant()(out), target_json)
+        out, plan.denses = pack_dense_weights(out, target_json)  # every path above folded the constants
     except Exception as e:  # noqa: BLE001 - TVM cannot rewrite this graph: matmuls keep TVM's form
         plan.dense_note = f"packing the weights failed: {_last_line(e)}"
     plan.transforms = count_layout_transforms(out)

@@ -48,7 +48,7 @@ def _shape(expr: Any) -> tuple[int, ...] | None:
 
 def pack_dense_weights(mod: Any, target_json: dict[str, Any]) -> tuple[Any, list[DensePlan]]:
     """``mod`` with every constant-weight matmul as ``dense_pack`` on a packed weight, and one
-    :class:`DensePlan` per matmul of ``main`` (run ``FoldConstant`` first)."""
+    :class:`DensePlan` per matmul of ``main`` (``mod``'s constants folded already)."""
     from tvm import relax
     from tvm.ir.expr import Constant
     from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -87,9 +87,8 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any]) -> tuple[Any, list
                 plan.reason = f"N={ws[1]} not a multiple of a vector block"
             if plan.reason:
                 return call
-            nb = weight_block(ws[1], target_json)
-            packed = relax.const(pack_weight(const.value.numpy(), nb))
-            plan.block = nb
+            plan.block = weight_block(ws[1], target_json)
+            packed = relax.const(pack_weight(const.value.numpy(), plan.block))
             return self.builder_.call_te(dense_pack_te, x, packed, out_dtype, primfunc_name_hint="dense_pack")
 
     out = mod.clone() if hasattr(mod, "clone") else mod

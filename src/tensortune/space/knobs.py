@@ -18,7 +18,8 @@ from typing import Any, Sequence
 SPLIT_POLICIES = ("factors", "power2", "any")
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """Every divisor of ``n``, ascending."""
     small, large = [], []
     i = 1
     while i * i <= n:
@@ -112,7 +113,7 @@ class SplitKnob(Knob):
 
     def _candidates(self, n: int) -> list[int]:
         if self.policy == "factors":
-            return _divisors(n)
+            return divisors(n)
         if self.policy == "any":
             return list(range(1, min(n, self.max_innermost or n) + 1))
         out, p = [], 1

@@ -14,13 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
+from ..space.knobs import divisors
 from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, output_stage, register_template,
                    schedule_of, vector_lanes, vectorize_own_loop)
 from .conv2d_nchwc import max_accumulators
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def default_register_tile(M: int, blocks: int, vec: int, acc: int, wide: bool) -> tuple[int, int]:
@@ -30,7 +27,7 @@ def default_register_tile(M: int, blocks: int, vec: int, acc: int, wide: bool) -
     to more rows."""
     ymax = 8 if wide else 4
     xmax = 4 if M >= 4 else 8
-    cands = [(yi, xb) for yi in _divisors(M) if yi <= ymax for xb in _divisors(blocks)
+    cands = [(yi, xb) for yi in divisors(M) if yi <= ymax for xb in divisors(blocks)
              if xb <= xmax and yi * xb * vec <= acc]
     return max(cands, key=lambda t: (t[0] * t[1], t[0]))
 

@@ -47,10 +47,13 @@ def _loop_kinds(sch: Any, block: Any) -> list[tuple[Any, int, bool]]:
 SHARED_EXPR_CHARS = 400
 
 
+def _is_reduction(sch: Any, block: Any) -> bool:
+    return any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars)
+
+
 def _expensive_shared(sch: Any, block: Any) -> bool:
-    blk = sch.get(block)
-    return len(sch.get_consumers(block)) > 1 and not any(int(iv.iter_type) == 2 for iv in blk.iter_vars) \
-        and len(str(blk.body)) > SHARED_EXPR_CHARS
+    return len(sch.get_consumers(block)) > 1 and not _is_reduction(sch, block) \
+        and len(str(sch.get(block).body)) > SHARED_EXPR_CHARS
 
 
 def _inline_all(sch: Any) -> None:
@@ -103,7 +106,7 @@ def _attach_producers(sch: Any, producers: list[Any], loop: Any | None) -> None:
 
 def _vectorize_spatial_inner(sch: Any, block: Any, anchor: Any) -> None:
     """Vectorise an attached elementwise producer's own innermost loop (not a reduction's)."""
-    if any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars):
+    if _is_reduction(sch, block):
         return
     try:
         vectorize_own_loop(sch, block, anchor)
