@@ -207,10 +207,33 @@ def export_module(mod: Any, target: Any, path: str) -> str:
     return path
 
 
+def fuse_for_metaschedule(mod: Any, target: Any) -> Any:
+    """The fused module ``compile_relax`` will build from ``mod``: the same passes, in its order
+    (library dispatch, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR).
+
+    MetaSchedule extracts its tasks from the PrimFuncs of the module it is given and finds them
+    again at compile time by structural hash, so the tuned module must be exactly this one. Any
+    other (tensortune's planned and fused module, say) gives tasks that ``compile_relax`` never
+    meets: it then builds every function unscheduled, 100x slower, and says nothing."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import pipeline as relax_pipeline
+
+    try:
+        dispatch = list(relax_pipeline.library_dispatch_passes(target))
+    except (ValueError, AttributeError):  # the same fallback as compile_relax
+        dispatch = []
+    seq = tvm.transform.Sequential([*dispatch, relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+                                    relax.transform.FoldConstant(), relax.transform.FuseOps(),
+                                    relax.transform.FuseTIR()])
+    with target, tvm.transform.PassContext(opt_level=3):
+        return seq(mod)
+
+
 def tune_relax_db(fused: Any, target: Any, trials: int, seed: int, session: MSSession, work_dir: str,
                   batch: int = MS_BATCH) -> Any:
-    """``tune_relax`` on a model's *fused* module (given an unfused one it finds no tasks);
-    returns its database (also kept as JSON in ``work_dir``)."""
+    """``tune_relax`` on a model's module fused by :func:`fuse_for_metaschedule` (given an unfused
+    one it finds no tasks); returns its database (also kept as JSON in ``work_dir``)."""
     from tvm.s_tir.meta_schedule import relax_integration as ri
 
     os.makedirs(work_dir, exist_ok=True)
@@ -218,9 +241,18 @@ def tune_relax_db(fused: Any, target: Any, trials: int, seed: int, session: MSSe
                          num_trials_per_iter=min(batch, trials), seed=seed, **session.kwargs())
 
 
+def tasks_applied(database: Any, fused: Any, target: Any) -> tuple[int, int]:
+    """(tasks in ``fused``, tasks the database holds a record for): what ``compile_relax`` will
+    build tuned. The suite reports both, so a model built untuned cannot pass for a tuned one."""
+    from tvm.s_tir.meta_schedule import relax_integration as ri
+
+    tasks = ri.extract_tasks(fused, target)
+    return len(tasks), sum(bool(database.has_workload(t.dispatched[0])) for t in tasks)
+
+
 def compile_model(database: Any, unfused: Any, target: Any) -> Any:
-    """``compile_relax`` on the module *before* fusion: it fuses itself, and given the fused one
-    it would find no records for the re-fused functions and silently build the untuned model."""
+    """``compile_relax`` on the module *before* fusion (the one :func:`fuse_for_metaschedule`
+    fused): it runs the same fusion itself, so every tuned task is found again."""
     from tvm.s_tir.meta_schedule import relax_integration as ri
 
     with target:

@@ -365,7 +365,10 @@ def write_report(path: Path) -> Path:
                        "its gradient task scheduler gives every task one round before the time budget can cut it "
                        "short." + (f" {len(ms['tasks_without_valid'])} of its {ms.get('tasks_measured')} measured tasks "
                                    "had no candidate that built and ran; `compile_relax` leaves those unscheduled."
-                                   if ms.get("tasks_without_valid") else ""), ""]
+                                   if ms.get("tasks_without_valid") else "")
+                       + (f" Its compiled model found a tuned schedule for {ms['tasks_applied']} of its {ms['tasks']} "
+                          "tasks; `compile_relax` builds the others unscheduled." if "tasks_applied" in ms else ""),
+                       ""]
         figures.append(plot_models(models, path))
         captions["models.png"] = models_on
     if figures:

@@ -62,12 +62,15 @@ def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path
 
 def tune_metaschedule(model: Any, budget_s: float, seed: int, options: Any, work_dir: Path,
                       batch: int = msa.MS_BATCH) -> tuple[dict[str, Any], Any]:
-    """MetaSchedule on the whole model for ``budget_s`` seconds; returns (summary, executable)."""
+    """MetaSchedule on the whole model for ``budget_s`` seconds; returns (summary, executable).
+
+    MetaSchedule tunes the model as TVM's own flow fuses it (NCHW, TVM's legalization; not
+    tensortune's layout plan), which is what a user of MetaSchedule gets."""
     from tensortune.target import host_target_json, make_target
 
     tj = host_target_json()
     target = make_target(tj)
-    fused = model.fused(tj)
+    fused = msa.fuse_for_metaschedule(model.mod, target)
     stats = {"trials": 0, "errors": 0, "batches": 0}
     valid: dict[int, int] = {}  # task id -> candidates that built, ran and were timed
 
@@ -83,9 +86,11 @@ def tune_metaschedule(model: Any, budget_s: float, seed: int, options: Any, work
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
     ex = msa.compile_model(db, model.mod, target)
+    n_tasks, n_applied = msa.tasks_applied(db, fused, target)
     return ({"ok": True, "tune_wall_s": wall, "wall_s": wall, "compile_s": time.perf_counter() - t1,
              "build_s": session.clock.build_s, "run_s": session.clock.run_s, "candidates_per_round": batch, **stats,
-             "tasks_measured": len(valid), "tasks_without_valid": sorted(t for t, n in valid.items() if n == 0),
+             "tasks_measured": len(valid), "tasks": n_tasks, "tasks_applied": n_applied,
+             "tasks_without_valid": sorted(t for t, n in valid.items() if n == 0),
              "measure": "MetaSchedule LocalRunner, " + ("cold" if options.flush_cache else "hot")}, ex)
 
 
