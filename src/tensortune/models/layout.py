@@ -8,11 +8,13 @@ The recipe is TVM's own (its Adreno pipeline, Relay's x86 ``alter_conv2d_layout`
 
 1. ``clip`` (ReLU6) becomes ``minimum(maximum(x, lo), hi)``: ``relax.clip`` has no layout
    inference and would send the activation back to NCHW and forward again;
-2. ``ConvertLayout`` with a per-call callback: the plan's block for every convolution it can
+2. channel counts the block does not divide are padded up to it where that is cheap
+   (:mod:`.chanpad`), so those convolutions run blocked too;
+3. ``ConvertLayout`` with a per-call callback: the plan's block for every convolution it can
    block, NCHW for the rest (each with its reason, :class:`ConvPlan`);
-3. ``FoldConstant``: the weights are bound constants, so their layout transforms are done
+4. ``FoldConstant``: the weights are bound constants, so their layout transforms are done
    once, here, at compile time; no inference repacks a weight;
-4. ``LegalizeOps`` with :func:`legalize_conv2d`: the blocked forms lower to the TE computes of
+5. ``LegalizeOps`` with :func:`legalize_conv2d`: the blocked forms lower to the TE computes of
    :mod:`tensortune.task.ops` (``conv2d_nchwc``, ``depthwise_conv2d_nchwc``), which the op
    templates recognise; NCHW convolutions take TVM's own legalization.
 
@@ -29,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .chanpad import PadResult, padded_count, pad_channels
 from .prepack import DensePlan, pack_dense_weights
 
 #: Layout modes: ``blocked`` (the plan above) or ``nchw`` (no plan: TVM's layouts as imported).
@@ -45,6 +48,8 @@ class ConvPlan:
     flops: float
     layout: str  # the data layout chosen: "NCHW8c" or "NCHW"
     reason: str = ""  # why NCHW (or a smaller input block) was kept
+    padded: str = ""  # channel counts padded to the block ("24->32"), '' if none
+    padded_flops: float = 0.0  # FLOPs it runs with its padded channels (= flops if none)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for reports."""
@@ -62,6 +67,7 @@ class LayoutPlan:
     note: str = ""  # why the plan fell back to NCHW everywhere
     denses: list[DensePlan] = field(default_factory=list)  # the matmuls and their packed weights
     dense_note: str = ""  # why no weight was packed (a failure of the rewrite)
+    pad_note: str = ""  # why no channel was padded (a failure of the rewrite)
 
     @property
     def blocked_share(self) -> float:
@@ -96,6 +102,14 @@ class LayoutPlan:
         n_blocked = sum(c.layout != "NCHW" for c in self.convs)
         text = (f"layouts: NCHW{self.block}c for {n_blocked}/{n_conv} convolutions "
                 f"({self.blocked_share:.0%} of conv FLOPs), {self.transforms} layout transforms left in main")
+        grown = [c for c in self.convs if c.padded]
+        if grown:
+            counts = sorted({g for c in grown for g in c.padded.split(", ")}, key=lambda t: int(t.split("->")[0]))
+            extra = sum(c.padded_flops - c.flops for c in grown) / max(sum(c.flops for c in self.convs), 1.0)
+            text += (f"; channels padded to the block: {', '.join(counts)} ({len(grown)} convolutions, "
+                     f"+{extra:.1%} conv FLOPs)")
+        elif self.pad_note:
+            text += f"; no channels padded ({self.pad_note})"
         kept = [c for c in self.convs if c.layout == "NCHW"]
         if kept:
             reasons = sorted({c.reason for c in kept})
@@ -212,11 +226,25 @@ def _candidate_blocks(target_json: dict[str, Any]) -> list[int]:
     return [b for b in (lanes, lanes // 2) if b >= 4]
 
 
+def _padded(conv: _Conv, b: int) -> _Conv:
+    """``conv`` with the channel counts :func:`~.chanpad.pad_channels` pads under block ``b``."""
+    from dataclasses import replace
+
+    ic, oc = padded_count(conv.data[1], b), padded_count(conv.weight[0], b)
+    data = (conv.data[0], ic, *conv.data[2:])
+    if conv.kind == "depthwise_conv2d":
+        return replace(conv, groups=ic, data=data, weight=(ic, *conv.weight[1:]))
+    if conv.kind == "grouped":
+        return conv
+    return replace(conv, data=data, weight=(oc, ic, *conv.weight[2:]))
+
+
 def choose_block(convs: list[_Conv], target_json: dict[str, Any]) -> int:
-    """The block that runs the most convolution FLOPs blocked: the widest of the target's
-    vector lanes and its half whose covered FLOPs are within 10% of the best (0: none)."""
+    """The block that runs the most convolution FLOPs blocked (channels padded as :func:`_padded`
+    says): the widest of the target's vector lanes and its half whose covered FLOPs are within
+    10% of the best (0: none)."""
     cands = _candidate_blocks(target_json)
-    cover = {b: sum(c.flops for c in convs if _decide(c, b)[0] is not None) for b in cands}
+    cover = {b: sum(c.flops for c in convs if _decide(_padded(c, b), b)[0] is not None) for b in cands}
     best = max(cover.values(), default=0.0)
     if best <= 0:
         return 0
@@ -322,14 +350,26 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
         raise ValueError(f"unknown layout mode {mode!r}; known: {', '.join(MODES)}")
     if mode == "nchw":
         return mod, LayoutPlan(mode)
+    mod = rewrite_clip(relax.transform.FoldConstant()(mod))
     convs = _convs(mod)
     b = choose_block(convs, target_json)
+    pad, unpadded = PadResult({}), mod
+    if b:
+        try:
+            mod, pad = pad_channels(mod, b)
+        except Exception as e:  # noqa: BLE001 - TVM cannot rewrite this graph: channels as imported
+            pad.note = f"padding failed: {_last_line(e)}"
+    padded = _convs(mod)
+    if len(padded) != len(convs):  # cannot happen (padding rewrites convolutions one for one): plan as imported
+        padded = convs
     plans = []
-    for c in convs:
-        layouts, why = _decide(c, b) if b else (None, "no block covers it")
-        plans.append(ConvPlan(c.kind, c.describe(), c.flops, layouts[0] if layouts else "NCHW", why))
-    plan = LayoutPlan(mode, b, plans)
-    out = _block_convs(mod, plan) if b else relax.transform.FoldConstant()(mod)
+    for c, p in zip(convs, padded):
+        layouts, why = _decide(p, b) if b else (None, "no block covers it")
+        grew = [f"{x}->{y}" for x, y in ((c.data[1], p.data[1]), (c.weight[0], p.weight[0])) if x != y]
+        plans.append(ConvPlan(c.kind, c.describe(), c.flops, layouts[0] if layouts else "NCHW", why,
+                              ", ".join(dict.fromkeys(grew)), p.flops))
+    plan = LayoutPlan(mode, b, plans, pad_note=pad.note)
+    out = _block_convs(mod, plan, unpadded) if b else mod
     if not b:
         plan.note = "no convolution can be blocked" if convs else "no convolution"
     try:
@@ -344,9 +384,10 @@ def _last_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]
 
 
-def _block_convs(mod: Any, plan: LayoutPlan) -> Any:
-    """``mod`` with the plan's convolutions converted and their weights folded (the plan updated
-    to NCHW everywhere, with the reason, if TVM cannot convert the graph)."""
+def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
+    """``mod`` with the plan's convolutions converted and their weights folded (``unpadded``, the
+    model before its channels were padded, and the plan updated to NCHW everywhere, with the
+    reason, if TVM cannot convert the graph)."""
     import tvm
     from tvm import relax
 
@@ -363,12 +404,14 @@ def _block_convs(mod: Any, plan: LayoutPlan) -> Any:
         seq = [relax.transform.FoldConstant(), relax.transform.ConvertLayout({}, callback), relax.transform.Normalize(),
                relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
                relax.transform.DeadCodeElimination()]
-        return tvm.transform.Sequential(seq)(rewrite_clip(relax.transform.FoldConstant()(mod)))
+        return tvm.transform.Sequential(seq)(mod)
     except Exception as e:  # noqa: BLE001 - TVM cannot convert this graph: keep NCHW, say why
         for p in plan.convs:
             p.layout, p.reason = "NCHW", "layout planning failed"
         plan.block, plan.note = 0, f"ConvertLayout failed: {_last_line(e)}"
-        return relax.transform.FoldConstant()(mod)
+        for p in plan.convs:
+            p.padded, p.padded_flops = "", p.flops
+        return unpadded
 
 
 # ---------------------------------------------------------------- legalization
