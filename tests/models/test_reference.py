@@ -153,6 +153,8 @@ def test_export_and_ort_match_torch(case, request, tmp_path, capfd):
     assert check.ok, check.message
     assert check.max_rel_err < DEFAULT_RTOL
     assert ort_runner.callable(inputs)() is None
+    # its threads stop spinning when a run returns, so they take no core from the next system timed
+    assert ort_runner.session.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
 
 
 def test_ort_rejects_wrong_inputs(cnn_case, tmp_path):

@@ -214,3 +214,24 @@ def test_conv2d_default_for_channels_no_vector_divides() -> None:
     assert cfg["tile_f"][2] == 4 and cfg["tile_x"][1] == 14
     lanes = tensortune.templates.base.vector_lanes(task)
     assert Task.from_op("conv2d", (14, 14, 64, 64, 1, 1, 0)).default_config()["tile_f"][2] == lanes
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_padding_per_tile_is_correct(stride: int) -> None:
+    """``pad_at=tile`` pads, inside each parallel tile, only the rows that tile reads (overlapping
+    rows twice); every row tiling gives the reference's output, and no whole-input pass is left."""
+    task = Task.from_op("depthwise_conv2d_nchwc", (15, 15, 16, 3, stride, 1, 8))
+    assert task.space.knob("pad_at").entities == ["stage", "tile"]
+    # the default pads per tile when a tile can hold 4-8 rows; 13 rows (prime) cannot
+    assert task.default_config()["pad_at"] == "tile" and task.default_config()["tile_y"][1] in (5, 8)
+    assert Task.from_op("depthwise_conv2d_nchwc", (13, 13, 16, 3, 1, 1, 8)).default_config()["pad_at"] == "stage"
+    inputs = task.make_inputs(2)
+    ref = task.reference(inputs)
+    OH = task.out_shape[2]
+    for ty in sorted({e[1] for e in task.space.knob("tile_y").entities}):
+        knobs = dict(task.default_config().knobs, pad_at="tile", tile_y=(OH // ty, ty))
+        config = task.space.get(task.space.index_of(knobs))
+        np.testing.assert_allclose(run_config(task, config, inputs), ref, rtol=1e-4, atol=1e-4)
+    text = task.template.apply(task, config).script()
+    assert text.count("T.parallel(") == 1, text  # the padding is no parallel pass of its own
+    assert "pad_at" not in [k.name for k in Task.from_op("depthwise_conv2d_nchwc", (15, 15, 16, 3, 1, 0, 8)).space.knobs]
