@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from .prepack import static_shape as _shape
+
 #: A count is padded only when the padded count is at most this many times the count.
 MAX_WASTE = 4.0 / 3.0
 
@@ -52,17 +54,6 @@ class PadResult:
     padded: dict[int, int]  # channel count -> padded count, for every count it padded
     slices: int = 0  # strided_slice calls added to give ops the real channels back
     note: str = ""  # why nothing was padded, if padding was given up
-
-    def summary(self) -> str:
-        """``"24->32"`` style list ('' if nothing was padded)."""
-        return ", ".join(f"{c}->{p}" for c, p in sorted(self.padded.items()))
-
-
-def _shape(expr: Any) -> tuple[int, ...] | None:
-    try:
-        return tuple(int(d) for d in expr.ty.shape)
-    except Exception:  # noqa: BLE001 - symbolic, unknown, or not a tensor
-        return None
 
 
 def _pad_axis(a: np.ndarray, axis: int, to: int, value: float = 0.0) -> np.ndarray:
@@ -102,6 +93,10 @@ def pad_channels(mod: Any, block: int) -> tuple[Any, PadResult]:
                 return new
             result.slices += 1
             return self.builder_.emit(relax.op.strided_slice(new, axes=[1], begin=[0], end=[os_[1]]))
+
+        def pad_input(self, x: Any, to: int) -> Any:
+            """``x`` (an input no convolution padded) with zero channels up to ``to``."""
+            return self.builder_.emit(relax.op.nn.pad(x, [0, 0, 0, to - _shape(x)[1], 0, 0, 0, 0]))
 
         def padded(self, new: Any, old: Any) -> bool:
             ns, os_ = _shape(new), _shape(old)
@@ -147,15 +142,15 @@ def pad_channels(mod: Any, block: int) -> tuple[Any, PadResult]:
                 oc_to = padded_count(oc, block)
                 if ic_to == xs[1] == ic and oc_to == oc:
                     return None
-                if xs[1] == ic and ic_to != ic:  # an input no convolution padded: pad it here
-                    x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, 0, ic_to - ic, 0, 0, 0, 0]))
+                if xs[1] == ic and ic_to != ic:
+                    x = self.pad_input(x, ic_to)
                 wv = _pad_axis(_pad_axis(wv, 1, ic_to), 0, oc_to)
             elif groups == os_[1] == oc and icg == 1:  # depthwise: follows its input's padding
                 groups = xs[1] if xs[1] != oc else padded_count(oc, block)
                 if groups == oc:
                     return None
-                if xs[1] == oc:  # an input no convolution padded: pad it here
-                    x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, 0, groups - oc, 0, 0, 0, 0]))
+                if xs[1] == oc:
+                    x = self.pad_input(x, groups)
                 wv = _pad_axis(wv, 0, groups)
             else:
                 return None
@@ -170,12 +165,13 @@ def pad_channels(mod: Any, block: int) -> tuple[Any, PadResult]:
             if not any(pads):
                 return None
             to = next(_shape(n)[1] for n, p in zip(new.args, pads) if p)
+            divide = getattr(new.op, "name", "") == "relax.divide"
             args = []
             for i, (n, o, p) in enumerate(zip(new.args, old.args, pads)):
                 if p:
                     if _shape(n)[1] != to:
                         return None
-                    if getattr(new.op, "name", "") == "relax.divide" and i == 1:
+                    if divide and i == 1:
                         return None  # a padded divisor could be zero
                     args.append(n)
                     continue
@@ -185,7 +181,7 @@ def pad_channels(mod: Any, block: int) -> tuple[Any, PadResult]:
                 if s is None or axis < 0 or s[axis] == 1:
                     args.append(n)  # no channel axis in it: it broadcasts over the padding too
                 elif c is not None and s[axis] == _shape(o)[axis]:
-                    fill = 1.0 if getattr(new.op, "name", "") == "relax.divide" and i == 1 else 0.0
+                    fill = 1.0 if divide and i == 1 else 0.0
                     args.append(relax.const(_pad_axis(c.value.numpy(), axis, to, fill)))
                 else:
                     return None  # an unpadded activation: the generic path slices the other side

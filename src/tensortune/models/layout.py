@@ -401,16 +401,14 @@ def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
         return {"relax.nn.conv2d": layouts or ["NCHW", "OIHW", "NCHW"]}
 
     try:
-        seq = [relax.transform.FoldConstant(), relax.transform.ConvertLayout({}, callback), relax.transform.Normalize(),
+        seq = [relax.transform.ConvertLayout({}, callback), relax.transform.Normalize(),  # mod is folded already
                relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
                relax.transform.DeadCodeElimination()]
         return tvm.transform.Sequential(seq)(mod)
     except Exception as e:  # noqa: BLE001 - TVM cannot convert this graph: keep NCHW, say why
         for p in plan.convs:
-            p.layout, p.reason = "NCHW", "layout planning failed"
+            p.layout, p.reason, p.padded, p.padded_flops = "NCHW", "layout planning failed", "", p.flops
         plan.block, plan.note = 0, f"ConvertLayout failed: {_last_line(e)}"
-        for p in plan.convs:
-            p.padded, p.padded_flops = "", p.flops
         return unpadded
 
 

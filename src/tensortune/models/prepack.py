@@ -39,10 +39,10 @@ def weight_block(n: int, target_json: dict[str, Any]) -> int:
     return next((b for b in (lanes, lanes // 2) if n % b == 0), 0)
 
 
-def _shape(expr: Any) -> tuple[int, ...] | None:
+def static_shape(expr: Any) -> tuple[int, ...] | None:
     try:
         return tuple(int(d) for d in expr.ty.shape)
-    except Exception:  # noqa: BLE001 - symbolic or unknown shape
+    except Exception:  # noqa: BLE001 - symbolic, unknown, or not a tensor
         return None
 
 
@@ -64,7 +64,7 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any]) -> tuple[Any, list
             if getattr(call.op, "name", "") != "relax.matmul":
                 return call
             x, w = call.args
-            xs, ws = _shape(x), _shape(w)
+            xs, ws = static_shape(x), static_shape(w)
             if xs is None or ws is None:
                 return call
             const = w if isinstance(w, Constant) else None
