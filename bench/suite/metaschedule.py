@@ -17,8 +17,18 @@ keeps its processes and three things added that do not change its search:
   running is the time from the end of the build to the first measure callback;
 - a measure callback (:class:`BatchRecorder`) records each batch: trials, best latency so far
   (median of each candidate's repeats, as tensortune reports), errors and the time split;
-- an optional wall-time budget: once spent, the callback terminates the remaining tasks, so a
-  whole model can be given the same time as tensortune's scheduler.
+- an optional wall-time budget, so that a whole model can be given the same time as
+  tensortune's scheduler. The gradient scheduler first gives every task one search iteration
+  in a round-robin pass and joins their results only after it, so that pass always runs whole
+  (its wall time is reported as it was). Once the budget is spent and that pass is over, the
+  builder builds nothing more (every candidate
+  it is given fails at once with :data:`DEADLINE_MSG`, and such batches are not reported as
+  trials), and the measure callback terminates the task whose results it is handed. Each task
+  still alive is thus picked once more and ends at once. Terminating *other* tasks from the
+  callback is not safe: the gradient scheduler joins a task while it collects the alive ones
+  (``NextTaskId``, step 2), and picking a task it had already counted alive but that the
+  callback then terminated fails its ``ICHECK(!task->is_terminated)`` (seen on bert_base, whose
+  first round-robin pass ended before the deadline).
 
 The runner's timing settings (number, repeat, min_repeat_ms, cache flush) are set from the
 same :class:`~tensortune.measure.MeasureOptions` tensortune's measurer uses, so both sides'
@@ -50,6 +60,8 @@ from tensortune.measure import MeasureOptions
 MS_BATCH = 64
 #: MetaSchedule stores a failed candidate's run time as this many seconds.
 MS_FAILED_S = 1e9
+#: The build error of a candidate handed to the builder after the wall-time budget was spent.
+DEADLINE_MSG = "tensortune harness: wall-time budget spent, not built"
 
 
 def quiet_logs() -> None:
@@ -68,6 +80,7 @@ class Clock:
     build_s: float = 0.0
     run_s: float = 0.0
     build_end: float = 0.0  # time.perf_counter() when the last batch finished building
+    joined: bool = False  # a batch's results came back (the first round-robin pass is over)
 
 
 #: MetaSchedule's ``LocalBuilder`` default build timeout.
@@ -106,12 +119,15 @@ class PersistentBuilder(PyBuilder):
 class TimedBuilder(PyBuilder):
     """MetaSchedule's builder with the wall time of each batch's build added to a :class:`Clock`."""
 
-    def __init__(self, inner: Any, clock: Clock) -> None:
+    def __init__(self, inner: Any, clock: Clock, deadline: float | None = None) -> None:
         super().__init__()
-        self.inner, self.clock = inner, clock
+        self.inner, self.clock, self.deadline = inner, clock, deadline
 
     def build(self, build_inputs: list) -> list:
         t0 = time.perf_counter()
+        if self.deadline is not None and t0 >= self.deadline and self.clock.joined:  # spent: fail at once
+            self.clock.build_end = t0
+            return [BuilderResult(None, DEADLINE_MSG) for _ in build_inputs]
         try:
             return self.inner.build(build_inputs)
         finally:
@@ -145,19 +161,21 @@ class BatchRecorder(PyMeasureCallback):
 
     def apply(self, task_scheduler: Any, task_id: int, measure_candidates: list, builder_results: list,
               runner_results: list) -> None:
-        self.clock.run_s += time.perf_counter() - self.clock.build_end
-        costs, errors = [], 0
-        for b, r in zip(builder_results, runner_results):
-            c = candidate_cost(b, r)
-            if c is None:
-                errors += 1
-            else:
-                costs.append(c)
-        self.on_batch(int(task_id), costs, errors)
+        self.clock.joined = True
+        skipped = bool(builder_results) and all(b.error_msg == DEADLINE_MSG for b in builder_results)
+        if not skipped:  # a batch the deadline kept from being built is no trial
+            self.clock.run_s += time.perf_counter() - self.clock.build_end
+            costs, errors = [], 0
+            for b, r in zip(builder_results, runner_results):
+                c = candidate_cost(b, r)
+                if c is None:
+                    errors += 1
+                else:
+                    costs.append(c)
+            self.on_batch(int(task_id), costs, errors)
         if self.deadline is not None and time.perf_counter() >= self.deadline:
-            for i in range(len(task_scheduler.tasks_)):
-                if not bool(task_scheduler.tasks_[i].is_terminated):
-                    task_scheduler.terminate_task(i)
+            if not bool(task_scheduler.tasks_[int(task_id)].is_terminated):  # this task only (see the module)
+                task_scheduler.terminate_task(int(task_id))
 
 
 def evaluator_config(options: MeasureOptions) -> Any:
@@ -181,7 +199,7 @@ class MSSession:
         callbacks = [BatchRecorder(self.on_batch, self.clock, self.deadline)]
         callbacks += list(ms.measure_callback.MeasureCallback.create("default"))
         # The runner is MetaSchedule's own: wrapping it in a PyRunner made its builds time out here.
-        return {"builder": TimedBuilder(PersistentBuilder(), self.clock),
+        return {"builder": TimedBuilder(PersistentBuilder(), self.clock, self.deadline),
                 "runner": ms.runner.LocalRunner(evaluator_config=evaluator_config(self.options)),
                 "measure_callbacks": callbacks}
 
