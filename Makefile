@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup demo test bench-ceiling bench-overhead check-python clean
+.PHONY: setup demo test bench bench-quick check-python clean
 
 check-python:
 	@if [ -z "$(PYTHON)" ] || ! "$(PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
@@ -31,11 +31,11 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
-bench-ceiling: setup
-	$(PY) bench/ceiling.py
+bench: setup
+	$(PY) -m bench run
 
-bench-overhead: setup
-	$(PY) bench/overhead.py
+bench-quick: setup
+	$(PY) -m bench run --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 
 #: workloads.json group -> tensortune op
 GROUP_OPS = {
@@ -86,9 +85,3 @@ def save_figure(fig: Any, path: str | os.PathLike[str], **savefig_kw: Any) -> Pa
     with atomic_path(target, suffix=target.suffix) as tmp:
         fig.savefig(tmp, format=target.suffix.lstrip(".") or None, **savefig_kw)
     return target
-
-
-def save_json(name: str, payload: dict[str, Any]) -> Path:
-    """Write ``bench/results/NAME.json`` atomically."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    return write_text(RESULTS / f"{name}.json", json.dumps(payload, indent=1))

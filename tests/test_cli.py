@@ -62,6 +62,16 @@ BAD_ARGS = {
     "unknown cost model": tune(tuner="autotvm") + ["--cost-model", "svm"],
     "unknown feature kind": tune(tuner="autotvm") + ["--feature", "pixels"],
     "unknown objective": tune(tuner="autotvm") + ["--objective", "lambdamart"],
+    "unknown tuner option": tune(tuner="autotvm") + ["--tuner-option", "plan_sise=32"],
+    "tuner option without a value": tune(tuner="autotvm") + ["--tuner-option", "plan_size"],
+    "tuner option of the wrong type": tune(tuner="autotvm") + ["--tuner-option", "plan_size=many"],
+    "tuner option out of range": tune(tuner="autotvm") + ["--tuner-option", "epsilon=2"],
+    "unknown explorer": tune(tuner="autotvm") + ["--tuner-option", "explorer=ppo9"],
+    "unknown explorer option": tune(tuner="autotvm") + ["-O", "explorer.chains=3"],
+    "unknown cost model option": tune(tuner="autotvm") + ["-O", "cost_model.depth=3"],
+    "option of another tuner": tune(tuner="genetic") + ["-O", "plan_size=32"],
+    "model tuning with an unknown option": ["tune", "resnet18", "--db", "x.db", "--trials-per-task", "4",
+                                            "-O", "nope=1"],
     "db is a directory": tune(db="adir"),
     "db is a text file": tune(db="notes.txt"),
     "no command": [],
@@ -228,3 +238,40 @@ def test_autotvm_from_the_cli_with_and_without_transfer(tmp_path: Path, capfd) -
     status = one_json_line(out)["tuner_status"]
     assert rc == 0 and status.startswith("xgb/rank/itervar, no transfer (")
     assert "need 64" in status  # 20 + 4 records are too little history: a notice, not an error
+
+
+def test_tuner_options_reach_the_tuner(workdir: Path, capfd) -> None:
+    """``--tuner-option`` settings (and the old flags, their shortcuts) are the tuner's options."""
+    rc, out, _ = cli(capfd, *tune(tuner="autotvm", trials="6"), "--json", "--no-transfer", "-O", "plan_size=4",
+                     "-O", "explorer=random", "-O", "explorer.pool=64", "-O", "selector=top-k", "--feature", "knob")
+    assert rc == 0 and one_json_line(out)["trials_measured"] == 6
+    rc, out, err = cli(capfd, *tune(tuner="genetic", trials="4", db="g.db"), "-O", "pop_size=4", "--json")
+    assert rc == 0 and one_json_line(out)["trials_measured"] == 4, err
+
+
+def test_help_imports_no_heavy_library() -> None:
+    """``tensortune --help`` loads neither PyTorch, XGBoost, Ray, ONNX nor TVM's compiler."""
+    code = ("import sys, contextlib, io\n"
+            "from tensortune.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try: main(['tune', '--help'])\n"
+            "    except SystemExit: pass\n"
+            "print(sorted(m for m in ('torch', 'xgboost', 'ray', 'onnx', 'onnxruntime', 'tvm', 'sklearn') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+def test_third_party_warnings_are_quiet_ours_are_not() -> None:
+    import warnings
+
+    from tensortune.utils.quiet import quiet_third_party_warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet_third_party_warnings()
+        for module in ("copyreg", "torch.utils._pytree", "xgboost.core"):
+            warnings.warn_explicit("isinstance(treespec, LeafSpec) is deprecated", FutureWarning, "x.py", 1, module=module)
+        warnings.warn_explicit("a model input was renamed", UserWarning, "x.py", 1, module="torch.onnx")
+        warnings.warn_explicit("ours", FutureWarning, "x.py", 1, module="tensortune.models.importer")
+    assert sorted(str(w.message) for w in seen) == ["a model input was renamed", "ours"]

@@ -3,8 +3,26 @@
     python -m bench run [--suite ops,models,peak] [--tuners random,genetic,autotvm,metaschedule]
                         [--budget 200] [--workloads resnet18_conv2d|C1,C6,...] [--models resnet18]
                         [--model-tuners autotvm,metaschedule] [--model-budget 1800] [--rounds 5]
+                        [--no-default-start] [--no-library] [--blocked] [--early-stopping N]
                         [--seed 0] [--threads N] [--quick] [--out RESULTS]
     python -m bench report RESULTS
+
+A tuner is ``NAME[:KEY=VALUE...]``: ``autotvm:objective=reg``, ``autotvm:cost_model=treegru``,
+``autotvm:transfer=true`` (a database that keeps the run's earlier workloads). What the older
+scripts measured is a run of this harness:
+
+    search-space ceiling    --suite ops --tuners genetic --workloads resnet18_conv2d,square_matmul
+                            --budget 200 --early-stopping 100   (the library column: numpy / PyTorch)
+    odd shapes              --suite ops --tuners autotvm --workloads odd_conv2d --blocked --budget 64
+    tuning overhead         --suite ops --tuners random,metaschedule --workloads MM512 --budget 64
+                            (the report's wall-time split: search / building / running / other)
+    AutoTVM curves          --suite ops --tuners autotvm,random,genetic --workloads resnet18_conv2d
+                            --budget 96 --no-default-start
+    transfer learning       --suite ops --tuners autotvm:transfer=false,autotvm:transfer=true
+                            --workloads C1,C2,C3,C4,C5,C6,C7,C8,C9 --no-default-start
+    cost-model variants     --suite ops --tuners autotvm,autotvm:objective=reg,autotvm:cost_model=treegru
+                            --workloads C7,C8,C9 --no-default-start
+    whole models            --suite peak,models --models resnet18,mobilenet_v2,bench:shufflenet_v2
 
 ``run`` writes CSV and JSON into RESULTS (default ``bench/results/suite`` or, with ``--quick``,
 ``bench/results/quick``) and resumes what an interrupted run left there, if that was measured on
@@ -51,6 +69,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--rounds", type=int, help="interleaved rounds of the final measurements")
     r.add_argument("--seed", type=int)
     r.add_argument("--threads", type=int, help="threads of every kernel and framework (default: all cores)")
+    r.add_argument("--no-default-start", dest="start_from_default", action="store_const", const=False, default=None,
+                   help="tensortune tuners do not measure the template default first (operator suite)")
+    r.add_argument("--no-library", dest="library", action="store_const", const=False, default=None,
+                   help="leave numpy / PyTorch out of the final interleaved rounds")
+    r.add_argument("--blocked", action="store_const", const=True, default=None,
+                   help="tune convolutions in their blocked (NCHWc) form, as inside a model")
+    r.add_argument("--early-stopping", type=int, help="a tuner stops after N trials without improvement")
     r.add_argument("--out", help="results folder")
     r.add_argument("--no-progress", action="store_true")
     p = sub.add_parser("report", help="plots and report.md from a results folder")
@@ -65,20 +90,27 @@ def settings(a: argparse.Namespace) -> Settings:
     """The defaults (full or quick) with the given options applied."""
     base = QUICK if a.quick else FULL
     over = {"suites": a.suite, "tuners": a.tuners, "budget": a.budget, "workloads": a.workloads, "models": a.models,
-            "model_tuners": a.model_tuners, "model_budget_s": a.model_budget, "ms_batch": a.ms_batch, "rounds": a.rounds, "seed": a.seed}
+            "model_tuners": a.model_tuners, "model_budget_s": a.model_budget, "ms_batch": a.ms_batch, "rounds": a.rounds, "seed": a.seed,
+            "start_from_default": a.start_from_default, "library": a.library, "blocked": a.blocked,
+            "early_stopping": a.early_stopping}
     return dataclasses.replace(base, **{k: v for k, v in over.items() if v is not None})
 
 
 def check(s: Settings) -> None:
     """Refuse unknown parts, tuners and workloads before anything runs."""
-    from tensortune.tuners import TUNERS
+    from . import specs
 
     for part in s.suites:
         if part not in SUITES:
             raise SystemExit(f"unknown suite {part!r}; known: {', '.join(SUITES)}")
-    for t in s.tuners + s.model_tuners:
-        if t != METASCHEDULE and t not in TUNERS:
-            raise SystemExit(f"unknown tuner {t!r}; known: {', '.join(TUNERS)}, {METASCHEDULE}")
+    for t in s.tuners:
+        specs.check(t)
+    for t in s.model_tuners:
+        if specs.parse(t)[1]:
+            raise SystemExit(f"model tuner {t!r}: the whole-model suite runs tuners with their defaults")
+        specs.check(t)
+    if s.early_stopping is not None and s.early_stopping < 1:
+        raise SystemExit("--early-stopping must be positive")
     if s.budget < 1 or s.rounds < 1 or s.model_budget_s <= 0 or s.ms_batch < 1:
         raise SystemExit("--budget, --rounds, --model-budget and --ms-batch must be positive")
 
@@ -162,7 +194,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         from .ops import run_ops
 
         run_ops(run, work, list(s.tuners), s.budget, s.seed, MeasureOptions(threads=threads), s.rounds, progress,
-                ms_batch=s.ms_batch, on_step=save_wall)
+                ms_batch=s.ms_batch, on_step=save_wall, start_from_default=s.start_from_default, library=s.library,
+                blocked=s.blocked, early_stopping=s.early_stopping)
     if "models" in s.suites:
         from .wholemodel import run_models
 
@@ -185,6 +218,9 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench``."""
+    from tensortune.utils.quiet import quiet_third_party_warnings
+
+    quiet_third_party_warnings()
     a = parser().parse_args(argv)
     if a.cmd == "soak":
         from .soak import cmd_soak

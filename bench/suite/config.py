@@ -14,7 +14,9 @@ class Settings:
 
     suites: tuple[str, ...] = SUITES
     tuners: tuple[str, ...] = ("random", "genetic", "autotvm", "metaschedule")
-    #: trials per tuner and workload
+    #: trials per tuner and workload. A tuner is a registered name with options, as
+    #: ``NAME[:KEY=VALUE...]`` (``autotvm:objective=reg``, ``autotvm:transfer=true``); a tuner
+    #: with ``transfer=true`` keeps a database across the run's workloads (its transfer history)
     budget: int = 200
     #: workload groups of workloads.json, or single workload names
     workloads: tuple[str, ...] = ("resnet18_conv2d",)
@@ -30,6 +32,17 @@ class Settings:
     seed: int = 0
     #: fraction of the best latency any tuner found, for time to quality
     quality: float = 0.95
+    #: tensortune tuners measure their template's default config first (off: the curves show how
+    #: fast each search finds good configs on its own; the default is within a few percent of the
+    #: best on many layers)
+    start_from_default: bool = True
+    #: time the same computation in the library a user would call (numpy for GEMMs, PyTorch for
+    #: convolutions) in the final interleaved rounds: the ceiling of the search spaces
+    library: bool = True
+    #: tune the blocked (NCHWc) form of convolution workloads, as they run inside a model
+    blocked: bool = False
+    #: a tuner stops after this many trials without improvement (None: the whole budget)
+    early_stopping: int | None = None
 
 
 FULL = Settings()

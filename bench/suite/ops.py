@@ -84,17 +84,22 @@ class TimedMeasurer:
         return self.m.verify(inp)
 
 
-def run_tensortune(tuner_name: str, task: Task, budget: int, seed: int, options: MeasureOptions,
-                   progress: bool = True) -> Curve:
-    """One tensortune tuner from a cold start (its measurer's processes included)."""
+def run_tensortune(spec: str, task: Task, budget: int, seed: int, options: MeasureOptions,
+                   progress: bool = True, start_from_default: bool = True, early_stopping: int | None = None,
+                   database: Any = None) -> Curve:
+    """One tensortune tuner (a spec: ``NAME[:KEY=VALUE...]``) from a cold start (its measurer's
+    processes included); with ``database`` its history is there and its trials go there."""
     from tensortune.tuners import get_tuner
 
-    curve = Curve(tuner_name)
+    from .specs import parse
+
+    tuner_name, tuner_options = parse(spec)
+    curve = Curve(spec)
     t0 = time.perf_counter()
     last = {"elapsed": 0.0, "build": 0.0, "run": 0.0}
     with Measurer(options) as m:
         tm = TimedMeasurer(m)
-        bar = ProgressBar(budget, desc=f"{task.name[:24]} {tuner_name}", disable=not progress)
+        bar = ProgressBar(budget, desc=f"{task.name[:24]} {spec}", disable=not progress)
 
         def on_batch(tuner: Any, inputs: Any, results: Any) -> None:
             bar(tuner, inputs, results)
@@ -103,7 +108,8 @@ def run_tensortune(tuner_name: str, task: Task, budget: int, seed: int, options:
             curve.add(trials, time.perf_counter() - t0, min(ok) if ok else None, len(ok), len(results) - len(ok),
                       tm.build_s, tm.run_s, last)
 
-        res = get_tuner(tuner_name, task, seed=seed).tune(budget, tm, callbacks=[on_batch])
+        tuner = get_tuner(tuner_name, task, seed=seed, start_from_default=start_from_default, options=tuner_options)
+        res = tuner.tune(budget, tm, early_stopping=early_stopping, callbacks=[on_batch], database=database)
         bar.close()
     curve.wall_s = time.perf_counter() - t0
     if res.best_config is not None and res.verified:
@@ -165,13 +171,28 @@ def _artifact(task: Task, curve: Curve, out_dir: str) -> str | None:
     return path
 
 
-def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOptions) -> dict[str, dict[str, Any]]:
+#: The name of the library anchor among the re-measured systems.
+LIBRARY = "library"
+
+
+def has_library(task: Task) -> bool:
+    """True when the task's op has a library anchor (numpy GEMM, PyTorch convolution)."""
+    return task.op in ("matmul", "dense", "batch_matmul", "conv2d", "depthwise_conv2d", "conv2d_nchwc",
+                       "depthwise_conv2d_nchwc")
+
+
+def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOptions,
+              library: bool = False) -> dict[str, dict[str, Any]]:
     """Each tuner's best kernel timed again in ``rounds`` interleaved rounds (order rotated),
-    its output checked against the reference before every round.
+    its output checked against the reference before every round; with ``library`` the same
+    computation in numpy or PyTorch (:func:`tensortune.utils.libs.library_latency`, in this
+    process) takes its turn in every round too.
 
     Returns tuner -> ``median_ms``, ``samples_ms``, ``check`` (``ok`` or why not) and ``verified``
     (True only when every round's run checked the output and it matched; a kernel that is not
-    verified has no median)."""
+    verified has no median), plus ``"library"`` -> ``median_ms``, ``samples_ms``, ``name``."""
+    from tensortune.utils.libs import library_latency
+
     out: dict[str, dict[str, Any]] = {}
     tmp = tempfile.mkdtemp(prefix="tensortune-remeasure-")
     try:
@@ -183,13 +204,20 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
             else:
                 check[c.tuner] = "best kernel did not build" if c.best is not None else c.note or "no kernel"
         order = [t for t in libs if libs[t]]
-        samples: dict[str, list[float]] = {t: [] for t in order}
+        with_lib = library and has_library(task)
+        samples: dict[str, list[float]] = {t: [] for t in order + [LIBRARY] * with_lib}
         verified = {t: True for t in order}
+        lib_name = ""
         with Measurer(options) as m:
             dummy = MeasureInput(task, task.default_config())  # the runner needs only the task
-            for r in range(rounds if order else 0):
-                k = r % len(order)
-                for tuner in order[k:] + order[:k]:
+            turns = order + [LIBRARY] * with_lib
+            for r in range(rounds if turns else 0):
+                k = r % len(turns)
+                for tuner in turns[k:] + turns[:k]:
+                    if tuner == LIBRARY:
+                        lib_name, sec = library_latency(task, options.threads)
+                        samples[LIBRARY].append(sec)
+                        continue
                     if check[tuner] != "ok":
                         continue
                     copy = os.path.join(tmp, f"{tuner}-{r}.so")  # the runner deletes what it ran
@@ -207,6 +235,9 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
                 check[c.tuner] = "output not checked"
             out[c.tuner] = {"median_ms": statistics.median(s) * 1e3 if ok else None,
                             "samples_ms": [x * 1e3 for x in s], "check": check[c.tuner], "verified": ok}
+        if samples.get(LIBRARY):
+            out[LIBRARY] = {"name": lib_name, "median_ms": statistics.median(samples[LIBRARY]) * 1e3,
+                            "samples_ms": [x * 1e3 for x in samples[LIBRARY]]}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -214,36 +245,57 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
 
 def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], tuners: list[str], budget: int,
             seed: int, options: MeasureOptions, rounds: int, progress: bool = True, ms_batch: int = msa.MS_BATCH,
-            on_step: Callable[[], None] = lambda: None) -> None:
+            on_step: Callable[[], None] = lambda: None, start_from_default: bool = True, library: bool = True,
+            blocked: bool = False, early_stopping: int | None = None) -> None:
     """The operator suite; workloads already complete in ``run`` are skipped (resume).
 
-    ``on_step`` is called after each workload's results are stored.
+    ``on_step`` is called after each workload's results are stored. A tuner spec with
+    ``transfer=true`` tunes with its own database in ``RESULTS/history/``, which keeps the
+    trials of the run's earlier workloads (resumed with the folder); the others start empty.
+    With ``blocked`` convolution workloads are tuned in their blocked (NCHWc) form.
     """
+    from tensortune.database import Database
+
+    from .specs import keeps_history, slug
+
     done = run.ops_done()
     for i, (group, name, op, shape) in enumerate(workloads):
         if name in done:
             print(f"{name}: done already, skipped", flush=True)
             continue
+        if blocked:
+            from tensortune.models.layout import blocked_workload
+            from tensortune.target import host_target_json
+
+            op, shape = blocked_workload(op, shape, host_target_json())
         task = Task.from_op(op, shape)
         order = tuners[i % len(tuners):] + tuners[:i % len(tuners)]
         curves = []
         for tuner in order:
-            c = (run_metaschedule(task, budget, seed, options, progress, ms_batch) if tuner == METASCHEDULE
-                 else run_tensortune(tuner, task, budget, seed, options, progress))
+            if tuner == METASCHEDULE:
+                c = run_metaschedule(task, budget, seed, options, progress, ms_batch)
+            elif keeps_history(tuner):
+                (run.path / "history").mkdir(parents=True, exist_ok=True)
+                with Database(run.path / "history" / f"{slug(tuner)}.db") as db:
+                    c = run_tensortune(tuner, task, budget, seed, options, progress, start_from_default,
+                                       early_stopping, database=db)
+            else:
+                c = run_tensortune(tuner, task, budget, seed, options, progress, start_from_default, early_stopping)
             curves.append(c)
             best = f"{task.flops / c.best_s / 1e9:.1f} GFLOPS" if c.best_s < float("inf") else "-"
             print(f"{name} {tuner:12} {c.rows[-1]['trials'] if c.rows else 0:4d} trials {c.wall_s:7.1f} s  "
                   f"best {best} {c.note}", flush=True)
-        final = remeasure(task, curves, rounds, options)
+        final = remeasure(task, curves, rounds, options, library)
+        lib = final.pop(LIBRARY, None)
         print(f"{name} re-measured ({rounds} interleaved rounds): " + ", ".join(
-            f"{t} {v['median_ms']:.3f} ms" if v["median_ms"] else f"{t} {v['check']}" for t, v in final.items()),
-            flush=True)
+            f"{t} {v['median_ms']:.3f} ms" if v["median_ms"] else f"{t} {v['check']}" for t, v in final.items())
+            + (f", {lib['name']} {lib['median_ms']:.3f} ms" if lib else ""), flush=True)
         rows = []
         for c in curves:
             for r in c.rows:
                 rows.append({"workload": name, "group": group, "op": op, "seed": seed, "flops": task.flops, **r})
         summary = {"group": group, "op": op, "shape": shape, "flops": task.flops, "order": order,
-                   "bytes": task_bytes(task),
+                   "bytes": task_bytes(task), "library": lib,
                    "tuners": {c.tuner: {"trials": c.rows[-1]["trials"] if c.rows else 0, "wall_s": c.wall_s,
                                         "search_best_ms": c.best_s * 1e3 if c.best_s < float("inf") else None,
                                         "errors": c.errors, "note": c.note, "split": c.totals(), **final[c.tuner]}

@@ -14,7 +14,8 @@ Resuming (:func:`check_resume`) is allowed only where the folder's figures stay 
   (written before this check) is refused, its machine being unknown;
 - for each part the new run measures (``peak``, ``ops``, ``models``), the settings that shape
   that part's figures (:func:`part_settings`: threads; for ``ops`` the tuners, trial budget,
-  seed, rounds, quality and, with MetaSchedule, its batch; for ``models`` the model tuners,
+  seed, rounds, quality, start-from-default, library anchor, blocked layouts, early stopping
+  and, with MetaSchedule, its batch; for ``models`` the model tuners,
   tuning seconds, seed, rounds and, with MetaSchedule, its batch) equal those of every earlier
   invocation that measured that part.
 
@@ -78,7 +79,9 @@ def part_settings(run: dict[str, Any], part: str) -> dict[str, Any]:
     if part == "ops":
         tuners = sorted(st.get("tuners", []))
         out.update(tuners=tuners, budget=st.get("budget"), seed=st.get("seed"), rounds=st.get("rounds"),
-                   quality=st.get("quality"))
+                   quality=st.get("quality"), start_from_default=st.get("start_from_default", True),
+                   library=st.get("library", True), blocked=st.get("blocked", False),
+                   early_stopping=st.get("early_stopping"))
         if METASCHEDULE in tuners:
             out["ms_batch"] = st.get("ms_batch")
     elif part == "models":

@@ -252,14 +252,27 @@ def write_report(path: Path) -> Path:
     figures = []
     if summary:
         tuners = list(dict.fromkeys(t for s in summary.values() for t in s["tuners"]))
+        has_lib = any(s.get("library") for s in summary.values())
+        start = ("tensortune's tuners measured their template's default config first"
+                 if settings.get("start_from_default", True) else
+                 "tensortune's tuners started without their template's default config (`--no-default-start`)")
+        extra = ["blocked (NCHWc) form of the convolutions" if settings.get("blocked") else "",
+                 f"early stopping after {settings['early_stopping']} trials without improvement"
+                 if settings.get("early_stopping") else ""]
         md += [f"## Operators ({settings.get('budget', '?')} trials per tuner and workload)", "",
                "Final latency: each tuner's best kernel built again, output checked against the reference, timed in "
                f"{settings.get('rounds', '?')} interleaved rounds (median). GFLOP/s and fraction of the roofline "
                "from that median; the order of the tuners rotates from one workload to the next. The time to "
-               "quality and wall-time tables below come from the same workloads' runs.", "", ops_on, "",
-               "| workload | " + " | ".join(f"{t} GFLOP/s" for t in tuners) + " | best / roofline |",
-               "|---|" + "---:|" * (len(tuners) + 1)]
+               "quality and wall-time tables below come from the same workloads' runs. "
+               f"Start: {start}" + "".join(f"; {e}" for e in extra if e) + "."
+               + (" `library`: the same computation in numpy (GEMMs) or PyTorch (convolutions), timed in the same "
+                  "rounds; `best / library` is the best tuner's GFLOP/s over the library's." if has_lib else ""),
+               "", ops_on, "",
+               "| workload | " + " | ".join(f"{t} GFLOP/s" for t in tuners)
+               + (" | library GFLOP/s | best / library" if has_lib else "") + " | best / roofline |",
+               "|---|" + "---:|" * (len(tuners) + 1 + 2 * has_lib)]
         points = []
+        lib_ratios: list[float] = []
         for wl, s in summary.items():
             cells, best_gf = [], 0.0
             for t in tuners:
@@ -272,7 +285,17 @@ def write_report(path: Path) -> Path:
                     if peak:
                         points.append((wl, t, s["flops"] / s["bytes"], gf))
             frac = roofline(best_gf, s["flops"] / s["bytes"], peak)["fraction"] if peak and best_gf else None
+            if has_lib:
+                lib = s.get("library")
+                lib_gf = s["flops"] / (lib["median_ms"] * 1e-3) / 1e9 if lib else None
+                if lib_gf and best_gf:
+                    lib_ratios.append(best_gf / lib_gf)
+                cells += [f"{_fmt(lib_gf)} ({lib['name']})" if lib_gf else "-",
+                          _fmt(best_gf / lib_gf if lib_gf and best_gf else None, ".2f")]
             md.append(f"| {wl} | " + " | ".join(cells) + f" | {_fmt(frac * 100 if frac else None, '.0f')}% |")
+        if lib_ratios:
+            md += ["", f"Ceiling of the search spaces: median best / library **{statistics.median(lib_ratios):.2f}** "
+                       f"over {len(lib_ratios)} workloads."]
         md.append("")
         ttq, budgets = {}, {}
         for wl, work in cv.items():

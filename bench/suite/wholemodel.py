@@ -108,7 +108,10 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
     out_dir = run.path / "models"
     out_dir.mkdir(exist_ok=True)
     saved = run.read_json("models", {}) or {}
+    from .netdefs import resolve
+
     for name in models:
+        name = resolve(name, out_dir)  # bench:NAME -> its ONNX file, exported once
         key = Path(name).stem if name.endswith(".onnx") else name
         entry = saved.setdefault(key, {"systems": {}})
         if "bench" in entry:

@@ -86,6 +86,29 @@ def _open_db(path: str, readonly: bool = False) -> Any:
         raise UsageError(str(e)) from None
 
 
+def tuner_option_arg(q: argparse.ArgumentParser) -> None:
+    """``--tuner-option KEY=VALUE`` (repeatable)."""
+    q.add_argument("--tuner-option", "-O", action="append", default=[], metavar="KEY=VALUE", dest="tuner_options",
+                   help="a setting of the tuner (repeatable), e.g. plan_size=32, epsilon=0.1, explorer=random, "
+                        "explorer.n_chains=64; unknown keys are refused with the known ones listed")
+
+
+def _tuner_options(tuner: str, items: Sequence[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The tuner's options from ``--tuner-option`` items (and ``extra``: option flags given),
+    checked now (one-line UsageError), before anything is imported or measured."""
+    from .tuners import TUNERS
+    from .utils.options import OptionError, parse_assignments
+
+    if tuner not in TUNERS:
+        raise UsageError(f"unknown tuner {tuner!r}; known tuners: {', '.join(TUNERS)}")
+    try:
+        values: dict[str, Any] = {**parse_assignments(items), **{k: v for k, v in (extra or {}).items() if v is not None}}
+        TUNERS.get(tuner).check_options(values)
+    except OptionError as e:
+        raise UsageError(str(e)) from None
+    return values
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     from .task.ops import OPS
@@ -112,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--json", action="store_true", help="print one JSON object")
     t.add_argument("--no-progress", action="store_true")
-    m = t.add_argument_group("model-based tuners (autotvm)")
+    tuner_option_arg(t)
+    m = t.add_argument_group("model-based tuners (autotvm, model-based): shortcuts of --tuner-option")
     m.add_argument("--cost-model", default=None, help=f"one of {', '.join(COST_MODELS)} (default xgb)")
     m.add_argument("--objective", default=None, choices=("rank", "reg"), help="XGBoost/TreeGRU loss (default rank)")
     m.add_argument("--feature", default=None, help=f"cost-model features: one of {', '.join(FEATURE_NAMES)} (default itervar)")
@@ -156,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     tm.add_argument("--seed", type=int, default=0)
     tm.add_argument("--json", action="store_true", help="print one JSON object")
     tm.add_argument("--no-progress", action="store_true")
+    tuner_option_arg(tm)
 
     ts = sub.add_parser("tasks", help="list the tasks of a model")
     model_args(ts)
@@ -191,30 +216,26 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tuner", default=DEMO_TUNER)
     d.add_argument("--db", default=DEMO_DB)
     d.add_argument("--seed", type=int, default=0)
+    tuner_option_arg(d)
     return p
 
 
 # ---------------------------------------------------------------- commands
 def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: str, seed: int,
           time_budget: float | None, early_stopping: int | None, batch_size: int | None,
-          progress: bool, model_options: dict[str, Any] | None = None) -> Any:
+          progress: bool, model_options: dict[str, Any] | None = None, tuner_options: Sequence[str] = ()) -> Any:
     from .measure import Measurer
     from .task import OpError, Task
-    from .tuners import DEFAULT_BATCH_SIZE, MODEL_TUNERS, TUNERS, get_tuner
+    from .tuners import DEFAULT_BATCH_SIZE, get_tuner
     from .utils.progress import ProgressBar
 
-    if tuner_name not in TUNERS:
-        raise UsageError(f"unknown tuner {tuner_name!r}; known tuners: {', '.join(TUNERS)}")
+    options = _tuner_options(tuner_name, tuner_options, model_options)
     try:
         task = Task.from_op(op, shape)
     except OpError as e:
         raise UsageError(str(e)) from None
-    options = {k: v for k, v in (model_options or {}).items() if v is not None}
-    if options and tuner_name not in MODEL_TUNERS:
-        raise UsageError(f"--{next(iter(options)).replace('_', '-')} applies to model-based tuners "
-                         f"({', '.join(MODEL_TUNERS)}), not {tuner_name!r}")
     try:
-        tuner = get_tuner(tuner_name, task, seed=seed, batch_size=batch_size or DEFAULT_BATCH_SIZE, **options)
+        tuner = get_tuner(tuner_name, task, seed=seed, batch_size=batch_size or DEFAULT_BATCH_SIZE, options=options)
     except ValueError as e:
         raise UsageError(str(e)) from None
     _check_db_path(db_path, must_exist=False)
@@ -235,7 +256,8 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
     model_options = {"cost_model": a.cost_model, "objective": a.objective, "feature": a.feature,
                      "acquisition": a.acquisition, "transfer": a.transfer}
     res = _tune(a.op, _parse_shape(a.shape), a.tuner, a.trials, a.db, a.seed, a.time_budget,
-                a.early_stopping, a.batch_size, progress=not (a.no_progress or a.json), model_options=model_options)
+                a.early_stopping, a.batch_size, progress=not (a.no_progress or a.json), model_options=model_options,
+                tuner_options=a.tuner_options)
     out = res.to_json()
     if res.tuner_status:
         out["tuner_status"] = res.tuner_status
@@ -385,18 +407,17 @@ def _load(a: argparse.Namespace) -> Any:
 
 
 def _check_tune_args(tuner: str, scheduler: str, trials_per_task: int | None, time_budget: float | None,
-                     db_path: str) -> None:
-    """UsageError for a bad model-tuning argument (cheap: nothing imported or written)."""
+                     db_path: str, tuner_options: Sequence[str] = ()) -> dict[str, Any]:
+    """The tuner's options; UsageError for a bad model-tuning argument (nothing measured or written)."""
     from .scheduler import SCHEDULERS
-    from .tuners import TUNERS
 
-    if tuner not in TUNERS:
-        raise UsageError(f"unknown tuner {tuner!r}; known tuners: {', '.join(TUNERS)}")
+    options = _tuner_options(tuner, tuner_options)
     if scheduler not in SCHEDULERS:
         raise UsageError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
     if trials_per_task is None and time_budget is None:
         raise UsageError("give --trials-per-task N, --time-budget SECONDS, or both")
     _check_db_path(db_path, must_exist=False)
+    return options
 
 
 def _model_measure_options() -> Any:
@@ -407,7 +428,8 @@ def _model_measure_options() -> Any:
 
 
 def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int | None, time_budget: float | None,
-                scheduler: str, seed: int, batch_size: int | None, progress: bool) -> tuple[list[Any], Any, float]:
+                scheduler: str, seed: int, batch_size: int | None, progress: bool,
+                tuner_options: Sequence[str] = ()) -> tuple[list[Any], Any, float]:
     """Tune every task of ``model``; returns (outcomes, tasks, wall seconds)."""
     import time
 
@@ -417,14 +439,14 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
     from .tuners import DEFAULT_BATCH_SIZE, get_tuner
     from .utils.progress import ModelProgress
 
-    _check_tune_args(tuner_name, scheduler, trials_per_task, time_budget, db_path)
+    options = _check_tune_args(tuner_name, scheduler, trials_per_task, time_budget, db_path, tuner_options)
     sched_cls = SCHEDULERS[scheduler]
     tasks = model_tasks(model)
     bs = batch_size or DEFAULT_BATCH_SIZE
     db = _open_db(db_path)
 
     def make_tuner(task: Any, round_: int) -> Any:
-        return get_tuner(tuner_name, task, seed=seed + round_, batch_size=bs)
+        return get_tuner(tuner_name, task, seed=seed + round_, batch_size=bs, options=options)
 
     t0 = time.perf_counter()
     try:
@@ -458,10 +480,10 @@ def _print_outcomes(model: Any, outcomes: list[Any], wall: float) -> dict[str, A
 
 def cmd_tune(a: argparse.Namespace) -> int:
     """``tensortune tune``."""
-    _check_tune_args(a.tuner, a.scheduler, a.trials_per_task, a.time_budget, a.db)  # before importing a model
+    _check_tune_args(a.tuner, a.scheduler, a.trials_per_task, a.time_budget, a.db, a.tuner_options)  # before importing a model
     model = _load(a)
     outcomes, _, wall = _tune_model(model, a.tuner, a.db, a.trials_per_task, a.time_budget, a.scheduler, a.seed,
-                                    a.batch_size, progress=not (a.no_progress or a.json))
+                                    a.batch_size, progress=not (a.no_progress or a.json), tuner_options=a.tuner_options)
     if a.json:
         from .scheduler import estimated_total
 
@@ -586,7 +608,8 @@ def cmd_demo(a: argparse.Namespace) -> int:
         model = load_model(a.model)
     except ModelError as e:
         raise UsageError(str(e)) from None
-    outcomes, _, wall = _tune_model(model, a.tuner, a.db, None, a.time_budget, DEMO_SCHEDULER, a.seed, None, True)
+    outcomes, _, wall = _tune_model(model, a.tuner, a.db, None, a.time_budget, DEMO_SCHEDULER, a.seed, None, True,
+                                    tuner_options=a.tuner_options)
     _print_outcomes(model, outcomes, wall)
     db = _open_db(a.db, readonly=True)
     try:
@@ -606,7 +629,9 @@ COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "imp
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensortune`` console script."""
     from .measure import WorkerStartError
+    from .utils.quiet import quiet_third_party_warnings
 
+    quiet_third_party_warnings()
     try:
         a = build_parser().parse_args(argv)
         return COMMANDS[a.cmd](a)

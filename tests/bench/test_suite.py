@@ -96,6 +96,10 @@ def test_bad_arguments_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     _workloads(tmp_path, monkeypatch)
     with pytest.raises(SystemExit, match="unknown tuner"):
         cli.main(["run", "--tuners", "nope", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"tuner 'autotvm:plan_sise=4': unknown option 'plan_sise'"):
+        cli.main(["run", "--tuners", "autotvm:plan_sise=4", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="MetaSchedule takes no options"):
+        cli.main(["run", "--tuners", "metaschedule:x=1", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="unknown workload"):
         cli.main(["run", "--workloads", "C99", "--suite", "ops", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="no such results folder"):
@@ -293,6 +297,7 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     s = run.ops_summary()["MMT"]
     assert s["tuners"]["random"]["check"] == "ok" and s["tuners"]["random"]["verified"] is True
     assert s["tuners"]["random"]["median_ms"] > 0 and s["tuners"]["metaschedule"]["trials"] == 2
+    assert s["library"]["name"] == "numpy" and s["library"]["median_ms"] > 0  # the library anchor, same rounds
     peak = run.read_json("peak")
     assert peak["peak_gflops"] > 0
     models = run.read_json("models")["tiny"]
@@ -328,6 +333,7 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     assert cli.main(["report", str(out)]) == 0
     md = (out / "report.md").read_text()
     assert "## Operators" in md and "| MMT |" in md and "## Whole models" in md and "Energy:" in md
+    assert "best / library" in md and "measured their template's default config first" in md
     _check_report_numbers(md, run)
     # each table and figure says where it was measured: this machine, this commit, invocation 1
     where = f"Measured on {provenance.machine_text(machine_id())}; from invocation 1 ({first['date']}, " \
@@ -347,3 +353,27 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     assert ms_op["check"] == "ok" and ms_op["verified"] is True and ms_op["median_ms"] > 0, ms_op
     assert ms["ok"] and ms["tasks_measured"] >= 1, ms
     assert len(ms["tasks_without_valid"]) < ms["tasks_measured"], f"no MetaSchedule candidate built and ran: {ms}"
+
+
+@pytest.mark.timeout(600)
+def test_tuner_specs_history_and_start_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuner with options is its own column; ``transfer=true`` tunes with a database kept in the
+    results folder across workloads; ``--no-default-start`` is recorded and reported."""
+    from tensortune.database import Database
+
+    _workloads(tmp_path, monkeypatch)
+    out = tmp_path / "specs"
+    spec = "autotvm:transfer=true:plan_size=4:warmup=4:feature=knob"
+    assert cli.main(["run", "--suite", "ops", "--tuners", f"random,{spec}", "--budget", "4", "--workloads", "MMT",
+                     "--rounds", "1", "--no-default-start", "--no-library", "--out", str(out), "--no-progress"]) == 0
+    run = RunDir(out)
+    s = run.ops_summary()["MMT"]
+    assert set(s["tuners"]) == {"random", spec} and s["library"] is None
+    assert all(v["verified"] for v in s["tuners"].values())
+    (db_path,) = (out / "history").glob("*.db")
+    with Database(db_path, readonly=True) as db:
+        (task,) = db.tasks()
+        assert db.count(task.workload_key) == 4
+    assert run.read_json("meta")["runs"][0]["settings"]["start_from_default"] is False
+    assert cli.main(["report", str(out)]) == 0
+    assert "started without their template's default config" in (out / "report.md").read_text()

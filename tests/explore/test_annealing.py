@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensortune.explore import SA_CHAINS, SA_EARLY_STOP, SA_MAX_STEPS, SA_TEMP, SimulatedAnnealing
+from tensortune.explore.annealing import SA_CHAINS, SA_EARLY_STOP, SA_MAX_STEPS, SA_TEMP, SimulatedAnnealing
 from tensortune.space import ConfigSpace
 
 

@@ -143,7 +143,7 @@ def test_round_robin_makes_one_tuner_per_task_and_keeps_its_model(tmp_path, monk
     def make(task, round_):
         made.append((task.workload_key, round_))
         return AutoTVMTuner(task, seed=0, batch_size=4, feature="knob", plan_size=4, warmup=4, n_finalists=16,
-                            n_random_pool=8, sa_options={"n_chains": 4, "max_steps": 5})
+                            n_random_pool=8, explorer_options={"n_chains": 4, "max_steps": 5})
 
     seen: dict[str, list[tuple[int, int]]] = {}  # per task: (id of its tuner, id of its cost model) per batch
 

@@ -56,8 +56,11 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 def test_defaults() -> None:
     assert PLAN_SIZE == 64 and WARMUP == 16
     t = AutoTVMTuner(Task.from_op("matmul", (64, 64, 64)))
-    assert (t.model_kind, t.objective, t.feature, t.epsilon, t.lam) == ("xgb", "rank", "itervar", 0.05, 2.0)
-    assert t.sa.n_chains == 128 and t.sa.max_steps == 500 and t.sa.early_stop == 50
+    o = t.options
+    assert (o.cost_model, o.objective, o.feature, o.epsilon, o.explorer, o.selector) == \
+        ("xgb", "rank", "itervar", 0.05, "sa", "diversity")
+    assert t.selector.options.epsilon == 0.05 and t.selector.inner.options.lam == 2.0
+    assert t.explorer.n_chains == 128 and t.explorer.max_steps == 500 and t.explorer.early_stop == 50
 
 
 def test_beats_random_on_a_known_landscape(conv_task, optimum) -> None:
@@ -74,11 +77,11 @@ def test_beats_random_on_a_known_landscape(conv_task, optimum) -> None:
 
 
 def test_refits_after_warmup_then_every_plan(conv_task) -> None:
-    tuner = AutoTVMTuner(conv_task, seed=0, feature="knob", sa_options=SMALL_SA)
+    tuner = AutoTVMTuner(conv_task, seed=0, feature="knob", explorer_options=SMALL_SA)
     m = FakeMeasurer(conv_landscape)
     tuner.tune(WARMUP - 1, m)
     assert tuner.fits == 0  # still random
-    tuner = AutoTVMTuner(conv_task, seed=0, feature="knob", sa_options=SMALL_SA)
+    tuner = AutoTVMTuner(conv_task, seed=0, feature="knob", explorer_options=SMALL_SA)
     m = FakeMeasurer(conv_landscape)
     tuner.tune(WARMUP + PLAN_SIZE + 1, m)
     assert tuner.fits == 2  # after the warm-up batch, and one plan later
@@ -87,7 +90,7 @@ def test_refits_after_warmup_then_every_plan(conv_task) -> None:
 
 def test_failures_are_results_and_never_best(conv_task) -> None:
     fails = lambda c: c["tile_f"][2] == 16  # noqa: E731 - the landscape's best region fails to build
-    tuner = AutoTVMTuner(conv_task, seed=1, feature="knob", sa_options=SMALL_SA)
+    tuner = AutoTVMTuner(conv_task, seed=1, feature="knob", explorer_options=SMALL_SA)
     res = tuner.tune(120, FakeMeasurer(conv_landscape, fails))
     assert res.trials_measured == 120
     assert res.errors["compile"] > 0
@@ -100,7 +103,7 @@ def test_epsilon_greedy_and_diversity_switches(conv_task) -> None:
     tuner.tune(WARMUP, FakeMeasurer(conv_landscape))
     tuner.next_batch(1)  # makes the first plan
     assert len(tuner.plan) == PLAN_SIZE - 1
-    plain = AutoTVMTuner(conv_task, seed=2, feature="knob", epsilon=0.0, diversity=False)
+    plain = AutoTVMTuner(conv_task, seed=2, feature="knob", epsilon=0.0, selector="top-k")
     plain.tune(WARMUP, FakeMeasurer(conv_landscape))
     plain.next_batch(1)
     knobs = lambda plan: sum(len({str(c[k.name]) for c in plan}) for k in conv_task.space.knobs)  # noqa: E731
@@ -111,7 +114,7 @@ def test_epsilon_greedy_and_diversity_switches(conv_task) -> None:
 def test_itervar_model_on_a_real_task(conv_task) -> None:
     """The default (loop-AST features) path: extraction on finalists, fit, plan."""
     tuner = AutoTVMTuner(conv_task, seed=0, plan_size=16, warmup=16, n_finalists=32, n_random_pool=16,
-                         sa_options={"n_chains": 16, "max_steps": 20})
+                         explorer_options={"n_chains": 16, "max_steps": 20})
     res = tuner.tune(48, FakeMeasurer(conv_landscape))
     assert res.trials_measured == 48 and tuner.fits == 2
     assert tuner.model.fitted and tuner.model.width > 100
@@ -124,7 +127,7 @@ def test_real_measurements_with_a_model(tmp_path) -> None:
 
     task = Task.from_op("matmul", (64, 64, 64))
     tuner = AutoTVMTuner(task, seed=0, batch_size=4, plan_size=4, warmup=4, n_finalists=16, n_random_pool=8,
-                         sa_options={"n_chains": 8, "max_steps": 10})
+                         explorer_options={"n_chains": 8, "max_steps": 10})
     opts = MeasureOptions(number=1, repeat=2, min_repeat_ms=1, build_timeout=300.0, run_timeout=300.0)
     with Measurer(opts) as m, Database(tmp_path / "t.db") as db:
         res = tuner.tune(12, m, database=db)
@@ -152,7 +155,7 @@ def test_transfer_used_automatically_and_can_be_turned_off(conv_task, tmp_path) 
     with Database(tmp_path / "h.db") as db:
         fill_history(db, sources, 48)
         m = FakeMeasurer(conv_landscape)
-        small = {"n_finalists": 16, "n_random_pool": 48, "sa_options": {"n_chains": 8, "max_steps": 10}}
+        small = {"n_finalists": 16, "n_random_pool": 48, "explorer_options": {"n_chains": 8, "max_steps": 10}}
         tuner = AutoTVMTuner(conv_task, seed=0, **small)
         tuner.tune(16, m, database=db)
         assert tuner.global_model is not None and tuner.model.base is tuner.global_model
@@ -232,7 +235,7 @@ def test_other_models_learn_the_landscape_and_guide_the_search(conv_task, optimu
 
     options = VARIANTS[variant]
     tuner = AutoTVMTuner(conv_task, seed=0, plan_size=32, n_finalists=32, n_random_pool=16,
-                         sa_options=SMALL_SA, **options)
+                         explorer_options=SMALL_SA, **options)
     m = FakeMeasurer(conv_landscape)
     res = tuner.tune(BUDGET, m)
     kind = {"treegru": TreeGRUCostModel, "ensemble-ucb": BootstrapEnsemble}.get(variant, XGBoostCostModel)

@@ -11,7 +11,7 @@ from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureR
 from tensortune.space import ConfigSpace
 from tensortune.task import Task
 from tensortune.tuners import GridTuner, RandomTuner
-from tensortune.tuners.base import CONFIRM_ROUNDS, CONFIRM_TOP
+from tensortune.tuners.session import CONFIRM_ROUNDS, CONFIRM_TOP
 from tensortune.tuners.records import ensure_task, measure_context, record_trial
 
 #: True costs of the stub task's configs: 7 is the fastest, 3 the one measured once, luckily, at 0.5 ms.

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import pytest
 from tvm import te
 
-import tensortune.tuners.base as tuner_base
+import tensortune.tuners.session as tuner_session
 from tensortune.database import Database
 from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult, Measurer
 from tensortune.space import ConfigSpace
@@ -139,7 +139,7 @@ class Recorder:
 # ---------------------------------------------------------------- registry
 def test_get_tuner() -> None:
     task = fake_task(plain_space())
-    assert set(TUNERS) == {"random", "grid", "genetic", "autotvm"}
+    assert set(TUNERS) == {"random", "grid", "genetic", "autotvm", "model-based"}
     assert isinstance(get_tuner("random", task), RandomTuner)
     assert isinstance(get_tuner("grid", task), GridTuner)
     assert isinstance(get_tuner(GeneticTuner, task, seed=3), GeneticTuner)
@@ -304,7 +304,7 @@ def test_errors_counted_and_failures_never_best() -> None:
 
 def test_time_budget_with_fake_clock(monkeypatch) -> None:
     m = FakeMeasurer(lambda k, c: 1.0, tick=1.0)
-    monkeypatch.setattr(tuner_base, "time", SimpleNamespace(perf_counter=m.clock))
+    monkeypatch.setattr(tuner_session, "time", SimpleNamespace(perf_counter=m.clock))
     tuner = RandomTuner(fake_task(plain_space()), batch_size=1)
     res = tuner.tune(100, m, time_budget=3.5)
     assert res.stop_reason == "time_budget"

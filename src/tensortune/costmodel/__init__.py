@@ -6,9 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..registry import Registry
 from .base import CostModel, TaskData
 
-COST_MODELS = ("xgb", "xgb-ensemble", "treegru")
+#: Cost models by name (``"module:Class"``, imported on first use: XGBoost and PyTorch load
+#: only with the model that needs them). A new model subclasses :class:`CostModel`, is added
+#: here and to :func:`make_cost_model`, and the contract test (``tests/costmodel/test_costmodel_contract.py``)
+#: checks it.
+COST_MODELS: Registry = Registry("cost model", {
+    "xgb": "tensortune.costmodel.xgb:XGBoostCostModel",
+    "xgb-ensemble": "tensortune.costmodel.xgb:BootstrapEnsemble",
+    "treegru": "tensortune.costmodel.treegru:TreeGRUCostModel",
+})
 
 
 def make_cost_model(kind: str, feature: str = "itervar", objective: str = "rank", seed: int = 0,
@@ -32,7 +41,7 @@ def make_cost_model(kind: str, feature: str = "itervar", objective: str = "rank"
         from .treegru import TreeGRUCostModel
 
         return TreeGRUCostModel(loss=objective, seed=seed, **kwargs)
-    raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODELS)}")
+    raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODELS.names())}")
 
 
 __all__ = ["COST_MODELS", "CostModel", "TaskData", "make_cost_model"]

@@ -11,7 +11,7 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -58,6 +58,12 @@ class CostModel(ABC):
     def fitted(self) -> bool:
         """True once :meth:`fit` has seen enough data to predict."""
         return True
+
+    def position_scorer(self, task: Any) -> Callable[[np.ndarray], np.ndarray] | None:
+        """An optional fast scorer of ``task``'s configs given as knob positions ``[n, n_knobs]``
+        (no Config objects built), for explorers that score tens of thousands of configs; None
+        when the model has none (a tuner then explores with a knob-feature model of its own)."""
+        return None
 
     def save(self, path: str | Path) -> None:
         """Write the model to ``path`` (JSON / safetensors-style formats, never pickle)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -85,6 +85,7 @@ class XGBoostCostModel(CostModel):
         self.booster: Any = None
         self.width = 0
         self.rounds = 0
+        self._tables: dict[Any, Any] = {}  # knob lookup tables of position_scorer, per task
 
     @property
     def feature(self) -> str:
@@ -161,6 +162,19 @@ class XGBoostCostModel(CostModel):
         d = self._dmatrix(x, margin)
         return np.asarray(self.booster.predict(d, iteration_range=(0, self.rounds)), dtype=np.float64)
 
+    def position_scorer(self, task: Any) -> Callable[[np.ndarray], np.ndarray] | None:
+        """With knob features and no base model: positions -> scores through a per-task lookup
+        table of knob encodings (:class:`~tensortune.features.knob.KnobTable`)."""
+        if self.feature != "knob" or self.base is not None:
+            return None
+        key = getattr(task, "workload_key", id(task))
+        table = self._tables.get(key)
+        if table is None:
+            from ..features.knob import KnobTable
+
+            table = self._tables[key] = KnobTable(task.space)
+        return lambda pos: self.predict_matrix(table.encode(pos))
+
     def predict(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
         if not configs:
             return np.zeros(0)
@@ -236,6 +250,29 @@ class BootstrapEnsemble(CostModel):
                 pick = rng.integers(0, len(d), size=len(d))
                 sample.append(TaskData(d.task, [d.configs[i] for i in pick], [d.costs[i] for i in pick]))
             m.fit(sample)
+
+    def save(self, path: str | Path) -> None:
+        """Every member as ``path.<i>`` (XGBoost JSON + sidecar) and the ensemble's settings as
+        ``path`` (JSON); the base model is not saved."""
+        path = Path(path)
+        for i, m in enumerate(self.members):
+            m.save(path.with_name(f"{path.name}.{i}"))
+        path.write_text(json.dumps({"kind": self.name, "n_models": len(self.members), "acquisition": self.acquisition,
+                                    "kappa": self.kappa, "seed": self.seed, "best_label": self.best_label}))
+
+    def load(self, path: str | Path) -> None:
+        path = Path(path)
+        meta = json.loads(path.read_text())
+        if meta.get("kind") != self.name:
+            raise ValueError(f"{path} is not a saved {self.name} model")
+        members = []
+        for i in range(int(meta["n_models"])):
+            m = XGBoostCostModel(self.members[0].extractor, self.members[0].objective, self.seed + i)
+            m.load(path.with_name(f"{path.name}.{i}"))
+            members.append(m)
+        self.members = members
+        self.acquisition, self.kappa = str(meta["acquisition"]), float(meta["kappa"])
+        self.seed, self.best_label = int(meta["seed"]), float(meta["best_label"])
 
     def predict_dist(self, task: Any, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
         preds = np.stack([m.predict(task, configs) for m in self.members])

@@ -1,7 +1,17 @@
-"""Explorers: propose candidates against a cost model (simulated annealing; the baselines'
-random / grid / genetic search live in ``tuners.baselines``)."""
-from .annealing import SA_CHAINS, SA_EARLY_STOP, SA_MAX_STEPS, SA_TEMP, SimulatedAnnealing
+"""Explorers: propose candidates against a cost model's score, by short name.
 
-EXPLORERS = {SimulatedAnnealing.name: SimulatedAnnealing}
+A new explorer is a class with ``name``, an ``Options`` dataclass, a constructor
+``(space, seed=0, options=None)`` and :meth:`~.base.Explorer.find_maximums`; add it to
+:data:`EXPLORERS` below and the contract test (``tests/explore/test_explorer_contract.py``) checks it.
+The baselines' random / grid / genetic search are whole tuners (``tuners.baselines``).
+"""
+from ..registry import Registry
+from .base import Explorer, ScoreFn, make_explorer
 
-__all__ = ["EXPLORERS", "SA_CHAINS", "SA_EARLY_STOP", "SA_MAX_STEPS", "SA_TEMP", "SimulatedAnnealing"]
+#: Explorers by name: ``"module:Class"``, imported on first use.
+EXPLORERS: Registry = Registry("explorer", {
+    "sa": "tensortune.explore.annealing:SimulatedAnnealing",
+    "random": "tensortune.explore.random:RandomSearch",
+})
+
+__all__ = ["EXPLORERS", "Explorer", "ScoreFn", "make_explorer"]

@@ -9,33 +9,52 @@ from __future__ import annotations
 
 import heapq
 import random
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..space import ConfigSpace
+from ..utils.options import make_options
+from .base import ScoreFn
 
 #: AutoTVM's SimulatedAnnealingOptimizer defaults.
 SA_CHAINS, SA_MAX_STEPS, SA_EARLY_STOP, SA_TEMP = 128, 500, 50, (1.0, 0.0)
 
-#: Scores positions [n, n_knobs] -> scores [n] (higher is better).
-ScoreFn = Callable[[np.ndarray], np.ndarray]
+
+@dataclass(frozen=True)
+class AnnealingOptions:
+    """``n_chains`` parallel chains of at most ``max_steps`` steps, stopped after ``early_stop``
+    steps without a new top config; temperature from ``temp[0]`` to ``temp[1]``; ``persistent``
+    chains continue from where the last call left them."""
+
+    n_chains: int = SA_CHAINS
+    max_steps: int = SA_MAX_STEPS
+    early_stop: int = SA_EARLY_STOP
+    temp: tuple[float, float] = SA_TEMP
+    persistent: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_chains < 1 or self.max_steps < 0 or self.early_stop < 1:
+            raise ValueError("n_chains and early_stop must be at least 1, max_steps at least 0")
 
 
 class SimulatedAnnealing:
     """Finds the configs a score function rates highest; explores by one-step neighbours."""
 
     name = "sa"
+    Options = AnnealingOptions
 
-    def __init__(self, space: ConfigSpace, n_chains: int = SA_CHAINS, max_steps: int = SA_MAX_STEPS,
-                 early_stop: int = SA_EARLY_STOP, temp: tuple[float, float] = SA_TEMP,
-                 persistent: bool = True, seed: int = 0) -> None:
+    def __init__(self, space: ConfigSpace, seed: int = 0, options: AnnealingOptions | Mapping[str, Any] | None = None,
+                 **overrides: Any) -> None:
+        """``options`` (or keyword ``overrides`` of its fields) as :class:`AnnealingOptions`."""
         self.space = space
-        self.n_chains = n_chains
-        self.max_steps = max_steps
-        self.early_stop = early_stop
-        self.temp = temp
-        self.persistent = persistent
+        self.options = opts = make_options(AnnealingOptions, options, owner="explorer 'sa'", **overrides)
+        self.n_chains = opts.n_chains
+        self.max_steps = opts.max_steps
+        self.early_stop = opts.early_stop
+        self.temp = opts.temp
+        self.persistent = opts.persistent
         self.rng = random.Random(seed)
         self.np_rng = np.random.default_rng(seed)
         self.dims = np.array(space.dims, dtype=np.int64)
@@ -97,6 +116,8 @@ class SimulatedAnnealing:
         ``exclude``. ``seeds`` (config indices) replace random chain starts when the chains
         are new."""
         exclude = exclude or set()
+        if n <= 0:
+            return []
         if self.points is None or not self.persistent:
             start = [self.space.positions(self.space.get(int(i))) for i in list(seeds)[: self.n_chains]]
             rand = self._random_points(self.n_chains - len(start)) if len(start) < self.n_chains else None

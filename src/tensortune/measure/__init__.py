@@ -1,7 +1,24 @@
-"""Measurement: isolated parallel builds, one-at-a-time timed runs, errors as results."""
-from .measure import LocalBuilder, LocalRunner, MeasureInput, Measurer
-from .options import MeasureOptions
-from .pool import WorkerStartError
-from .result import BuildResult, ErrorKind, MeasureResult
+"""Measurement: isolated parallel builds, one-at-a-time timed runs, errors as results.
 
-__all__ = ["BuildResult", "ErrorKind", "LocalBuilder", "LocalRunner", "MeasureInput", "MeasureOptions", "MeasureResult", "Measurer", "WorkerStartError"]
+The options and result types load with the package; the builder, runner and measurer (which
+need TVM, and with it PyTorch) load on first use, so code that only handles results or options
+(the command line's argument checks, the database) does not pay for TVM.
+"""
+from typing import Any
+
+from .options import MeasureOptions
+from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult, WorkerStartError
+
+_LAZY = {"LocalBuilder": ".measure", "LocalRunner": ".measure", "Measurer": ".measure"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["BuildResult", "ErrorKind", "LocalBuilder", "LocalRunner", "MeasureInput", "MeasureOptions", "MeasureResult",
+           "Measurer", "WorkerStartError"]

@@ -11,22 +11,12 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..space import Config
 from .options import MeasureOptions
 from .pool import Worker
-from .result import BuildResult, ErrorKind, MeasureResult
+from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from .worker import build_candidate, init_worker, run_candidate
-
-
-@dataclass(frozen=True)
-class MeasureInput:
-    """A candidate: a task and one config of its space."""
-
-    task: Any
-    config: Config
 
 
 class LocalBuilder:

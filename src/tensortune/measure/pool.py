@@ -20,6 +20,8 @@ from typing import IO, Any, Callable
 
 from tvm.support.popen_pool import PopenWorker
 
+from .result import WorkerStartError
+
 #: Modules a worker process may not import (an import raises ImportError, as if not installed).
 KEPT_OUT = ("torch",)
 _BOOT = ("import sys, runpy\n"
@@ -48,10 +50,6 @@ class _LeanPopenWorker(PopenWorker):
 
 #: Seconds past the deadline before the parent kills a child that did not answer.
 KILL_GRACE = 3.0
-
-
-class WorkerStartError(RuntimeError):
-    """A worker process could not start (a broken environment, a plug-in that fails to import)."""
 
 
 class CallOutcome:

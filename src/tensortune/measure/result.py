@@ -74,3 +74,15 @@ class MeasureResult:
         if not self.ok:
             return 0.0
         return (max(self.costs) - min(self.costs)) / self.cost
+
+
+class WorkerStartError(RuntimeError):
+    """A worker process could not start (a broken environment, a plug-in that fails to import)."""
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """A candidate: a task and one config of its space."""
+
+    task: Any
+    config: Any

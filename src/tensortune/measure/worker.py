@@ -18,15 +18,12 @@ _DATA: dict[str, tuple[list[Any], Any, list[Any], Any]] = {}
 
 
 def init_worker(imports: tuple[str, ...] = (), threads: int | None = None) -> None:
-    """Worker start-up: pin the thread count, import TVM, the templates and plug-in modules."""
+    """Worker start-up: pin the thread count, import TVM and the plug-in modules."""
     if threads:
         os.environ["TVM_NUM_THREADS"] = str(threads)
     import tvm  # noqa: F401
 
-    from ..templates import get_template
-
-    get_template("generic")  # registers the built-in templates
-    for name in imports:
+    for name in imports:  # plug-ins (their templates register themselves); built-ins load on first use
         importlib.import_module(name)
 
 

@@ -9,7 +9,7 @@ stored trials count against its budget and are never measured again).
 Each task has one tuner for the whole run, made by ``make_tuner(task, 0)`` when the task is
 first tuned: a round-robin task keeps its cost model, its search state and its transfer model
 from round to round. Every ``tune`` call that measured something ends with a confirmation of
-the task's top configs (see :mod:`tensortune.tuners.base`); those re-measurements are not
+the task's top configs (see :mod:`tensortune.tuners.session`); those re-measurements are not
 counted against the task's trials (``Database.count`` leaves them out), and a task's best is
 the confirmed one.
 

@@ -1,21 +1,28 @@
 """Selectors: pick the batch to measure from scored candidates.
 
+Each selector is a callable ``selector(candidates, scores, n, context) -> configs`` (the
+:class:`Selector` protocol); a wrapper (epsilon-greedy here, the cold-candidate filter later)
+takes an inner selector and changes its choice.
+
 * ``top-k``: the ``n`` best scores.
 * ``diversity``: AutoTVM's diversity-aware selection (Eq. 3 of Chen et al. 2018): from the
   ``lam * n`` best, greedily add the candidate that most increases
   ``L(S) = sum score(s) + alpha * sum_j |{values of knob j in S}|``. ``L`` is submodular,
   so the greedy choice is within ``1 - 1/e`` of the optimum. Scores are min-max
   normalised over the pool first, so ``alpha`` is in units of the pool's score range.
-* ``epsilon_mix``: replace a share ``epsilon`` of a batch by random unmeasured configs.
+* ``epsilon-greedy`` (a wrapper, :func:`epsilon_mix`): replace a share ``epsilon`` of the
+  inner selector's batch by random unmeasured configs.
 """
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from ..space import Config, ConfigSpace
+from ..utils.options import make_options
 
 #: Defaults: lambda (pool size as a multiple of the batch) and alpha (weight of a new knob value).
 DIVERSITY_LAMBDA = 2.0
@@ -76,4 +83,98 @@ def epsilon_mix(batch: Sequence[Config], space: ConfigSpace, rng: random.Random,
     return keep + space.sample(rng, n_rand, exclude=taken)
 
 
-SELECTORS = {"top-k": top_k, "diversity": diversity_select}
+# ---------------------------------------------------------------- the protocol and its parts
+@dataclass
+class SelectContext:
+    """What a selector may use besides the scores: the space, the tuner's random generator
+    (the only randomness a selector may draw on, so a seed fixes the batch), the configs
+    already measured (``exclude``: never to be chosen) and the task."""
+
+    space: ConfigSpace
+    rng: random.Random
+    exclude: set[int] = field(default_factory=set)
+    task: Any = None
+
+
+@runtime_checkable
+class Selector(Protocol):
+    """Picks up to ``n`` distinct configs to measure from scored candidates (best first)."""
+
+    name: str
+
+    def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int,
+                 context: SelectContext) -> list[Config]:
+        ...
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A part without settings."""
+
+
+class TopK:
+    """The ``n`` highest scores."""
+
+    name = "top-k"
+    Options = NoOptions
+
+    def __init__(self, options: NoOptions | Mapping[str, Any] | None = None) -> None:
+        self.options = make_options(NoOptions, options, owner="selector 'top-k'")
+
+    def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int,
+                 context: SelectContext) -> list[Config]:
+        return top_k(candidates, scores, n)
+
+
+@dataclass(frozen=True)
+class DiversityOptions:
+    """``lam``: the pool is the ``lam * n`` best; ``alpha``: the weight of a new knob value."""
+
+    lam: float = DIVERSITY_LAMBDA
+    alpha: float = DIVERSITY_ALPHA
+
+    def __post_init__(self) -> None:
+        if self.lam < 1 or self.alpha < 0:
+            raise ValueError("lam must be at least 1 and alpha at least 0")
+
+
+class Diversity:
+    """AutoTVM's diversity-aware selection (:func:`diversity_select`)."""
+
+    name = "diversity"
+    Options = DiversityOptions
+
+    def __init__(self, options: DiversityOptions | Mapping[str, Any] | None = None) -> None:
+        self.options = make_options(DiversityOptions, options, owner="selector 'diversity'")
+
+    def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int,
+                 context: SelectContext) -> list[Config]:
+        return diversity_select(candidates, scores, n, context.space, self.options.lam, self.options.alpha)
+
+
+@dataclass(frozen=True)
+class EpsilonOptions:
+    """``epsilon``: the share of the batch replaced by random unmeasured configs."""
+
+    epsilon: float = EPSILON
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError("epsilon must lie in [0, 1]")
+
+
+class EpsilonGreedy:
+    """Wrapper: the inner selector's batch with a share ``epsilon`` replaced by random
+    unmeasured configs (:func:`epsilon_mix`)."""
+
+    name = "epsilon-greedy"
+    Options = EpsilonOptions
+
+    def __init__(self, inner: Selector, options: EpsilonOptions | Mapping[str, Any] | None = None) -> None:
+        self.inner = inner
+        self.options = make_options(EpsilonOptions, options, owner="selector 'epsilon-greedy'")
+
+    def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int,
+                 context: SelectContext) -> list[Config]:
+        batch = self.inner(candidates, scores, n, context)
+        return epsilon_mix(batch, context.space, context.rng, self.options.epsilon, exclude=context.exclude)

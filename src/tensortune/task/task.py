@@ -11,6 +11,7 @@ import numpy as np
 
 from ..space import Config, ConfigSpace
 from ..target import host_target_json, target_key
+from ..templates.registry import Template, get_template
 from .ops import OpError, conv_out, get_op
 
 #: Relative / absolute tolerance of the correctness check (float32, reductions up to ~5k terms).
@@ -26,9 +27,13 @@ class Task:
     """
 
     def __init__(self, op: str, args: dict[str, int], target: dict[str, Any] | None = None,
-                 template: str | None = None, func_json: str | None = None,
+                 template: str | Template | None = None, func_json: str | None = None,
                  kernel_class: str | None = None) -> None:
         self.op = op
+        #: the template handed in (None: looked up by name in the registry)
+        self._template = template if isinstance(template, Template) else None
+        if isinstance(template, Template):
+            template = template.name
         self.args = dict(args)
         self.target_json = dict(target or host_target_json())
         self.func_json = func_json
@@ -200,10 +205,8 @@ class Task:
     # ---------------------------------------------------------------- space
     @property
     def template(self) -> Any:
-        """The template that owns this task's space."""
-        from ..templates import get_template
-
-        return get_template(self.template_name)
+        """The template that owns this task's space: the one handed in, else the registry's."""
+        return self._template if self._template is not None else get_template(self.template_name)
 
     @cached_property
     def space(self) -> ConfigSpace:

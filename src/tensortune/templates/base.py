@@ -1,63 +1,16 @@
-"""Template interface and registry.
-
-A template turns a task into a search space and applies one config of it to the task's
-PrimFunc with ``tvm.s_tir.Schedule``, giving the scheduled module to build.
-"""
+"""Helpers the schedule templates share (the interface and registry: :mod:`.registry`), and
+the ``none`` template (naive loops, a baseline)."""
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..space import Config, ConfigSpace
+from .registry import Template, TemplateError  # noqa: F401  (the templates import them from here)
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
     from ..task.task import Task
-
-
-class TemplateError(ValueError):
-    """A template cannot schedule a task (unknown name, unsupported PrimFunc)."""
-
-
-class Template(ABC):
-    """Search space + schedule for a class of tasks."""
-
-    name: str = ""
-    #: Bumped whenever the space or the schedule changes: it is part of the workload key, so
-    #: records of an older space (whose config indices mean other configs) are never reused.
-    version: int = 1
-
-    @abstractmethod
-    def space(self, task: "Task") -> ConfigSpace:
-        """The task's search space."""
-
-    @abstractmethod
-    def apply(self, task: "Task", config: Config) -> "tvm.IRModule":
-        """Schedule the task's PrimFunc with ``config``; raises on an impossible config."""
-
-    def default_knobs(self, task: "Task", space: ConfigSpace) -> dict[str, Any] | None:
-        """Knob values of a sane untuned schedule (None: the space's first valid config)."""
-        return None
-
-
-TEMPLATES: dict[str, Template] = {}
-
-
-def register_template(t: Template) -> Template:
-    """Make ``t`` reachable by ``t.name`` (later registrations replace earlier ones)."""
-    TEMPLATES[t.name] = t
-    return t
-
-
-def get_template(name: str) -> Template:
-    """The template called ``name``."""
-    from . import conv2d, conv2d_nchwc, dense_pack, depthwise, depthwise_nchwc, gemm, generic  # noqa: F401  (register built-ins)
-
-    try:
-        return TEMPLATES[name]
-    except KeyError:
-        raise TemplateError(f"unknown template {name!r}; known: {', '.join(sorted(TEMPLATES))}") from None
 
 
 def schedule_of(task: "Task"):
@@ -164,5 +117,3 @@ class NoScheduleTemplate(Template):
 
         return tvm.IRModule({"main": task.prim_func()})
 
-
-register_template(NoScheduleTemplate())

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..space import Config, ConfigSpace
 from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, output_stage, pick_entity,
-                   register_template, schedule_of, vector_lanes, vectorize_own_loop)
+                   schedule_of, vector_lanes, vectorize_own_loop)
 
 MAX_ACCUMULATORS = 28
 #: auto_unroll_max_step choices: 512 unrolls whole reduction nests of big register tiles
@@ -103,5 +103,3 @@ class Conv2dTemplate(Template):
         schedule_padding(sch, pat.pad)
         return sch.mod
 
-
-register_template(Conv2dTemplate())

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..space import Config, ConfigSpace
 from .base import (Template, annotate_unroll, inline_prologue, output_stage, pick_entity,
-                   register_template, schedule_of, target_lanes, vectorize_own_loop)
+                   schedule_of, target_lanes, vectorize_own_loop)
 from .conv2d import UNROLL_STEPS, schedule_padding
 
 
@@ -117,5 +117,3 @@ class Conv2dNCHWcTemplate(Template):
         schedule_padding(sch, pat.pad)
         return sch.mod
 
-
-register_template(Conv2dNCHWcTemplate())

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
-from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, output_stage, register_template,
+from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, output_stage,
                    schedule_of, vector_lanes, vectorize_own_loop)
 from .conv2d_nchwc import max_accumulators
 
@@ -85,5 +85,3 @@ class DensePackTemplate(Template):
         sch.decompose_reduction(block, ko)
         return sch.mod
 
-
-register_template(DensePackTemplate())

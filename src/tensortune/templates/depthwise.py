@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, annotate_unroll, inline_prologue, output_stage, pick_entity, register_template, schedule_of,
+from .base import (Template, annotate_unroll, inline_prologue, output_stage, pick_entity, schedule_of,
                    vectorize_own_loop)
 from .conv2d import schedule_padding
 
@@ -57,5 +57,3 @@ class DepthwiseTemplate(Template):
         schedule_padding(sch, pat.pad)
         return sch.mod
 
-
-register_template(DepthwiseTemplate())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, annotate_unroll, inline_prologue, pick_entity, register_template, schedule_of
+from .base import Template, annotate_unroll, inline_prologue, pick_entity, schedule_of
 from .conv2d import UNROLL_STEPS, schedule_padding
 from .conv2d_nchwc import block_vectors, max_accumulators, write_tile_and_parallelise
 
@@ -90,5 +90,3 @@ class DepthwiseNCHWcTemplate(Template):
             schedule_padding(sch, pat.pad)
         return sch.mod
 
-
-register_template(DepthwiseNCHWcTemplate())

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..space import Config, ConfigSpace
 from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, largest_multiple_divisor,
-                   output_stage, pick_entity, register_template, schedule_of, vector_lanes, vectorize_own_loop)
+                   output_stage, pick_entity, schedule_of, vector_lanes, vectorize_own_loop)
 
 #: Register budget: yi * ceil(xi / lanes) accumulators at most.
 MAX_ACCUMULATORS = 28
@@ -99,5 +99,3 @@ class GemmTemplate(Template):
         sch.decompose_reduction(block, ko)
         return sch.mod
 
-
-register_template(GemmTemplate())

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, TemplateError, annotate_unroll, register_template, schedule_of, vectorize_own_loop
+from .base import Template, TemplateError, annotate_unroll, schedule_of, vectorize_own_loop
 
 
 def _main_block(sch: Any) -> Any:
@@ -178,5 +178,3 @@ class GenericTemplate(Template):
             sch.decompose_reduction(block, reduce[0])
         return sch.mod
 
-
-register_template(GenericTemplate())

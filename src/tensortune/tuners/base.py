@@ -1,14 +1,11 @@
-"""The Tuner interface and the loop every tuner shares: propose, measure, record, update, confirm.
+"""The Tuner interface: a step API (``ask`` / ``tell``) over ``next_batch`` / ``update``.
 
-With a database, a ``tune`` call that measured anything ends by confirming: the top
-:data:`CONFIRM_TOP` configs of the task in this measure context are measured again,
-interleaved over :data:`CONFIRM_ROUNDS` rounds (A, B, C, then A, B, C again, ...), and every
-re-measurement is stored as a trial marked ``extra["confirm"] = {"group", "round", "of"}``.
-The best is then the config with the lowest median over the rounds of that group, not the one
-lucky measurement (``Database.best``). The top configs are those with the lowest median over
-their verified trials, confirmations included; when the latest group already holds exactly
-them, in every round, nothing is measured again. Confirmations are no search trials: they never
-count against ``n_trial`` nor in ``trials_measured`` (``TuneResult.confirm_measured`` has them).
+A tuner proposes configs and learns from their results; everything around that (budget,
+database, confirmation, verification, callbacks) is a :class:`~.session.TuningSession`, which
+``Tuner.tune`` runs. A new tuner subclasses :class:`Tuner` (or composes
+:class:`~.model_based.ModelBasedTuner`), declares its ``Options`` dataclass, and is added to
+the registry in ``tuners/__init__.py``; the contract test (``tests/tuners/test_tuner_contract.py``)
+then checks it.
 """
 from __future__ import annotations
 
@@ -17,19 +14,23 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from ..measure import ErrorKind, MeasureInput, MeasureResult, Measurer
+from ..measure import MeasureResult
 from ..space import Config
+from ..utils.options import make_options
+from .session import CONFIRM_ROUNDS, CONFIRM_TOP, Callback
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..measure import Measurer
 
 #: Default batch size: candidates proposed, built and run per round.
 DEFAULT_BATCH_SIZE = 16
-#: Configs confirmed at the end of a ``tune`` call that measured anything (0: no confirmation).
-CONFIRM_TOP = 3
-#: Rounds of a confirmation: each of the top configs is measured this many times, interleaved.
-CONFIRM_ROUNDS = 3
 
-Callback = Callable[["Tuner", Sequence[MeasureInput], Sequence[MeasureResult]], None]
+
+@dataclass(frozen=True)
+class NoOptions:
+    """Options of a tuner without settings of its own."""
 
 
 @dataclass
@@ -109,9 +110,16 @@ class Tuner(ABC):
     """
 
     name: str = ""
+    #: The tuner's settings: a frozen dataclass whose fields and defaults are declared once there.
+    Options: type = NoOptions
 
     def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
-                 start_from_default: bool = True) -> None:
+                 start_from_default: bool = True, options: Any = None, **overrides: Any) -> None:
+        """``options``: an instance of :attr:`Options` or a mapping of its fields (``key=value``
+        text allowed); keyword ``overrides`` of its fields go on top. Unknown keys raise
+        :class:`~tensortune.utils.options.OptionError`."""
+        self.options = type(self).check_options(make_options(type(self).Options, options, owner=f"tuner {self.name!r}",
+                                                             **overrides))
         self.task = task
         self.start_from_default = start_from_default
         self.space = task.space
@@ -128,6 +136,13 @@ class Tuner(ABC):
         self._have_trials: dict[str, set[int]] = {}
         #: confirmation groups this tuner measured
         self._groups_made: set[str] = set()
+        self._default: Config | None | bool = False  # the template default (False: not computed yet)
+
+    @classmethod
+    def check_options(cls, values: Any) -> Any:
+        """``values`` as this tuner's :attr:`Options`, every key and value checked (the CLI calls
+        this before measuring anything); raises :class:`~tensortune.utils.options.OptionError`."""
+        return make_options(cls.Options, values, owner=f"tuner {cls.name!r}")
 
     # ------------------------------------------------------------ the interface
     @abstractmethod
@@ -149,6 +164,28 @@ class Tuner(ABC):
         """Past records of this task (from the database); by default treated like an update."""
         self.update(configs, results)
 
+    # ------------------------------------------------------------ the step API
+    def ask(self, n: int) -> list[Config]:
+        """Up to ``n`` unvisited configs to measure next: the template's default first (with
+        ``start_from_default``, until it is measured), then :meth:`next_batch`'s proposals."""
+        first = self._unmeasured_default()
+        lead = [first] if first is not None else []
+        return lead + [c for c in self.next_batch(n - len(lead))
+                       if c.index not in self.visited and (first is None or c.index != first.index)]
+
+    def tell(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """The results of configs :meth:`ask` proposed (in the same order)."""
+        self.update(configs, results)
+
+    def begin(self, database: Any) -> None:
+        """Called when a session with ``database`` starts, before the history is loaded (a
+        model-based tuner fits its transfer model here); nothing by default."""
+
+    @property
+    def status(self) -> str:
+        """One line on the tuner's state for progress output ("" when it has none)."""
+        return ""
+
     # ------------------------------------------------------------ the loop
     def tune(
         self,
@@ -159,163 +196,21 @@ class Tuner(ABC):
         callbacks: Sequence[Callback] = (),
         database: Any = None,
     ) -> TuneResult:
-        """Measure up to ``n_trial`` configs; stop early on the time budget (seconds of wall
-        time) or after ``early_stopping`` trials without improvement, or when the space is
-        exhausted. With a database, trials already stored for the task in this run's context
-        (same machine, threads and timing) are loaded first (never measured again, and this
-        tuner's stored trials count against ``n_trial``; trials a previous call of this tuner
-        loaded or wrote are not loaded again) and every new trial is committed as it completes,
-        with that context. Then, if anything was measured, the top configs are confirmed (see
-        the module's docstring) and the best reported is the confirmed one.
-        """
-        from .records import history_from_db, measure_context, record_trial
+        """Ask, measure and tell until the budget is spent: one :class:`~.session.TuningSession`
+        (its ``run`` says what the budget, database and confirmation do)."""
+        from .session import TuningSession
 
-        start = time.perf_counter()
-        done_before = 0
-        context = measure_context(self.task, measurer.options)
-        have: set[int] = set()
-        if database is not None:
-            have = self._have_trials.setdefault(str(getattr(database, "path", id(database))), set())
-            configs, results, done_before = history_from_db(database, self, context, have)
-            if configs:
-                self.load_history(configs, results)
-        errors: Counter = Counter()
-        history: list[dict[str, float]] = []
-        measured = 0
-        last_improve = 0
-        stop = "trials"
-        budget = max(0, n_trial - done_before)
-
-        def commit(inp: MeasureInput, res: MeasureResult) -> None:
-            if database is not None:
-                have.add(record_trial(database, self, inp, res, context))
-
-        while measured < budget:
-            if time_budget is not None and time.perf_counter() - start >= time_budget:
-                stop = "time_budget"
-                break
-            if early_stopping is not None and measured - last_improve >= early_stopping:
-                stop = "early_stopping"
-                break
-            size = min(self.batch_size, budget - measured)
-            first = self._unmeasured_default() if measured == 0 else None
-            lead = [first] if first is not None else []
-            batch = lead + [c for c in self.next_batch(size - len(lead))
-                            if c.index not in self.visited and (first is None or c.index != first.index)]
-            if not batch:
-                stop = "space_exhausted"
-                break
-            inputs = [MeasureInput(self.task, c) for c in batch]
-            results = measurer.measure(inputs, commit)
-            before = self.best_cost
-            self.update(batch, results)
-            for k, r in enumerate(results):
-                measured += 1
-                if r.error is not ErrorKind.NONE:
-                    errors[r.error.value] += 1
-                history.append({"trial": measured, "elapsed": time.perf_counter() - start,
-                                "cost": r.cost, "best": self.best_cost})
-            if self.best_cost < before:
-                last_improve = measured
-            for cb in callbacks:
-                cb(self, inputs, results)
-        confirm_measured, confirmation = 0, {}
-        if database is not None:
-            if measured:
-                confirm_measured = self._confirm(measurer, database, context, have)
-            confirmation = self._adopt_confirmed(database, context)
-        verified = self._verify_best(measurer)
-        spread = self.best_result.spread if self.best_result is not None and verified else 0.0
-        source: dict[str, Any] = {}
-        if self.best_result is not None:
-            stored = self.best_result.extra.get("stored")
-            source = {"from": "database", **stored} if stored else {"from": "this run"}
-        return TuneResult(self.task, self.best_config, self.best_cost, measured, errors, history, stop, verified, spread,
-                          getattr(self, "status", ""), source, context, confirm_measured,
-                          confirmation if self.best_config is not None else {})
-
-    # ------------------------------------------------------------ confirmation
-    def _confirm(self, measurer: Measurer, database: Any, context: Any, have: set[int]) -> int:
-        """Measure the task's top ``confirm_top`` configs of ``context`` again, interleaved over
-        ``confirm_rounds`` rounds, storing each result marked as a confirmation; return how many
-        were measured. Nothing is measured when the latest confirmation group already holds
-        exactly these configs, every one of them in every round (nothing new to confirm)."""
-        import uuid
-
-        from ..database import latest_confirmation, top_configs
-        from .records import record_trial
-
-        if self.confirm_top < 1 or self.confirm_rounds < 1:
-            return 0
-        trials = [t for t in database.trials(self.task.workload_key) if t.context == context]
-        top = top_configs(trials, self.confirm_top)
-        last = latest_confirmation(trials)
-        if (top and {t.config_index for t in last} == set(top) and len(last) == len(top) * self.confirm_rounds
-                and all(t.confirmation["of"] == self.confirm_rounds for t in last)):
-            return 0
-        configs = []
-        for i in top:
-            try:
-                configs.append(self.space.get(i))
-            except IndexError:  # a record of another space version
-                continue
-        if not configs:
-            return 0
-        group, rounds = uuid.uuid4().hex[:16], self.confirm_rounds
-        self._groups_made.add(group)
-        inputs = [MeasureInput(self.task, c) for c in configs]
-
-        def commit(r: int, inp: MeasureInput, res: MeasureResult) -> None:
-            mark = {"confirm": {"group": group, "round": r, "of": rounds}}
-            have.add(record_trial(database, self, inp, res, context, extra=mark))
-
-        if hasattr(measurer, "measure_rounds"):  # built once, run every round
-            measurer.measure_rounds(inputs, rounds, commit)
-        else:  # a measurer without it: build and run each round
-            for r in range(1, rounds + 1):
-                measurer.measure(inputs, lambda inp, res, r=r: commit(r, inp, res))
-        return rounds * len(configs)
-
-    def _adopt_confirmed(self, database: Any, context: Any) -> dict[str, Any]:
-        """Make the database's confirmed best of ``context`` this tuner's best (when the latest
-        confirmation group has one); return that group's description, or {} (best unchanged)."""
-        from ..database import latest_confirmation
-        from .records import result_of
-
-        best = database.best(self.task.workload_key, context)
-        if best is None or best.confirmation is None:
-            return {}
-        try:
-            config = self.space.get(best.config_index)
-        except IndexError:
-            return {}
-        result = result_of(best)
-        if best.confirmation["group"] in self._groups_made:
-            del result.extra["stored"]  # confirmed by this tuner: "this run"
-        self.best_config, self.best_cost, self.best_result = config, best.cost, result
-        group = latest_confirmation(t for t in database.trials(self.task.workload_key) if t.context == context)
-        return {"group": best.confirmation["group"], "rounds": best.confirmation["of"],
-                "configs": sorted({t.config_index for t in group})}
+        return TuningSession(self, measurer, database, callbacks).run(n_trial, early_stopping, time_budget)
 
     def _unmeasured_default(self) -> Config | None:
         """The template's default config, if asked for and not measured yet."""
         make = getattr(self.task, "default_config", None)
         if not self.start_from_default or make is None:
             return None
-        try:
-            default = make()
-        except Exception:  # noqa: BLE001 - a template without a usable default: plain search
-            return None
-        return None if default.index in self.visited else default
-
-    def _verify_best(self, measurer: Measurer) -> bool:
-        """Check the best config's output against the reference before reporting it."""
-        if self.best_config is None:
-            return False
-        if measurer.options.check_correctness:
-            return True  # every ok result already matched the reference
-        res = measurer.verify(MeasureInput(self.task, self.best_config))
-        if not res.ok:
-            self.best_config, self.best_cost, self.best_result = None, float("inf"), None
-            return False
-        return True
+        if self._default is False:
+            try:
+                self._default = make()
+            except Exception:  # noqa: BLE001 - a template without a usable default: plain search
+                self._default = None
+        default = self._default
+        return None if default is None or default.index in self.visited else default

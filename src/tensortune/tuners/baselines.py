@@ -1,6 +1,7 @@
 """Baseline tuners: random, grid and genetic (AutoTVM's GATuner)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..measure import MeasureResult
@@ -23,8 +24,8 @@ class GridTuner(Tuner):
     name = "grid"
 
     def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
-                 start_from_default: bool = True) -> None:
-        super().__init__(task, seed, batch_size, start_from_default)
+                 start_from_default: bool = True, options: Any = None, **overrides: Any) -> None:
+        super().__init__(task, seed, batch_size, start_from_default, options, **overrides)
         self._cursor = 0
 
     def next_batch(self, n: int) -> list[Config]:
@@ -42,6 +43,19 @@ class GridTuner(Tuner):
 GA_POP_SIZE, GA_ELITE_NUM, GA_MUTATION_PROB = 100, 3, 0.1
 
 
+@dataclass(frozen=True)
+class GeneticOptions:
+    """Generation size, genes kept unchanged, per-knob mutation probability (AutoTVM's GATuner)."""
+
+    pop_size: int = GA_POP_SIZE
+    elite_num: int = GA_ELITE_NUM
+    mutation_prob: float = GA_MUTATION_PROB
+
+    def __post_init__(self) -> None:
+        if self.pop_size < 1 or self.elite_num < 0 or not 0.0 <= self.mutation_prob <= 1.0:
+            raise ValueError("pop_size must be at least 1, elite_num at least 0, mutation_prob in [0, 1]")
+
+
 class GeneticTuner(Tuner):
     """Genetic algorithm over knob positions (AutoTVM's GATuner).
 
@@ -52,14 +66,14 @@ class GeneticTuner(Tuner):
     """
 
     name = "genetic"
+    Options = GeneticOptions
 
     def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
-                 start_from_default: bool = True, pop_size: int = GA_POP_SIZE, elite_num: int = GA_ELITE_NUM,
-                 mutation_prob: float = GA_MUTATION_PROB) -> None:
-        super().__init__(task, seed, batch_size, start_from_default)
-        self.pop_size = min(pop_size, len(self.space))
-        self.elite_num = min(elite_num, self.pop_size)
-        self.mutation_prob = mutation_prob
+                 start_from_default: bool = True, options: Any = None, **overrides: Any) -> None:
+        super().__init__(task, seed, batch_size, start_from_default, options, **overrides)
+        self.pop_size = min(self.options.pop_size, len(self.space))
+        self.elite_num = min(self.options.elite_num, self.pop_size)
+        self.mutation_prob = self.options.mutation_prob
         self.scores: dict[int, float] = {}  # config index -> GFLOPS-like score (0 for failures)
         self._pending: list[Config] = []
 

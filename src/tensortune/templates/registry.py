@@ -1,0 +1,75 @@
+"""The template interface and its registry: a leaf module (it imports only the search space).
+
+A template turns a task into a search space and applies one config of it to the task's
+PrimFunc, giving the scheduled module to build. The built-in templates are listed below by
+``"module:Class"`` and imported when first asked for; a plug-in adds its own with
+:func:`register_template`. ``Task`` resolves its template here (or is handed one), so the
+task and template packages do not import each other.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+from ..registry import Registry, RegistryError
+from ..space import Config, ConfigSpace
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+    from ..task.task import Task
+
+
+class TemplateError(ValueError):
+    """A template cannot schedule a task (unknown name, unsupported PrimFunc)."""
+
+
+class Template(ABC):
+    """Search space + schedule for a class of tasks."""
+
+    name: str = ""
+    #: Bumped whenever the space or the schedule changes: it is part of the workload key, so
+    #: records of an older space (whose config indices mean other configs) are never reused.
+    version: int = 1
+
+    @abstractmethod
+    def space(self, task: "Task") -> ConfigSpace:
+        """The task's search space."""
+
+    @abstractmethod
+    def apply(self, task: "Task", config: Config) -> "tvm.IRModule":
+        """Schedule the task's PrimFunc with ``config``; raises on an impossible config."""
+
+    def default_knobs(self, task: "Task", space: ConfigSpace) -> dict[str, Any] | None:
+        """Knob values of a sane untuned schedule (None: the space's first valid config)."""
+        return None
+
+
+#: Built-in templates by name (classes, instantiated once on first use).
+TEMPLATES: Registry[Any] = Registry("template", {
+    "none": "tensortune.templates.base:NoScheduleTemplate",
+    "generic": "tensortune.templates.generic:GenericTemplate",
+    "gemm": "tensortune.templates.gemm:GemmTemplate",
+    "dense_pack": "tensortune.templates.dense_pack:DensePackTemplate",
+    "conv2d": "tensortune.templates.conv2d:Conv2dTemplate",
+    "conv2d_nchwc": "tensortune.templates.conv2d_nchwc:Conv2dNCHWcTemplate",
+    "depthwise_conv2d": "tensortune.templates.depthwise:DepthwiseTemplate",
+    "depthwise_conv2d_nchwc": "tensortune.templates.depthwise_nchwc:DepthwiseNCHWcTemplate",
+})
+
+
+def register_template(t: Template) -> Template:
+    """Make the template instance ``t`` reachable by ``t.name`` (replacing an earlier one)."""
+    TEMPLATES.register(t.name, t)
+    return t
+
+
+def get_template(name: str) -> Template:
+    """The template called ``name`` (TemplateError naming the known ones)."""
+    try:
+        obj = TEMPLATES.get(name)
+    except RegistryError as exc:
+        raise TemplateError(str(exc)) from None
+    if isinstance(obj, type):  # a built-in class: one instance from now on
+        obj = register_template(obj())
+    return obj

@@ -1,0 +1,200 @@
+"""A tuning session: one ``tune`` call of one tuner, over the tuner's step API.
+
+The session owns what every tuner shares: the budget (trials, wall time, early stopping), the
+database (history loaded first, every trial committed as it completes, in its measure
+context), the confirmation of the top configs at the end, the check of the best against the
+reference, and the callbacks. The tuner only proposes (:meth:`Tuner.ask`) and learns
+(:meth:`Tuner.tell`). A tuner may run many sessions (a scheduler gives a task one batch per
+round); it keeps its state between them.
+
+With a database, a session that measured anything ends by confirming: the top
+:data:`CONFIRM_TOP` configs of the task in this measure context are measured again,
+interleaved over :data:`CONFIRM_ROUNDS` rounds (A, B, C, then A, B, C again, ...), and every
+re-measurement is stored as a trial marked ``extra["confirm"] = {"group", "round", "of"}``.
+The best is then the config with the lowest median over the rounds of that group, not the one
+lucky measurement (``Database.best``). The top configs are those with the lowest median over
+their verified trials, confirmations included; when the latest group already holds exactly
+them, in every round, nothing is measured again. Confirmations are no search trials: they never
+count against ``n_trial`` nor in ``trials_measured`` (``TuneResult.confirm_measured`` has them).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from ..measure import ErrorKind, MeasureInput, MeasureResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..measure import Measurer
+    from .base import Tuner, TuneResult
+
+#: Configs confirmed at the end of a session that measured anything (0: no confirmation).
+CONFIRM_TOP = 3
+#: Rounds of a confirmation: each of the top configs is measured this many times, interleaved.
+CONFIRM_ROUNDS = 3
+
+Callback = Callable[["Tuner", Sequence[MeasureInput], Sequence[MeasureResult]], None]
+
+
+class TuningSession:
+    """Runs ``tuner`` against ``measurer`` (and ``database``, when given) for one budget."""
+
+    def __init__(self, tuner: "Tuner", measurer: Measurer, database: Any = None,
+                 callbacks: Sequence[Callback] = ()) -> None:
+        self.tuner = tuner
+        self.measurer = measurer
+        self.database = database
+        self.callbacks = list(callbacks)
+
+    def run(self, n_trial: int, early_stopping: int | None = None, time_budget: float | None = None) -> "TuneResult":
+        """Measure up to ``n_trial`` configs; stop early on the time budget (seconds of wall
+        time) or after ``early_stopping`` trials without improvement, or when the space is
+        exhausted. With a database, trials already stored for the task in this run's context
+        (same machine, threads and timing) are loaded first (never measured again, and this
+        tuner's stored trials count against ``n_trial``; trials an earlier session of this tuner
+        loaded or wrote are not loaded again) and every new trial is committed as it completes,
+        with that context. Then, if anything was measured, the top configs are confirmed (see
+        the module's docstring) and the best reported is the confirmed one.
+        """
+        from .base import TuneResult
+        from .records import history_from_db, measure_context, record_trial
+
+        tuner, measurer, database = self.tuner, self.measurer, self.database
+        start = time.perf_counter()
+        done_before = 0
+        context = measure_context(tuner.task, measurer.options)
+        have: set[int] = set()
+        if database is not None:
+            tuner.begin(database)
+            have = tuner._have_trials.setdefault(str(getattr(database, "path", id(database))), set())
+            configs, results, done_before = history_from_db(database, tuner, context, have)
+            if configs:
+                tuner.load_history(configs, results)
+        errors: Counter = Counter()
+        history: list[dict[str, float]] = []
+        measured = 0
+        last_improve = 0
+        stop = "trials"
+        budget = max(0, n_trial - done_before)
+
+        def commit(inp: MeasureInput, res: MeasureResult) -> None:
+            if database is not None:
+                have.add(record_trial(database, tuner, inp, res, context))
+
+        while measured < budget:
+            if time_budget is not None and time.perf_counter() - start >= time_budget:
+                stop = "time_budget"
+                break
+            if early_stopping is not None and measured - last_improve >= early_stopping:
+                stop = "early_stopping"
+                break
+            batch = tuner.ask(min(tuner.batch_size, budget - measured))
+            if not batch:
+                stop = "space_exhausted"
+                break
+            inputs = [MeasureInput(tuner.task, c) for c in batch]
+            results = measurer.measure(inputs, commit)
+            before = tuner.best_cost
+            tuner.tell(batch, results)
+            for r in results:
+                measured += 1
+                if r.error is not ErrorKind.NONE:
+                    errors[r.error.value] += 1
+                history.append({"trial": measured, "elapsed": time.perf_counter() - start,
+                                "cost": r.cost, "best": tuner.best_cost})
+            if tuner.best_cost < before:
+                last_improve = measured
+            for cb in self.callbacks:
+                cb(tuner, inputs, results)
+        confirm_measured, confirmation = 0, {}
+        if database is not None:
+            if measured:
+                confirm_measured = self.confirm(context, have)
+            confirmation = self.adopt_confirmed(context)
+        verified = self.verify_best()
+        spread = tuner.best_result.spread if tuner.best_result is not None and verified else 0.0
+        source: dict[str, Any] = {}
+        if tuner.best_result is not None:
+            stored = tuner.best_result.extra.get("stored")
+            source = {"from": "database", **stored} if stored else {"from": "this run"}
+        return TuneResult(tuner.task, tuner.best_config, tuner.best_cost, measured, errors, history, stop, verified,
+                          spread, tuner.status, source, context, confirm_measured,
+                          confirmation if tuner.best_config is not None else {})
+
+    # ------------------------------------------------------------ confirmation
+    def confirm(self, context: Any, have: set[int]) -> int:
+        """Measure the task's top ``confirm_top`` configs of ``context`` again, interleaved over
+        ``confirm_rounds`` rounds, storing each result marked as a confirmation; return how many
+        were measured. Nothing is measured when the latest confirmation group already holds
+        exactly these configs, every one of them in every round (nothing new to confirm)."""
+        from ..database import latest_confirmation, top_configs
+        from .records import record_trial
+
+        tuner, database = self.tuner, self.database
+        if tuner.confirm_top < 1 or tuner.confirm_rounds < 1:
+            return 0
+        trials = [t for t in database.trials(tuner.task.workload_key) if t.context == context]
+        top = top_configs(trials, tuner.confirm_top)
+        last = latest_confirmation(trials)
+        if (top and {t.config_index for t in last} == set(top) and len(last) == len(top) * tuner.confirm_rounds
+                and all(t.confirmation["of"] == tuner.confirm_rounds for t in last)):
+            return 0
+        configs = []
+        for i in top:
+            try:
+                configs.append(tuner.space.get(i))
+            except IndexError:  # a record of another space version
+                continue
+        if not configs:
+            return 0
+        group, rounds = uuid.uuid4().hex[:16], tuner.confirm_rounds
+        tuner._groups_made.add(group)
+        inputs = [MeasureInput(tuner.task, c) for c in configs]
+
+        def commit(r: int, inp: MeasureInput, res: MeasureResult) -> None:
+            mark = {"confirm": {"group": group, "round": r, "of": rounds}}
+            have.add(record_trial(database, tuner, inp, res, context, extra=mark))
+
+        if hasattr(self.measurer, "measure_rounds"):  # built once, run every round
+            self.measurer.measure_rounds(inputs, rounds, commit)
+        else:  # a measurer without it: build and run each round
+            for r in range(1, rounds + 1):
+                self.measurer.measure(inputs, lambda inp, res, r=r: commit(r, inp, res))
+        return rounds * len(configs)
+
+    def adopt_confirmed(self, context: Any) -> dict[str, Any]:
+        """Make the database's confirmed best of ``context`` the tuner's best (when the latest
+        confirmation group has one); return that group's description, or {} (best unchanged)."""
+        from ..database import latest_confirmation
+        from .records import result_of
+
+        tuner, database = self.tuner, self.database
+        best = database.best(tuner.task.workload_key, context)
+        if best is None or best.confirmation is None:
+            return {}
+        try:
+            config = tuner.space.get(best.config_index)
+        except IndexError:
+            return {}
+        result = result_of(best)
+        if best.confirmation["group"] in tuner._groups_made:
+            del result.extra["stored"]  # confirmed by this tuner: "this run"
+        tuner.best_config, tuner.best_cost, tuner.best_result = config, best.cost, result
+        group = latest_confirmation(t for t in database.trials(tuner.task.workload_key) if t.context == context)
+        return {"group": best.confirmation["group"], "rounds": best.confirmation["of"],
+                "configs": sorted({t.config_index for t in group})}
+
+    def verify_best(self) -> bool:
+        """Check the best config's output against the reference before reporting it."""
+        tuner = self.tuner
+        if tuner.best_config is None:
+            return False
+        if self.measurer.options.check_correctness:
+            return True  # every ok result already matched the reference
+        res = self.measurer.verify(MeasureInput(tuner.task, tuner.best_config))
+        if not res.ok:
+            tuner.best_config, tuner.best_cost, tuner.best_result = None, float("inf"), None
+            return False
+        return True

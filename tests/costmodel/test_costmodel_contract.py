@@ -1,0 +1,84 @@
+"""The cost-model contract, run over every registered cost model.
+
+Each model is fitted on 96 configs of a real conv2d task (fixed znver4 target, so the space is
+the same on any machine) labelled by the synthetic landscape of ``tests/tuners/synthetic.py``,
+and must: score before fitting without failing, return one finite float64 score per config,
+rank held-out configs like the landscape (Spearman > 0.3), give the same scores after
+``save`` / ``load`` into a fresh instance, and, where it offers the optional fast scorer over
+knob positions, agree with ``predict``.
+"""
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensortune.costmodel import COST_MODELS, CostModel, TaskData, make_cost_model
+from tensortune.task import Task
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuners"))
+from synthetic import conv_landscape  # noqa: E402
+
+ZNVER4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2}
+#: Settings that keep each model's fit small (the contract, not the model's best accuracy).
+SMALL = {"treegru": {"epochs": 30}}
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[Task, TaskData, list]:
+    task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
+    configs = task.space.sample(random.Random(0), 160)
+    train, held = configs[:96], configs[96:]
+    return task, TaskData(task, train, [conv_landscape(c) for c in train]), held
+
+
+@pytest.fixture(scope="module", params=COST_MODELS.names())
+def fitted(request, data) -> tuple[str, CostModel]:
+    import torch
+
+    torch.set_num_threads(1)
+    task, td, _ = data
+    model = make_cost_model(request.param, feature="knob", seed=0, **SMALL.get(request.param, {}))
+    assert isinstance(model, CostModel) and model.name == request.param
+    before = model.predict(task, td.configs[:4])  # unfitted: scores, not a failure
+    assert before.shape == (4,) and np.isfinite(before).all()
+    model.fit([td])
+    return request.param, model
+
+
+def spearman(a, b) -> float:
+    ra, rb = np.argsort(np.argsort(a, kind="stable")), np.argsort(np.argsort(b, kind="stable"))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def test_scores_rank_held_out_configs(fitted, data) -> None:
+    name, model = fitted
+    task, _, held = data
+    pred = model.predict(task, held)
+    assert pred.dtype == np.float64 and pred.shape == (len(held),) and np.isfinite(pred).all()
+    assert model.fitted
+    rho = spearman(pred, -np.array([conv_landscape(c) for c in held]))
+    assert rho > 0.3, f"{name}: rank correlation {rho:.2f}"
+
+
+def test_save_load_round_trip(fitted, data, tmp_path) -> None:
+    name, model = fitted
+    task, _, held = data
+    path = tmp_path / f"{name}.model"
+    model.save(path)
+    fresh = make_cost_model(name, feature="knob", seed=1)
+    fresh.load(path)
+    np.testing.assert_allclose(fresh.predict(task, held), model.predict(task, held), rtol=1e-5, atol=1e-6)
+
+
+def test_fast_scorer_agrees_with_predict(fitted, data) -> None:
+    name, model = fitted
+    task, _, held = data
+    scorer = model.position_scorer(task)
+    if scorer is None:
+        pytest.skip(f"{name} has no fast scorer (optional)")
+    pos = np.array([task.space.positions(c) for c in held], dtype=np.int64)
+    np.testing.assert_allclose(scorer(pos), model.predict(task, held), rtol=1e-5, atol=1e-6)
