@@ -217,6 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--db", default=DEMO_DB)
     d.add_argument("--seed", type=int, default=0)
     tuner_option_arg(d)
+
+    ds = sub.add_parser("dataset", help="tuning-dataset parts: layer statistics and task samplers")
+    dsub = ds.add_subparsers(dest="dataset_cmd", required=True, parser_class=_Parser)
+    dl = dsub.add_parser("layers", help="collect the layer statistics of zoo models (the task prior)")
+    dl.add_argument("--models", default=None, help="comma-separated zoo models (default: all)")
+    dl.add_argument("-o", "--output", required=True, help="JSON file (the package ships zoo_layers.json)")
+    dl.add_argument("--force", action="store_true", help="overwrite an existing file")
+    dt = dsub.add_parser("tasks", help="sample synthetic tasks from the layer statistics")
+    dt.add_argument("--sampler", default="pgs", help="pgs (prior-guided), random or modelzoo")
+    dt.add_argument("--op", default="conv2d", help="conv2d, depthwise_conv2d or dense")
+    dt.add_argument("-n", type=_positive_int, default=150, help="distinct tasks wanted")
+    dt.add_argument("--seed", type=int, default=0)
+    dt.add_argument("--layers", default=None, help="statistics file (default: the shipped zoo statistics)")
+    dt.add_argument("--json", action="store_true")
     return p
 
 
@@ -621,9 +635,49 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 1 if any(not r.ok for r in report.rows) else 0
 
 
+def cmd_dataset(a: argparse.Namespace) -> int:
+    """``tensortune dataset layers|tasks``."""
+    from .dataset import layers as L
+
+    if a.dataset_cmd == "layers":
+        from .models.zoo import model_names
+
+        names = [m.strip() for m in a.models.split(",")] if a.models else model_names()
+        unknown = [m for m in names if m not in model_names()]
+        if unknown:
+            raise UsageError(f"unknown model {unknown[0]!r}; known: {', '.join(model_names())}")
+        _check_output(a.output, a.force)
+        stats = L.zoo_statistics(names)
+        L.save(stats, a.output)
+        for st in stats:
+            role = "evaluated (kept out of the prior)" if st.model in L.EVALUATED else "prior"
+            print(f"{st.model:16} {sum(st.layers.values()):4d} layers, {len(st.layers):3d} distinct, {role}"
+                  + (f"; skipped {dict(st.skipped)}" if st.skipped else ""))
+        print(f"written: {a.output}")
+        return 0
+    from .dataset.tasks import overlap, sample_tasks
+
+    try:
+        prior, evaluated = L.load(a.layers or L.ZOO_LAYERS)
+        tasks = sample_tasks(a.sampler, prior, a.op, a.n, a.seed)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    hits, total = overlap(tasks, evaluated)
+    if a.json:
+        print(json.dumps({"sampler": a.sampler, "op": a.op, "seed": a.seed, "tasks": [t.shape for t in tasks],
+                          "evaluated_layers_contained": hits, "evaluated_layers": total}))
+    else:
+        for t in tasks:
+            print(f"{t.op} {','.join(str(v) for _, v in t.args)}")
+        print(f"{len(tasks)} distinct {a.op} tasks ({a.sampler}, seed {a.seed}); {hits} of them are among the "
+              f"{total} distinct {a.op} layers of the evaluated models ({', '.join(L.EVALUATED)})")
+    return 0
+
+
 COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import,
             "upgrade-db": cmd_upgrade_db, "demo": cmd_demo,
-            "tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench, "profile": cmd_profile}
+            "tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench, "profile": cmd_profile,
+            "dataset": cmd_dataset}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
