@@ -231,6 +231,21 @@ def build_parser() -> argparse.ArgumentParser:
     dt.add_argument("--seed", type=int, default=0)
     dt.add_argument("--layers", default=None, help="statistics file (default: the shipped zoo statistics)")
     dt.add_argument("--json", action="store_true")
+    dg = dsub.add_parser("generate", help="measure a tuning dataset into a database (resumes; runs for hours)")
+    dg.add_argument("--db", required=True, help="SQLite database of the dataset (created if missing; resumed)")
+    dg.add_argument("--op", default="conv2d", help="conv2d, depthwise_conv2d or dense")
+    dg.add_argument("--tasks", type=_positive_int, default=150, help="tasks (default 150)")
+    dg.add_argument("--samples", type=_positive_int, default=200, help="measured configs per task (default 200)")
+    dg.add_argument("--sampler", default="pgs", help="task sampler: pgs, random or modelzoo")
+    dg.add_argument("--code", default="ebs", help="code sampler: ebs (autotvm's trajectory) or random")
+    dg.add_argument("--seed", type=int, default=0)
+    dg.add_argument("--time-budget", type=_positive_float, default=None, help="stop after this many seconds")
+    dg.add_argument("--no-progress", action="store_true")
+    de = dsub.add_parser("export", help="features and labels of a dataset database, for training")
+    de.add_argument("--db", required=True)
+    de.add_argument("--op", default="conv2d")
+    de.add_argument("-o", "--output", required=True, help=".npz file (a .json summary goes beside it)")
+    de.add_argument("--force", action="store_true")
     return p
 
 
@@ -655,6 +670,8 @@ def cmd_dataset(a: argparse.Namespace) -> int:
                   + (f"; skipped {dict(st.skipped)}" if st.skipped else ""))
         print(f"written: {a.output}")
         return 0
+    if a.dataset_cmd in ("generate", "export"):
+        return _dataset_db(a)
     from .dataset.tasks import overlap, sample_tasks
 
     try:
@@ -671,6 +688,55 @@ def cmd_dataset(a: argparse.Namespace) -> int:
             print(f"{t.op} {','.join(str(v) for _, v in t.args)}")
         print(f"{len(tasks)} distinct {a.op} tasks ({a.sampler}, seed {a.seed}); {hits} of them are among the "
               f"{total} distinct {a.op} layers of the evaluated models ({', '.join(L.EVALUATED)})")
+    return 0
+
+
+def _dataset_db(a: argparse.Namespace) -> int:
+    """``tensortune dataset generate|export``."""
+    from .dataset import generate as G
+
+    if a.dataset_cmd == "export":
+        _check_db_path(a.db, must_exist=True)
+        _check_output(a.output, a.force, db=a.db)
+        db = _open_db(a.db, readonly=True)
+        try:
+            summary = G.export(db, a.op, a.output)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        finally:
+            db.close()
+        print(f"{summary['samples']} samples of {len(summary['tasks'])} {a.op} tasks on {len(summary['machines'])} "
+              f"machine(s) ({summary['dropped']} dropped: failed, unverified or > {summary['max_slowdown']:g}x the best); "
+              f"written: {a.output} and {a.output}.json")
+        return 0
+    from .measure import Measurer
+    from .utils.progress import ProgressBar
+
+    try:
+        spec = G.DatasetSpec(a.op, a.tasks, a.samples, a.sampler, a.code, a.seed)
+        _check_db_path(a.db, must_exist=False)
+        G.check_spec(spec, a.db)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    tasks = G.dataset_tasks(spec)
+    print(f"dataset {a.db}: {len(tasks)} {a.op} tasks ({a.sampler}), {a.samples} {a.code} samples each; "
+          "every trial is committed as it completes: rerun the same command to resume", flush=True)
+    db = _open_db(a.db)
+    bar = ProgressBar(len(tasks) * a.samples, desc=f"dataset {a.op}", disable=a.no_progress)
+
+    def done(p: Any) -> None:
+        if a.no_progress:
+            print(f"{p.name}: {p.stored} samples stored ({p.measured} this run){'; ' + p.note if p.note else ''}",
+                  flush=True)
+
+    try:
+        with Measurer() as m:
+            progress = G.generate(spec, db, m, tasks, a.time_budget, on_task=done, callbacks=[bar])
+    finally:
+        bar.close()
+        db.close()
+    full = sum(p.stored >= a.samples for p in progress)
+    print(f"{full}/{len(tasks)} tasks complete, {sum(p.measured for p in progress)} samples measured this run")
     return 0
 
 

@@ -34,10 +34,11 @@ class FakeMeasurer:
         out = []
         for inp in inputs:
             self.measured.append(inp.config.index)
+            threads = self.options.threads  # as the real runner reports it
             if self.fails(inp.config):
-                r = MeasureResult([], ErrorKind.COMPILE, "synthetic failure")
+                r = MeasureResult([], ErrorKind.COMPILE, "synthetic failure", threads=threads)
             else:
-                r = MeasureResult([self.landscape(inp.config)] * 3, extra={"verified": True})
+                r = MeasureResult([self.landscape(inp.config)] * 3, threads=threads, extra={"verified": True})
             if on_result is not None:
                 on_result(inp, r)
             out.append(r)

@@ -1,0 +1,206 @@
+"""The tuning-dataset generator: sampled tasks, each tuned along a trajectory, every trial stored.
+
+One-Shot Tuner's dataset (Ryu et al., CC 2022, §4): tasks from a task sampler
+(:mod:`.tasks`: ``pgs``, ``random``, ``modelzoo``), and for each task the configs a code sampler
+measures:
+
+- ``ebs`` (exploration-based sampling): tensortune's ``autotvm`` run without transfer learning
+  and without the template default, keeping every config it measures along its trajectory;
+- ``random``: uniform random configs (the ablation baseline).
+
+Everything goes into one tensortune database (SQLite), each trial with the machine it was
+measured on (CPU model, target, threads, timing), committed as it completes: the generator runs
+unattended for hours and resumes where it stopped (a task's stored samples count against its
+budget). A task already measured on another machine is left to that machine, so each task's
+samples come from one machine. The dataset's settings are kept beside the database
+(``DB.dataset.json``); resuming with other settings is refused.
+
+:func:`export` turns a database into a features-and-labels file for training (``.npz`` of
+numbers, read back with ``allow_pickle=False``, and a JSON sidecar naming its tasks and
+machines): per sample the candidate's context-relation ("curve") features, its raw knob values,
+the task's features, and the label, the task's normalised throughput on its machine
+(``best cost / cost``). Samples slower than ``max_slowdown`` (20) times the task's best on that
+machine are dropped, as are failed and unverified ones.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .layers import OP_ARGS, ZOO_LAYERS, load
+from .tasks import TASK_SAMPLERS, sample_tasks
+
+#: Code samplers: name -> the tensortune tuner that walks the trajectory, and its options.
+CODE_SAMPLERS: dict[str, tuple[str, dict[str, Any]]] = {"ebs": ("autotvm", {"transfer": False}),
+                                                         "random": ("random", {})}
+#: Samples slower than this many times the task's best are dropped on export (the paper's 20x).
+MAX_SLOWDOWN = 20.0
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What a dataset holds: ``n_tasks`` tasks of ``op`` from ``task_sampler``, each with up to
+    ``samples`` configs from ``code_sampler``; ``seed`` fixes the tasks and the trajectories."""
+
+    op: str = "conv2d"
+    n_tasks: int = 150
+    samples: int = 200
+    task_sampler: str = "pgs"
+    code_sampler: str = "ebs"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.op not in OP_ARGS:
+            raise ValueError(f"unknown op class {self.op!r}; known: {', '.join(OP_ARGS)}")
+        if self.task_sampler not in TASK_SAMPLERS:
+            raise ValueError(f"unknown task sampler {self.task_sampler!r}; known: {', '.join(TASK_SAMPLERS)}")
+        if self.code_sampler not in CODE_SAMPLERS:
+            raise ValueError(f"unknown code sampler {self.code_sampler!r}; known: {', '.join(CODE_SAMPLERS)}")
+        if self.n_tasks < 1 or self.samples < 1:
+            raise ValueError("n_tasks and samples must be at least 1")
+
+
+@dataclass
+class TaskProgress:
+    """One task's state after a generator run."""
+
+    name: str
+    workload_key: str
+    stored: int  # samples of this dataset's code sampler stored for the task on this machine
+    measured: int  # measured by this run
+    note: str = ""
+
+
+def spec_path(db_path: str | Path) -> Path:
+    """The sidecar that keeps a dataset's settings."""
+    return Path(str(db_path) + ".dataset.json")
+
+
+def check_spec(spec: DatasetSpec, db_path: str | Path) -> None:
+    """Write the settings beside a new database; refuse (ValueError) to continue one made with others."""
+    from ..utils.atomic import atomic_write
+
+    p = spec_path(db_path)
+    if p.exists():
+        try:
+            old = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{p}: not valid JSON ({exc})") from None
+        if old != asdict(spec):
+            diff = ", ".join(f"{k} {old.get(k)!r} (asked: {v!r})" for k, v in asdict(spec).items() if old.get(k) != v)
+            raise ValueError(f"{db_path} holds a dataset made with {diff}; use another --db or the same settings")
+        return
+    atomic_write(p, json.dumps(asdict(spec), indent=1))
+
+
+def dataset_tasks(spec: DatasetSpec, layers: str | Path | None = None, target: dict[str, Any] | None = None) -> list[Any]:
+    """The tensortune tasks of ``spec`` (the same ones for the same settings and statistics)."""
+    from ..task import Task
+
+    prior, _ = load(layers or ZOO_LAYERS)
+    return [Task.from_op(t.op, t.shape, target=target) for t in sample_tasks(spec.task_sampler, prior, spec.op,
+                                                                              spec.n_tasks, spec.seed)]
+
+
+def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | None = None,
+             time_budget: float | None = None, on_task: Callable[[TaskProgress], None] = lambda p: None,
+             callbacks: Sequence[Any] = ()) -> list[TaskProgress]:
+    """Measure the dataset's samples into ``db`` (a :class:`~tensortune.database.Database`),
+    task by task, until every task has ``spec.samples`` or ``time_budget`` seconds are spent."""
+    from ..tuners import get_tuner
+    from ..tuners.records import measure_context
+
+    tuner_name, options = CODE_SAMPLERS[spec.code_sampler]
+    tasks = list(tasks) if tasks is not None else dataset_tasks(spec)
+    start = time.perf_counter()
+    out = []
+    for i, task in enumerate(tasks):
+        context = measure_context(task, measurer.options)
+        others = [c for c, _ in db.contexts(task.workload_key)
+                  if (c.cpu_model, c.target) != (context.cpu_model, context.target)]
+        if others:
+            p = TaskProgress(task.name, task.workload_key, 0, 0, f"measured on another machine ({others[0].cpu_model})")
+            out.append(p)
+            on_task(p)
+            continue
+        left = None if time_budget is None else time_budget - (time.perf_counter() - start)
+        if left is not None and left <= 0:
+            break
+        tuner = get_tuner(tuner_name, task, seed=spec.seed + i, start_from_default=False, options=options)
+        tuner.confirm_top = 0  # samples, not a best: no confirmation rounds
+        res = tuner.tune(spec.samples, measurer, time_budget=left, database=db, callbacks=callbacks)
+        stored = sum(1 for t in db.trials(task.workload_key) if t.context == context and t.tuner == tuner_name
+                     and t.confirmation is None)
+        p = TaskProgress(task.name, task.workload_key, stored, res.trials_measured,
+                         "" if stored >= spec.samples else res.stop_reason)
+        out.append(p)
+        on_task(p)
+    return out
+
+
+def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN) -> dict[str, Any]:
+    """Write the features-and-labels file of every ``op`` task in ``db`` (see the module);
+    returns its summary (also in the JSON sidecar ``OUT.json``)."""
+    from ..features import get_extractor
+    from ..task import Task
+    from ..utils.atomic import atomic_path, atomic_write
+
+    curve, knob = get_extractor("curve"), get_extractor("knob")
+    xs_curve, xs_knob, xs_task, ys, task_idx, mach_idx = [], [], [], [], [], []
+    tasks_out, machines = [], []
+    task_feature_names: list[str] | None = None
+    dropped = 0
+    for rec in db.tasks():
+        if rec.op != op:
+            continue
+        task = Task.from_json(json.loads(rec.task_json))
+        for ctx, _ in db.contexts(rec.workload_key):
+            every = [t for t in db.trials(rec.workload_key) if t.context == ctx and t.confirmation is None]
+            trials = [t for t in every if t.ok and t.verified]
+            if not trials:
+                continue
+            best = min(t.cost for t in trials)
+            keep = [t for t in trials if t.cost <= max_slowdown * best]
+            dropped += len(every) - len(keep)
+            configs = []
+            for t in keep:
+                try:
+                    configs.append(task.space.get(t.config_index))
+                except IndexError:  # a record of another space version
+                    dropped += 1
+            if not configs:
+                continue
+            machine = {"cpu_model": ctx.cpu_model, "target": ctx.target, "threads": ctx.threads, "timing": ctx.timing}
+            if machine not in machines:
+                machines.append(machine)
+            feats = task.features
+            task_feature_names = task_feature_names or sorted(feats)
+            xs_curve.append(curve.extract(task, configs))
+            xs_knob.append(knob.extract(task, configs))
+            xs_task.append(np.tile([feats[k] for k in task_feature_names], (len(configs), 1)))
+            ys.append(np.array([best / t.cost for t, _ in zip(keep, configs)]))
+            task_idx += [len(tasks_out)] * len(configs)
+            mach_idx += [machines.index(machine)] * len(configs)
+            tasks_out.append({"workload_key": rec.workload_key, "name": task.name, "args": task.args,
+                              "machine": machines.index(machine), "samples": len(configs), "best_s": best})
+    if not tasks_out:
+        raise ValueError(f"no verified {op} samples in the database")
+    width = max(x.shape[1] for x in xs_knob)
+    knob_rows = np.concatenate([np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in xs_knob]).astype(np.float32)
+    arrays = {"curve": np.concatenate(xs_curve).astype(np.float32), "knob": knob_rows,
+              "task": np.concatenate(xs_task).astype(np.float32), "label": np.concatenate(ys).astype(np.float32),
+              "task_index": np.array(task_idx, dtype=np.int32), "machine_index": np.array(mach_idx, dtype=np.int32)}
+    out = Path(out)
+    with atomic_path(out, suffix=".npz") as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+    summary = {"op": op, "samples": int(len(arrays["label"])), "tasks": tasks_out, "machines": machines,
+               "task_features": task_feature_names, "dropped": dropped, "max_slowdown": max_slowdown,
+               "arrays": {k: list(v.shape) for k, v in arrays.items()}}
+    atomic_write(str(out) + ".json", json.dumps(summary, indent=1))
+    return summary

@@ -1,0 +1,98 @@
+"""The dataset generator: trajectories stored per task and machine, resumed, exported as numbers.
+
+A fake measurer stands in for building and timing (a deterministic cost per config index;
+every seventh config fails), so the generator's bookkeeping is checked without measuring; one small
+real run checks the path through the real measurer.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tensortune.database import Database
+from tensortune.dataset.generate import DatasetSpec, check_spec, dataset_tasks, export, generate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuners"))
+import synthetic  # noqa: E402
+
+ZNVER4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2}
+
+
+def FakeMeasurer() -> Any:
+    """A cost from the config's index; every seventh config fails to compile (no building)."""
+    return synthetic.FakeMeasurer(lambda c: 1e-4 * (1 + c.index * 7919 % 50), fails=lambda c: c.index % 7 == 0)
+
+
+SPEC = DatasetSpec("depthwise_conv2d", n_tasks=2, samples=12, seed=0)
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return dataset_tasks(SPEC, target=ZNVER4)
+
+
+def test_generate_stores_each_task_resumes_and_exports(tasks, tmp_path) -> None:
+    path = tmp_path / "d.db"
+    check_spec(SPEC, path)
+    with Database(path) as db:
+        m = FakeMeasurer()
+        first = generate(SPEC, db, m, tasks[:1])  # stopped after one task
+        assert [p.stored for p in first] == [12] and len(m.measured) == 12
+        assert all(t.extra.get("confirm") is None for t in db.trials())  # samples, no confirmation rounds
+        m2 = FakeMeasurer()
+        again = generate(SPEC, db, m2, tasks)  # the rerun measures only the second task
+        assert [p.stored for p in again] == [12, 12] and len(m2.measured) == 12
+        assert {t.tuner for t in db.trials()} == {"autotvm"}
+        default = tasks[0].default_config().index
+        assert m.measured[0] != default  # ebs starts without the template default
+        summary = export(db, "depthwise_conv2d", tmp_path / "d.npz")
+    with np.load(tmp_path / "d.npz", allow_pickle=False) as z:
+        n = len(z["label"])
+        assert z["curve"].shape == (n, 488) and z["knob"].shape[0] == n and z["task"].shape[0] == n
+        assert n == summary["samples"] == 24 - summary["dropped"]
+        assert np.all((z["label"] > 0) & (z["label"] <= 1)) and np.isclose(z["label"].max(), 1.0)
+        assert set(z["task_index"]) == {0, 1} and set(z["machine_index"]) == {0}
+    side = json.loads((tmp_path / "d.npz.json").read_text())
+    assert side["machines"][0]["cpu_model"] and len(side["tasks"]) == 2 and "log_flops" in side["task_features"]
+
+
+def test_settings_are_kept_and_other_settings_refused(tmp_path) -> None:
+    path = tmp_path / "d.db"
+    check_spec(SPEC, path)
+    check_spec(SPEC, path)  # the same settings resume
+    with pytest.raises(ValueError, match=r"samples 12 \(asked: 13\)"):
+        check_spec(DatasetSpec("depthwise_conv2d", n_tasks=2, samples=13), path)
+    with pytest.raises(ValueError, match="unknown code sampler"):
+        DatasetSpec(code_sampler="greedy")
+
+
+def test_a_task_measured_on_another_machine_is_left_to_it(tasks, tmp_path, monkeypatch) -> None:
+    import tensortune.tuners.records as records
+
+    with Database(tmp_path / "d.db") as db:
+        monkeypatch.setattr(records, "cpu_model", lambda: "Other CPU 9000")
+        generate(SPEC, db, FakeMeasurer(), tasks[:1])
+        monkeypatch.undo()
+        m = FakeMeasurer()
+        progress = generate(SPEC, db, m, tasks[:1])
+        assert progress[0].measured == 0 and "another machine (Other CPU 9000)" in progress[0].note
+        assert m.measured == []
+
+
+def test_a_real_run_through_the_command_line(tmp_path, capfd) -> None:
+    from tensortune.cli import main
+
+    db = tmp_path / "real.db"
+    args = ["dataset", "generate", "--db", str(db), "--op", "dense", "--tasks", "1", "--samples", "4",
+            "--code", "random", "--no-progress"]
+    assert main(args) == 0
+    assert "1/1 tasks complete" in capfd.readouterr().out
+    assert main(args[:-1] + ["--samples", "5"]) == 2  # other settings: refused, nothing measured
+    assert "holds a dataset made with samples 4 (asked: 5)" in capfd.readouterr().err
+    assert main(["dataset", "export", "--db", str(db), "--op", "dense", "-o", str(tmp_path / "x.npz")]) == 0
+    assert "samples of 1 dense tasks" in capfd.readouterr().out
