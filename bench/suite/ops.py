@@ -175,12 +175,6 @@ def _artifact(task: Task, curve: Curve, out_dir: str) -> str | None:
 LIBRARY = "library"
 
 
-def has_library(task: Task) -> bool:
-    """True when the task's op has a library anchor (numpy GEMM, PyTorch convolution)."""
-    return task.op in ("matmul", "dense", "batch_matmul", "conv2d", "depthwise_conv2d", "conv2d_nchwc",
-                       "depthwise_conv2d_nchwc")
-
-
 def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOptions,
               library: bool = False) -> dict[str, dict[str, Any]]:
     """Each tuner's best kernel timed again in ``rounds`` interleaved rounds (order rotated),
@@ -191,7 +185,7 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
     Returns tuner -> ``median_ms``, ``samples_ms``, ``check`` (``ok`` or why not) and ``verified``
     (True only when every round's run checked the output and it matched; a kernel that is not
     verified has no median), plus ``"library"`` -> ``median_ms``, ``samples_ms``, ``name``."""
-    from tensortune.utils.libs import library_latency
+    from tensortune.utils.libs import has_library, library_latency
 
     out: dict[str, dict[str, Any]] = {}
     tmp = tempfile.mkdtemp(prefix="tensortune-remeasure-")

@@ -159,8 +159,9 @@ def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN
         if rec.op != op:
             continue
         task = Task.from_json(json.loads(rec.task_json))
+        stored = [t for t in db.trials(rec.workload_key) if t.confirmation is None]
         for ctx, _ in db.contexts(rec.workload_key):
-            every = [t for t in db.trials(rec.workload_key) if t.context == ctx and t.confirmation is None]
+            every = [t for t in stored if t.context == ctx]
             trials = [t for t in every if t.ok and t.verified]
             if not trials:
                 continue

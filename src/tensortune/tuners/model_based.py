@@ -29,6 +29,8 @@ import numpy as np
 
 from ..costmodel import COST_MODELS, make_cost_model
 from ..costmodel.base import CostModel, TaskData
+from ..costmodel.xgb import ACQUISITIONS, OBJECTIVES
+from ..features import FEATURES
 from ..explore import EXPLORERS, Explorer, make_explorer
 from ..measure import MeasureResult
 from ..select import EPSILON, SELECTORS, SelectContext, Selector, make_selector, wrap_selector
@@ -43,9 +45,6 @@ WARMUP = DEFAULT_BATCH_SIZE
 #: Finalists the explorer hands to the cost model, and random configs added to them.
 N_FINALISTS = 4 * PLAN_SIZE
 N_RANDOM_POOL = 2 * PLAN_SIZE
-FEATURES = ("knob", "itervar", "curve", "perstore")
-OBJECTIVES = ("rank", "reg")
-ACQUISITIONS = ("mean", "ei", "ucb")
 
 
 @dataclass(frozen=True)
@@ -105,10 +104,13 @@ class ModelBasedTuner(Tuner):
                  start_from_default: bool = True, options: Any = None, *,
                  cost_model: str | CostModel | None = None, explorer: str | Explorer | None = None,
                  selector: str | Selector | None = None, **overrides: Any) -> None:
-        given = {"cost_model": cost_model, "explorer": explorer, "selector": selector}
-        overrides.update({k: v for k, v in given.items() if isinstance(v, str)})
-        cost_model, explorer, selector = (v if v is not None and not isinstance(v, str) else None
-                                          for v in given.values())
+        parts: dict[str, Any] = {}
+        for key, value in (("cost_model", cost_model), ("explorer", explorer), ("selector", selector)):
+            if isinstance(value, str):
+                overrides[key] = value  # a registered name: an option
+            elif value is not None:
+                parts[key] = value  # the part itself
+        cost_model, explorer, selector = parts.get("cost_model"), parts.get("explorer"), parts.get("selector")
         super().__init__(task, seed, batch_size, start_from_default, options, **overrides)
         o = self.options
         self.own_model = cost_model is None

@@ -29,17 +29,27 @@ def _median_time(fn: Callable[[], Any], min_time: float = 0.2, repeat: int = 7) 
     return statistics.median(samples)
 
 
+#: Ops with a library anchor: numpy's BLAS for the GEMMs, PyTorch for the convolutions.
+GEMM_OPS = ("matmul", "dense", "batch_matmul")
+CONV_OPS = ("conv2d", "depthwise_conv2d", "conv2d_nchwc", "depthwise_conv2d_nchwc")
+
+
+def has_library(task: Any) -> bool:
+    """True when :func:`library_latency` can time the task's op."""
+    return task.op in GEMM_OPS + CONV_OPS
+
+
 def library_latency(task: Any, threads: int) -> tuple[str, float]:
     """``(library name, median seconds)`` of the task's op in numpy (GEMMs) or PyTorch (convs)."""
     inputs = task.make_inputs(0)
-    if task.op in ("matmul", "dense", "batch_matmul"):
+    if task.op in GEMM_OPS:
         from threadpoolctl import threadpool_limits
 
         a, b = inputs
         fn = (lambda: a @ b.T) if task.op == "dense" else (lambda: np.matmul(a, b))  # BLAS reads B^T in place
         with threadpool_limits(threads):
             return "numpy", _median_time(fn)
-    if task.op in ("conv2d", "depthwise_conv2d", "conv2d_nchwc", "depthwise_conv2d_nchwc"):
+    if task.op in CONV_OPS:
         import torch
 
         torch.set_num_threads(threads)
