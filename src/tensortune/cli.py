@@ -240,10 +240,14 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--code", default="ebs", help="code sampler: ebs (autotvm's trajectory) or random")
     dg.add_argument("--seed", type=int, default=0)
     dg.add_argument("--time-budget", type=_positive_float, default=None, help="stop after this many seconds")
+    dg.add_argument("--unblocked", action="store_true",
+                    help="measure the plain NCHW/GEMM ops instead of the forms a compiled model runs "
+                         "(conv2d_nchwc, depthwise_conv2d_nchwc, dense_pack)")
     dg.add_argument("--no-progress", action="store_true")
     de = dsub.add_parser("export", help="features and labels of a dataset database, for training")
     de.add_argument("--db", required=True)
-    de.add_argument("--op", default="conv2d")
+    de.add_argument("--op", default="conv2d_nchwc",
+                    help="the tasks' op as stored (conv2d_nchwc, depthwise_conv2d_nchwc, dense_pack, conv2d, ...)")
     de.add_argument("-o", "--output", required=True, help=".npz file (a .json summary goes beside it)")
     de.add_argument("--force", action="store_true")
     return p
@@ -713,7 +717,7 @@ def _dataset_db(a: argparse.Namespace) -> int:
     from .utils.progress import ProgressBar
 
     try:
-        spec = G.DatasetSpec(a.op, a.tasks, a.samples, a.sampler, a.code, a.seed)
+        spec = G.DatasetSpec(a.op, a.tasks, a.samples, a.sampler, a.code, a.seed, blocked=not a.unblocked)
         _check_db_path(a.db, must_exist=False)
         G.check_spec(spec, a.db)
     except ValueError as e:

@@ -45,7 +45,10 @@ MAX_SLOWDOWN = 20.0
 @dataclass(frozen=True)
 class DatasetSpec:
     """What a dataset holds: ``n_tasks`` tasks of ``op`` from ``task_sampler``, each with up to
-    ``samples`` configs from ``code_sampler``; ``seed`` fixes the tasks and the trajectories."""
+    ``samples`` configs from ``code_sampler``; ``seed`` fixes the tasks and the trajectories.
+    With ``blocked`` each task is measured in the form a compiled model runs it (see
+    :func:`model_form`: ``conv2d_nchwc``, ``depthwise_conv2d_nchwc``, ``dense_pack``), so a
+    predictor learns the templates that model tuning meets."""
 
     op: str = "conv2d"
     n_tasks: int = 150
@@ -53,6 +56,7 @@ class DatasetSpec:
     task_sampler: str = "pgs"
     code_sampler: str = "ebs"
     seed: int = 0
+    blocked: bool = True
 
     def __post_init__(self) -> None:
         if self.op not in OP_ARGS:
@@ -91,6 +95,7 @@ def check_spec(spec: DatasetSpec, db_path: str | Path) -> None:
             old = json.loads(p.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"{p}: not valid JSON ({exc})") from None
+        old = {"blocked": False, **old}  # datasets made before the setting existed
         if old != asdict(spec):
             diff = ", ".join(f"{k} {old.get(k)!r} (asked: {v!r})" for k, v in asdict(spec).items() if old.get(k) != v)
             raise ValueError(f"{db_path} holds a dataset made with {diff}; use another --db or the same settings")
@@ -98,13 +103,41 @@ def check_spec(spec: DatasetSpec, db_path: str | Path) -> None:
     atomic_write(p, json.dumps(asdict(spec), indent=1))
 
 
+def model_form(op: str, args: dict[str, int], target: dict[str, Any] | None = None) -> tuple[str, dict[str, int]]:
+    """The op a compiled model runs a standalone ``op`` as on ``target`` (default: this host):
+    convolutions blocked by the layout plan's rules, a dense layer on its packed weight
+    (``dense_pack``), channels padded to the block where a model pads them; ``(op, args)``
+    unchanged where none of this applies."""
+    from ..models.chanpad import padded_count
+    from ..models.layout import blocked_workload, candidate_blocks
+    from ..models.prepack import weight_block
+    from ..target import host_target_json
+
+    target = target or host_target_json()
+    if op == "dense":
+        nb = weight_block(args["N"], target)
+        return ("dense_pack", {**args, "NB": nb}) if nb else (op, dict(args))
+    form = blocked_workload(op, args, target)
+    if form[0] != op:
+        return form
+    for b in candidate_blocks(target):  # channels a model would pad to a block first
+        names = ("IC", "OC") if op == "conv2d" else ("C",)
+        padded = {**args, **{n: padded_count(args[n], b) for n in names if n in args}}
+        if padded != args and (form := blocked_workload(op, padded, target))[0] != op:
+            return form
+    return op, dict(args)
+
+
 def dataset_tasks(spec: DatasetSpec, layers: str | Path | None = None, target: dict[str, Any] | None = None) -> list[Any]:
     """The tensortune tasks of ``spec`` (the same ones for the same settings and statistics)."""
     from ..task import Task
 
     prior, _ = load(layers or ZOO_LAYERS)
-    return [Task.from_op(t.op, t.shape, target=target) for t in sample_tasks(spec.task_sampler, prior, spec.op,
-                                                                              spec.n_tasks, spec.seed)]
+    out = []
+    for t in sample_tasks(spec.task_sampler, prior, spec.op, spec.n_tasks, spec.seed):
+        op, args = model_form(t.op, t.shape, target) if spec.blocked else (t.op, t.shape)
+        out.append(Task.from_op(op, args, target=target))
+    return out
 
 
 def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | None = None,

@@ -12,6 +12,7 @@ from .base import Explorer, ScoreFn, make_explorer
 EXPLORERS: Registry = Registry("explorer", {
     "sa": "tensortune.explore.annealing:SimulatedAnnealing",
     "random": "tensortune.explore.random:RandomSearch",
+    "ga": "tensortune.explore.genetic:GeneticSearch",
 })
 
 __all__ = ["EXPLORERS", "Explorer", "ScoreFn", "make_explorer"]

@@ -55,6 +55,10 @@ class CandidateCache:
             self._items.move_to_end(key)
         return value
 
+    def peek(self, task: Any, config: Config) -> Any:
+        """The cached value for the candidate, or None (the entry's age is left as it is)."""
+        return self._items.get((task.workload_key, config.index))
+
     def clear(self) -> None:
         """Forget everything."""
         self._items.clear()

@@ -219,7 +219,8 @@ def _decide(conv: _Conv, b: int) -> tuple[list[str] | None, str]:
     return None, f"{ic} input channels not a multiple of {b}"
 
 
-def _candidate_blocks(target_json: dict[str, Any]) -> list[int]:
+def candidate_blocks(target_json: dict[str, Any]) -> list[int]:
+    """The channel blocks a layout plan considers: the target's vector lanes and half of them."""
     from ..templates.base import target_lanes
 
     lanes = target_lanes(target_json)
@@ -243,7 +244,7 @@ def choose_block(convs: list[_Conv], target_json: dict[str, Any]) -> int:
     """The block that runs the most convolution FLOPs blocked (channels padded as :func:`_padded`
     says): the widest of the target's vector lanes and its half whose covered FLOPs are within
     10% of the best (0: none)."""
-    cands = _candidate_blocks(target_json)
+    cands = candidate_blocks(target_json)
     cover = {b: sum(c.flops for c in convs if _decide(_padded(c, b), b)[0] is not None) for b in cands}
     best = max(cover.values(), default=0.0)
     if best <= 0:

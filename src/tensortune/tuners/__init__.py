@@ -21,6 +21,7 @@ TUNERS: Registry = Registry("tuner", {
     "genetic": "tensortune.tuners.baselines:GeneticTuner",
     "autotvm": "tensortune.tuners.autotvm:AutoTVMTuner",
     "model-based": "tensortune.tuners.model_based:ModelBasedTuner",
+    "oneshot": "tensortune.tuners.oneshot:OneShotTuner",
 })
 
 
@@ -41,11 +42,11 @@ def tuner_options(name: str) -> type:
 def __getattr__(attr: str) -> Any:
     """The tuner classes, loaded on first access (``from tensortune.tuners import AutoTVMTuner``)."""
     classes = {"RandomTuner": "random", "GridTuner": "grid", "GeneticTuner": "genetic", "AutoTVMTuner": "autotvm",
-               "ModelBasedTuner": "model-based"}
+               "ModelBasedTuner": "model-based", "OneShotTuner": "oneshot"}
     if attr in classes:
         return TUNERS.get(classes[attr])
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-__all__ = ["AutoTVMTuner", "DEFAULT_BATCH_SIZE", "GeneticTuner", "GridTuner", "ModelBasedTuner", "RandomTuner",
+__all__ = ["AutoTVMTuner", "DEFAULT_BATCH_SIZE", "GeneticTuner", "GridTuner", "ModelBasedTuner", "OneShotTuner", "RandomTuner",
            "TUNERS", "TuneResult", "Tuner", "TuningSession", "get_tuner", "tuner_options"]

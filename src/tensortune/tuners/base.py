@@ -137,6 +137,9 @@ class Tuner(ABC):
         #: confirmation groups this tuner measured
         self._groups_made: set[str] = set()
         self._default: Config | None | bool = False  # the template default (False: not computed yet)
+        #: why the tuner has nothing more to propose, when it ends by design (e.g. ``oneshot``
+        #: after its one validation); "" means the space is exhausted
+        self.finished = ""
 
     @classmethod
     def check_options(cls, values: Any) -> Any:

@@ -92,7 +92,7 @@ class TuningSession:
                 break
             batch = tuner.ask(min(tuner.batch_size, budget - measured))
             if not batch:
-                stop = "space_exhausted"
+                stop = tuner.finished or "space_exhausted"
                 break
             inputs = [MeasureInput(tuner.task, c) for c in batch]
             results = measurer.measure(inputs, commit)

@@ -1,0 +1,188 @@
+"""A trained predictor on disk: weights, feature schema and dataset summary, never pickled.
+
+A predictor is a folder::
+
+    predictor.json   the schema: kind, op, inputs (curve width, knob width, task-feature names),
+                     the input standardisation, the net's hyper-parameters, the dataset summary
+                     (tasks, samples, machines), how it was trained and the command that did it
+    weights.pt       a PyTorch state dict, read back with ``torch.load(weights_only=True)``
+    xgb.json         (kind ``xgb``) the XGBoost booster in its JSON format
+
+:func:`load_predictor` reads any kind; :meth:`Predictor.rows` builds a task's input rows from
+its candidates (curve features, knob values, task features, in the schema's order), so the
+same code feeds training data and the tuner's search.
+"""
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .data import Standardizer
+
+#: Schema format written by :meth:`Predictor.save` (read back only when equal).
+FORMAT = "tensortune-predictor/1"
+SCHEMA_FILE, WEIGHTS_FILE, XGB_FILE = "predictor.json", "weights.pt", "xgb.json"
+
+
+class PredictorError(ValueError):
+    """A predictor folder that cannot be read (one-line message)."""
+
+
+class Predictor(ABC):
+    """Scores input rows ``[curve | knob | task]``; higher is predicted faster."""
+
+    kind: str = ""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
+
+    @property
+    def op(self) -> str:
+        """The op (template) it was trained for."""
+        return str(self.schema["op"])
+
+    @property
+    def machine(self) -> dict[str, Any]:
+        """The machine its training data was measured on (the first, if several)."""
+        machines = self.schema.get("dataset", {}).get("machines") or [{}]
+        return dict(machines[0])
+
+    @abstractmethod
+    def predict_rows(self, x: np.ndarray) -> np.ndarray:
+        """Predicted normalised throughput of raw (unstandardised) input rows (float64 [n])."""
+
+    @abstractmethod
+    def _save_weights(self, folder: Path) -> None:
+        """Write the learnt parameters into ``folder``."""
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the predictor into ``folder`` (created; files replaced atomically)."""
+        from ..utils.atomic import atomic_write
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self._save_weights(folder)
+        atomic_write(folder / SCHEMA_FILE, json.dumps(self.schema, indent=1))
+        return folder
+
+    def rows(self, task: Any, configs: Sequence[Any], curve: np.ndarray | None = None) -> np.ndarray:
+        """Input rows of ``task``'s ``configs``; ``curve`` (their curve features) when already
+        extracted, else extracted here."""
+        from ..features import get_extractor
+
+        inputs = self.schema["inputs"]
+        if curve is None:
+            curve = get_extractor("curve").extract(task, configs)
+        knob = np.asarray([task.space.vectorize(c) for c in configs], dtype=np.float32).reshape(len(configs), -1)
+        kw = int(inputs["knob_dim"])
+        knob = knob[:, :kw] if knob.shape[1] >= kw else np.pad(knob, ((0, 0), (0, kw - knob.shape[1])))
+        feats = task.features
+        trow = np.array([feats.get(n, 0.0) for n in inputs["task_features"]], dtype=np.float32)
+        return np.concatenate([np.asarray(curve, dtype=np.float32).reshape(len(configs), -1), knob,
+                               np.tile(trow, (len(configs), 1))], axis=1)
+
+    def predict(self, task: Any, configs: Sequence[Any], curve: np.ndarray | None = None) -> np.ndarray:
+        """Predicted normalised throughput of ``task``'s ``configs``."""
+        if not configs:
+            return np.zeros(0)
+        return self.predict_rows(self.rows(task, configs, curve))
+
+
+class NeuralPredictor(Predictor):
+    """A PyTorch net (:mod:`.nets`) over standardised rows."""
+
+    def __init__(self, schema: dict[str, Any], net: Any, standardizer: Standardizer) -> None:
+        super().__init__(schema)
+        self.kind = schema["kind"]
+        self.net = net.eval()
+        self.standardizer = standardizer
+
+    def predict_rows(self, x: np.ndarray) -> np.ndarray:
+        import torch
+
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(x), 4096):
+                out.append(self.net(torch.from_numpy(self.standardizer(x[i:i + 4096]))).double().numpy())
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def _save_weights(self, folder: Path) -> None:
+        import torch
+
+        from ..utils.atomic import atomic_path
+
+        with atomic_path(folder / WEIGHTS_FILE, suffix=".pt") as tmp:
+            torch.save({k: v.detach().cpu() for k, v in self.net.state_dict().items()}, tmp)
+
+
+class XGBPredictor(Predictor):
+    """An XGBoost regressor on the raw rows (ablation)."""
+
+    kind = "xgb"
+
+    def __init__(self, schema: dict[str, Any], booster: Any) -> None:
+        super().__init__(schema)
+        self.booster = booster
+
+    def predict_rows(self, x: np.ndarray) -> np.ndarray:
+        import xgboost as xgb
+
+        return self.booster.predict(xgb.DMatrix(x)).astype(np.float64)
+
+    def _save_weights(self, folder: Path) -> None:
+        from ..utils.atomic import atomic_path
+
+        with atomic_path(folder / XGB_FILE, suffix=".json") as tmp:
+            self.booster.save_model(str(tmp))
+
+
+def layout_of(schema: dict[str, Any]) -> Any:
+    """The token layout of a schema's inputs."""
+    from .nets import TokenLayout
+
+    i = schema["inputs"]
+    return TokenLayout.for_inputs(int(i["curve_dim"]), int(i["knob_dim"]), len(i["task_features"]),
+                                  int(i["curve_buffers"]), int(i["curve_globals"]))
+
+
+def load_predictor(folder: str | Path) -> Predictor:
+    """The predictor saved in ``folder``; :class:`PredictorError` naming what is missing or wrong."""
+    folder = Path(folder)
+    try:
+        schema = json.loads((folder / SCHEMA_FILE).read_text())
+    except FileNotFoundError:
+        raise PredictorError(f"{folder}: no predictor here (no {SCHEMA_FILE})") from None
+    except json.JSONDecodeError as exc:
+        raise PredictorError(f"{folder / SCHEMA_FILE}: not valid JSON ({exc})") from None
+    if not isinstance(schema, dict) or schema.get("format") != FORMAT:
+        raise PredictorError(f"{folder}: not a {FORMAT} predictor (format {schema.get('format')!r})"
+                             if isinstance(schema, dict) else f"{folder}: not a predictor schema")
+    kind = schema.get("kind")
+    if kind == "xgb":
+        import xgboost as xgb
+
+        booster = xgb.Booster()
+        try:
+            booster.load_model(str(folder / XGB_FILE))
+        except xgb.core.XGBoostError as exc:
+            raise PredictorError(f"{folder / XGB_FILE}: cannot be read ({str(exc).splitlines()[0]})") from None
+        return XGBPredictor(schema, booster)
+    import torch
+
+    from .nets import NETS, make_net
+
+    if kind not in NETS:
+        raise PredictorError(f"{folder}: unknown predictor kind {kind!r}")
+    net, _ = make_net(kind, layout_of(schema), schema.get("net"))
+    try:
+        state = torch.load(folder / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+        net.load_state_dict(state)
+    except FileNotFoundError:
+        raise PredictorError(f"{folder}: {WEIGHTS_FILE} is missing") from None
+    except (RuntimeError, ValueError, EOFError) as exc:
+        raise PredictorError(f"{folder / WEIGHTS_FILE}: cannot be read ({str(exc).splitlines()[0]})") from None
+    return NeuralPredictor(schema, net, Standardizer.from_json(schema["standardizer"]))

@@ -1,0 +1,160 @@
+"""One-Shot Tuner (Ryu et al., CC 2022): one search over a pre-trained predictor, one validation.
+
+The predictor for the task's op (:class:`~tensortune.costmodel.pretrained.PretrainedCostModel`,
+trained once by ``tensortune predictor train`` on a dataset from ``tensortune dataset``) guides
+a single search, simulated annealing (512 chains, at most 160 steps, early stop after 50 steps
+without a new top config) or a genetic algorithm (population 512, 120 steps, mutation 0.1,
+96 elites), the paper's Table 2. Its ``top_k`` (64) best configs are then measured on the
+hardware, once each, and the best verified one wins. Measurements never update the model and
+there is no second round: the tuner is finished when the ``top_k`` are measured, whatever trial
+budget is left.
+
+The search is seeded, so a resumed run finds the same ``top_k`` and measures only those its
+database does not hold yet. The template default is measured first unless
+``start_from_default`` is off (as for every tuner: a tuned result is never worse than the
+untuned one). Where the predictor was trained on another CPU, the tuner says so in one line and
+still works.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..explore import EXPLORERS, make_explorer
+from ..measure import MeasureResult
+from ..space import Config
+from .base import DEFAULT_BATCH_SIZE, Tuner
+
+#: Candidates validated on the hardware (the paper's top-K).
+TOP_K = 64
+#: The paper's search settings per explorer (its Table 2); ``search_options`` override them.
+SEARCH_DEFAULTS: dict[str, dict[str, Any]] = {
+    "sa": {"n_chains": 512, "max_steps": 160, "early_stop": 50, "persistent": False},
+    "ga": {"population": 512, "steps": 120, "mutation": 0.1, "elites": 96},
+}
+_NOTICES: set[str] = set()  # machine-mismatch lines already printed by this process
+
+
+@dataclass(frozen=True)
+class OneShotOptions:
+    """``predictor``: a predictor folder, or a folder of per-op predictor folders (default: the
+    package's); ``search``: ``sa`` or ``ga`` (or any registered explorer) with
+    ``search_options`` over the paper's settings; ``top_k`` configs validated; ``workers``
+    processes extracting features (default: one per core); ``fallback``: the tuner that spends
+    the same ``top_k`` trials on a task whose op has no predictor (a model's elementwise or
+    pooling functions), "" to refuse such tasks."""
+
+    predictor: str | None = None
+    search: str = "sa"
+    search_options: dict[str, Any] = field(default_factory=dict)
+    top_k: int = TOP_K
+    workers: int | None = None
+    fallback: str = "autotvm"
+
+    def __post_init__(self) -> None:
+        if self.search not in EXPLORERS:
+            raise ValueError(f"search must be one of {', '.join(EXPLORERS)}")
+        if self.top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError("workers must be at least 1")
+        if self.fallback == "oneshot":
+            raise ValueError("fallback cannot be oneshot itself")
+
+
+class OneShotTuner(Tuner):
+    """One search over a pre-trained predictor, then one validation of its top-k (see the module)."""
+
+    name = "oneshot"
+    Options = OneShotOptions
+
+    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+                 start_from_default: bool = True, options: Any = None, **overrides: Any) -> None:
+        from ..costmodel.pretrained import PretrainedCostModel
+
+        super().__init__(task, seed, batch_size, start_from_default, options, **overrides)
+        o = self.options
+        self.model = PretrainedCostModel(o.predictor, workers=o.workers)
+        search = {**SEARCH_DEFAULTS.get(o.search, {}), **o.search_options}
+        self.explorer = make_explorer(o.search, self.space, seed=seed, options=search)
+        self.candidates: list[Config] | None = None  # the search's top-k, best first
+        self.delegate: Tuner | None = None  # the fallback tuner of a task without a predictor
+        self._history: tuple[list[Config], list[MeasureResult]] = ([], [])  # what it was told, for a fallback
+        self.search_seconds = 0.0
+        self.notice = ""
+
+    @classmethod
+    def check_options(cls, values: Any) -> OneShotOptions:
+        """The options, the search's own options included (checked against its explorer)."""
+        from ..utils.options import make_options
+
+        o = super().check_options(values)
+        make_options(EXPLORERS.get(o.search).Options, {**SEARCH_DEFAULTS.get(o.search, {}), **o.search_options},
+                     owner=f"explorer {o.search!r}")
+        return o
+
+    def search(self) -> list[Config]:
+        """Run the one search (once; later calls return its result): the ``top_k`` configs the
+        predictor rates highest, best first. A task whose op has no predictor gets the
+        ``fallback`` tuner instead (an empty list here); with no fallback,
+        :class:`~tensortune.learn.PredictorError` is raised."""
+        from ..costmodel.pretrained import machine_mismatch
+
+        if self.candidates is None:
+            if not self.model.has_predictor(self.task) and self.options.fallback:
+                self._start_fallback()
+                self.candidates = []
+                return self.candidates
+            predictor = self.model.predictor_for(self.task)
+            self.notice = machine_mismatch(predictor, self.task.target_json)
+            if self.notice and self.notice not in _NOTICES:
+                _NOTICES.add(self.notice)
+                print(self.notice, file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            idx = self.explorer.find_maximums(self.model.position_scorer(self.task), self.options.top_k)
+            self.search_seconds = time.perf_counter() - t0
+            self.candidates = [self.space.get(int(i)) for i in idx]
+        return self.candidates
+
+    def _start_fallback(self) -> None:
+        from . import get_tuner
+
+        self.delegate = get_tuner(self.options.fallback, self.task, seed=self.seed, batch_size=self.batch_size,
+                                  start_from_default=False)
+        if self._history[0]:
+            self.delegate.load_history(*self._history)
+        self.notice = f"no {self.task.op} predictor: {self.options.fallback} spends the top_k={self.options.top_k} trials"
+
+    def next_batch(self, n: int) -> list[Config]:
+        candidates = self.search()
+        if self.delegate is not None:
+            left = self.options.top_k - len(self.visited)
+            out = self.delegate.next_batch(min(n, left)) if left > 0 else []
+        else:
+            out = [c for c in candidates if c.index not in self.visited][:n]
+        if not out:
+            self.finished = f"validated the top {self.options.top_k}" if self.delegate is None else \
+                f"{self.options.fallback} spent the top_k={self.options.top_k} trials (no {self.task.op} predictor)"
+        return out
+
+    def update(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """Bookkeeping only: the predictor is never updated (a fallback tuner learns as it does)."""
+        super().update(configs, results)
+        self._history[0].extend(configs)
+        self._history[1].extend(results)
+        if self.delegate is not None:
+            self.delegate.update(configs, results)
+
+    @property
+    def status(self) -> str:
+        """Predictor, search time and any machine notice, in one line."""
+        if self.candidates is None:
+            return f"oneshot: {self.options.search} search pending"
+        if self.delegate is not None:
+            return f"oneshot: {self.notice}"
+        p = self.model.predictor_for(self.task)
+        line = (f"oneshot: {p.kind} predictor of {p.op} ({p.schema.get('dataset', {}).get('tasks', '?')} tasks), "
+                f"{self.options.search} search {self.search_seconds:.1f} s, top {len(self.candidates)}")
+        return f"{line}; {self.notice}" if self.notice else line
