@@ -50,7 +50,8 @@ def test_generate_stores_each_task_resumes_and_exports(tasks, tmp_path) -> None:
         assert {t.tuner for t in db.trials()} == {"autotvm"}
         default = tasks[0].default_config().index
         assert m.measured[0] != default  # ebs starts without the template default
-        summary = export(db, "depthwise_conv2d", tmp_path / "d.npz")
+        assert {t.op for t in tasks} == {"depthwise_conv2d_nchwc"}  # the form a model runs
+        summary = export(db, tasks[0].op, tmp_path / "d.npz")
     with np.load(tmp_path / "d.npz", allow_pickle=False) as z:
         n = len(z["label"])
         assert z["curve"].shape == (n, 488) and z["knob"].shape[0] == n and z["task"].shape[0] == n
@@ -89,10 +90,33 @@ def test_a_real_run_through_the_command_line(tmp_path, capfd) -> None:
 
     db = tmp_path / "real.db"
     args = ["dataset", "generate", "--db", str(db), "--op", "dense", "--tasks", "1", "--samples", "4",
-            "--code", "random", "--no-progress"]
+            "--code", "random", "--unblocked", "--no-progress"]
     assert main(args) == 0
     assert "1/1 tasks complete" in capfd.readouterr().out
     assert main(args[:-1] + ["--samples", "5"]) == 2  # other settings: refused, nothing measured
     assert "holds a dataset made with samples 4 (asked: 5)" in capfd.readouterr().err
     assert main(["dataset", "export", "--db", str(db), "--op", "dense", "-o", str(tmp_path / "x.npz")]) == 0
     assert "samples of 1 dense tasks" in capfd.readouterr().out
+
+
+def test_model_form_is_what_a_compiled_model_runs() -> None:
+    from tensortune.dataset.generate import model_form
+
+    op, args = model_form("conv2d", {"H": 28, "W": 28, "IC": 128, "OC": 256, "K": 3, "S": 1, "P": 1}, ZNVER4)
+    assert op == "conv2d_nchwc" and (args["IB"], args["OB"]) == (16, 16)
+    op, args = model_form("conv2d", {"H": 28, "W": 28, "IC": 240, "OC": 28, "K": 3, "S": 1, "P": 1}, ZNVER4)
+    assert op == "conv2d_nchwc" and args["OC"] == 32  # channels padded to a block, as a model pads them
+    assert model_form("conv2d", {"H": 7, "W": 7, "IC": 20, "OC": 4, "K": 1, "S": 1, "P": 0}, ZNVER4)[0] == "conv2d"
+    assert model_form("dense", {"M": 1, "N": 1000, "K": 512}, ZNVER4) == ("dense_pack", {"M": 1, "N": 1000, "K": 512, "NB": 8})
+    assert model_form("dense", {"M": 1, "N": 10, "K": 512}, ZNVER4) == ("dense", {"M": 1, "N": 10, "K": 512})
+    assert model_form("depthwise_conv2d", {"H": 14, "W": 14, "C": 96, "K": 3, "S": 1, "P": 1}, ZNVER4)[0] == \
+        "depthwise_conv2d_nchwc"
+
+
+def test_a_dataset_made_before_blocked_forms_resumes_unblocked(tmp_path) -> None:
+    path = tmp_path / "old.db"
+    old = {k: v for k, v in DatasetSpec().__dict__.items() if k != "blocked"}
+    Path(str(path) + ".dataset.json").write_text(json.dumps(old))
+    check_spec(DatasetSpec(blocked=False), path)
+    with pytest.raises(ValueError, match="blocked False"):
+        check_spec(DatasetSpec(), path)

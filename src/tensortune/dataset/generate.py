@@ -201,12 +201,13 @@ def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN
             best = min(t.cost for t in trials)
             keep = [t for t in trials if t.cost <= max_slowdown * best]
             dropped += len(every) - len(keep)
-            configs = []
+            pairs = []
             for t in keep:
                 try:
-                    configs.append(task.space.get(t.config_index))
+                    pairs.append((t, task.space.get(t.config_index)))
                 except IndexError:  # a record of another space version
                     dropped += 1
+            configs = [c for _, c in pairs]
             if not configs:
                 continue
             machine = {"cpu_model": ctx.cpu_model, "target": ctx.target, "threads": ctx.threads, "timing": ctx.timing}
@@ -217,7 +218,7 @@ def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN
             xs_curve.append(curve.extract(task, configs))
             xs_knob.append(knob.extract(task, configs))
             xs_task.append(np.tile([feats[k] for k in task_feature_names], (len(configs), 1)))
-            ys.append(np.array([best / t.cost for t, _ in zip(keep, configs)]))
+            ys.append(np.array([best / t.cost for t, _ in pairs]))
             task_idx += [len(tasks_out)] * len(configs)
             mach_idx += [machines.index(machine)] * len(configs)
             tasks_out.append({"workload_key": rec.workload_key, "name": task.name, "args": task.args,

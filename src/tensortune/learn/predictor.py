@@ -15,6 +15,7 @@ same code feeds training data and the tuner's search.
 from __future__ import annotations
 
 import json
+import pickle  # only for its error type: weights are read with torch.load(weights_only=True)
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Sequence
@@ -183,6 +184,6 @@ def load_predictor(folder: str | Path) -> Predictor:
         net.load_state_dict(state)
     except FileNotFoundError:
         raise PredictorError(f"{folder}: {WEIGHTS_FILE} is missing") from None
-    except (RuntimeError, ValueError, EOFError) as exc:
+    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
         raise PredictorError(f"{folder / WEIGHTS_FILE}: cannot be read ({str(exc).splitlines()[0]})") from None
     return NeuralPredictor(schema, net, Standardizer.from_json(schema["standardizer"]))
