@@ -745,7 +745,10 @@ def _dataset_db(a: argparse.Namespace) -> int:
         G.check_spec(spec, a.db)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    tasks = G.dataset_tasks(spec)
+    try:
+        tasks = G.frozen_tasks(spec, a.db)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     print(f"dataset {a.db}: {len(tasks)} {a.op} tasks ({a.sampler}), {a.samples} {a.code} samples each; "
           "every trial is committed as it completes: rerun the same command to resume", flush=True)
     db = _open_db(a.db)

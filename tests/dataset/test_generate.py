@@ -120,3 +120,17 @@ def test_a_dataset_made_before_blocked_forms_resumes_unblocked(tmp_path) -> None
     check_spec(DatasetSpec(blocked=False), path)
     with pytest.raises(ValueError, match="blocked False"):
         check_spec(DatasetSpec(), path)
+
+
+def test_the_task_list_is_kept_beside_the_dataset(tmp_path) -> None:
+    from tensortune.dataset.generate import frozen_tasks, tasks_path
+
+    path = tmp_path / "d.db"
+    first = frozen_tasks(SPEC, path, target=ZNVER4)
+    assert tasks_path(path).exists() and len(first) == 2
+    kept = json.loads(tasks_path(path).read_text())[:1]  # e.g. made under other layer statistics
+    tasks_path(path).write_text(json.dumps(kept))
+    assert [t.workload_key for t in frozen_tasks(SPEC, path, target=ZNVER4)] == [first[0].workload_key]
+    tasks_path(path).write_text("{broken")
+    with pytest.raises(ValueError, match="not a dataset task list"):
+        frozen_tasks(SPEC, path, target=ZNVER4)

@@ -13,7 +13,8 @@ measured on (CPU model, target, threads, timing), committed as it completes: the
 unattended for hours and resumes where it stopped (a task's stored samples count against its
 budget). A task already measured on another machine is left to that machine, so each task's
 samples come from one machine. The dataset's settings are kept beside the database
-(``DB.dataset.json``); resuming with other settings is refused.
+(``DB.dataset.json``), and so is its task list (``DB.tasks.json``): resuming with other settings
+is refused, and new layer statistics do not change a dataset already begun.
 
 :func:`export` turns a database into a features-and-labels file for training (``.npz`` of
 numbers, read back with ``allow_pickle=False``, and a JSON sidecar naming its tasks and
@@ -138,6 +139,30 @@ def dataset_tasks(spec: DatasetSpec, layers: str | Path | None = None, target: d
         op, args = model_form(t.op, t.shape, target) if spec.blocked else (t.op, t.shape)
         out.append(Task.from_op(op, args, target=target))
     return out
+
+
+def tasks_path(db_path: str | Path) -> Path:
+    """The sidecar that keeps a dataset's task list."""
+    return Path(str(db_path) + ".tasks.json")
+
+
+def frozen_tasks(spec: DatasetSpec, db_path: str | Path, target: dict[str, Any] | None = None) -> list[Any]:
+    """The tasks of the dataset in ``db_path``: the list kept beside it since it was made (so new
+    layer statistics never change a dataset half measured), else :func:`dataset_tasks` now,
+    written there."""
+    from ..task import Task
+    from ..utils.atomic import atomic_write
+
+    p = tasks_path(db_path)
+    if p.exists():
+        try:
+            items = json.loads(p.read_text())
+            return [Task.from_op(t["op"], t["args"], target=target) for t in items]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{p}: not a dataset task list ({exc}); remove it to sample the tasks again") from None
+    tasks = dataset_tasks(spec, target=target)
+    atomic_write(p, "[\n" + ",\n".join(json.dumps({"op": t.op, "args": t.args}) for t in tasks) + "\n]\n")
+    return tasks
 
 
 def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | None = None,
