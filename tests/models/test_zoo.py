@@ -17,6 +17,8 @@ PUBLISHED_PARAMS = {
     "densenet121": 7_978_856,
     "mobilenet_v2": 3_504_872,
     "efficientnet_b0": 5_288_548,
+    "mobilenet_v3_large": 5_483_032,
+    "vit_b16": 86_567_656,
     "bert_base": 109_482_240,
 }
 CHEAP = ["resnet18", "alexnet", "squeezenet1_0", "mobilenet_v2", "efficientnet_b0"]

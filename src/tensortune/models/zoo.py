@@ -531,6 +531,140 @@ def efficientnet_b0(batch: int = 1) -> nn.Module:
 
 
 # --------------------------------------------------------------------------------------------------
+# MobileNetV3-Large (Howard et al. 2019), torchvision layout
+# --------------------------------------------------------------------------------------------------
+
+def _divisible(v: float, divisor: int = 8) -> int:
+    """torchvision's ``_make_divisible``: round to a multiple of ``divisor``, never below 90% of ``v``."""
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
+
+
+class _SqueezeExcitationV3(nn.Module):
+    def __init__(self, channels: int, squeeze: int) -> None:
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+        self.activation = nn.ReLU()
+        self.scale_activation = nn.Hardsigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x))))) * x
+
+
+class _InvertedResidualV3(nn.Module):
+    def __init__(self, cin: int, kernel: int, expanded: int, cout: int, se: bool, act: type[nn.Module],
+                 stride: int) -> None:
+        super().__init__()
+        self.use_res_connect = stride == 1 and cin == cout
+        layers: list[nn.Module] = []
+        if expanded != cin:
+            layers.append(_conv_bn(cin, expanded, 1, act=act))
+        layers.append(_conv_bn(expanded, expanded, kernel, stride, groups=expanded, act=act))
+        if se:
+            layers.append(_SqueezeExcitationV3(expanded, _divisible(expanded // 4)))
+        layers.append(_conv_bn(expanded, cout, 1, act=None))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x) if self.use_res_connect else self.block(x)
+
+
+#: (kernel, expanded, out, squeeze-excitation, hard-swish, stride) per block (the paper's Table 1).
+_MOBILENET_V3_LARGE_CFG = [
+    (3, 16, 16, False, False, 1), (3, 64, 24, False, False, 2), (3, 72, 24, False, False, 1),
+    (5, 72, 40, True, False, 2), (5, 120, 40, True, False, 1), (5, 120, 40, True, False, 1),
+    (3, 240, 80, False, True, 2), (3, 200, 80, False, True, 1), (3, 184, 80, False, True, 1),
+    (3, 184, 80, False, True, 1), (3, 480, 112, True, True, 1), (3, 672, 112, True, True, 1),
+    (5, 672, 160, True, True, 2), (5, 960, 160, True, True, 1), (5, 960, 160, True, True, 1)]
+
+
+class MobileNetV3(nn.Module):
+    """MobileNetV3-Large with torchvision's layout (hard-swish, squeeze-excitation, head 960 -> 1280)."""
+
+    def __init__(self, num_classes: int = 1000, dropout: float = 0.2) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [_conv_bn(3, 16, 3, 2, act=nn.Hardswish)]
+        cin = 16
+        for k, exp, out, se, hs, stride in _MOBILENET_V3_LARGE_CFG:
+            layers.append(_InvertedResidualV3(cin, k, exp, out, se, nn.Hardswish if hs else nn.ReLU, stride))
+            cin = out
+        layers.append(_conv_bn(cin, 6 * cin, 1, act=nn.Hardswish))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Linear(6 * cin, 1280), nn.Hardswish(), nn.Dropout(dropout),
+                                        nn.Linear(1280, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+def mobilenet_v3_large(batch: int = 1) -> nn.Module:
+    """MobileNetV3-Large. ``batch`` is unused."""
+    return _finish(MobileNetV3())
+
+
+# --------------------------------------------------------------------------------------------------
+# ViT-B/16 (Dosovitskiy et al. 2021), torchvision's parameters (attention as one qkv projection)
+# --------------------------------------------------------------------------------------------------
+
+class _ViTAttention(nn.Module):
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        qkv = self.qkv(x).reshape(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        probs = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim)), dim=-1)
+        return self.proj(torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h))
+
+
+class _ViTBlock(nn.Module):
+    def __init__(self, hidden: int, heads: int, mlp: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(hidden, eps=1e-6)
+        self.attention = _ViTAttention(hidden, heads)
+        self.ln_2 = nn.LayerNorm(hidden, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(hidden, mlp), nn.GELU(), nn.Linear(mlp, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class VisionTransformer(nn.Module):
+    """ViT-B/16 at 224x224: 16x16 patches (a strided conv), class token, 12 pre-norm blocks."""
+
+    def __init__(self, image: int = 224, patch: int = 16, hidden: int = 768, layers: int = 12, heads: int = 12,
+                 mlp: int = 3072, num_classes: int = 1000) -> None:
+        super().__init__()
+        self.conv_proj = nn.Conv2d(3, hidden, patch, patch)
+        seq = (image // patch) ** 2 + 1
+        self.class_token = nn.Parameter(torch.zeros(1, 1, hidden))
+        self.pos_embedding = nn.Parameter(torch.empty(1, seq, hidden).normal_(std=0.02))
+        self.layers = nn.Sequential(*[_ViTBlock(hidden, heads, mlp) for _ in range(layers)])
+        self.ln = nn.LayerNorm(hidden, eps=1e-6)
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv_proj(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embedding
+        return self.head(self.ln(self.layers(x))[:, 0])
+
+
+def vit_b16(batch: int = 1) -> nn.Module:
+    """ViT-B/16 (224x224). ``batch`` is unused."""
+    model = VisionTransformer()
+    nn.init.normal_(model.class_token, std=0.02)
+    return _finish(model, None)
+
+
+# --------------------------------------------------------------------------------------------------
 # BERT-base encoder (Devlin et al. 2019), HuggingFace BertModel layout
 # --------------------------------------------------------------------------------------------------
 
@@ -706,6 +840,9 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("densenet121", "DenseNet-121 (Huang et al. 2017), 224x224", densenet121, _image_inputs),
     ZooModel("mobilenet_v2", "MobileNetV2, width 1.0 (Sandler et al. 2018), 224x224", mobilenet_v2, _image_inputs),
     ZooModel("efficientnet_b0", "EfficientNet-B0 (Tan & Le 2019), 224x224", efficientnet_b0, _image_inputs),
+    ZooModel("mobilenet_v3_large", "MobileNetV3-Large (Howard et al. 2019), 224x224", mobilenet_v3_large,
+             _image_inputs),
+    ZooModel("vit_b16", "ViT-B/16 (Dosovitskiy et al. 2021), 224x224", vit_b16, _image_inputs),
     ZooModel("bert_base", f"BERT-base encoder + pooler (Devlin et al. 2019), seq {BERT_SEQ_LEN}", bert_base,
              _bert_inputs),
 ]}
