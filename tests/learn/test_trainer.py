@@ -11,9 +11,9 @@ from tensortune.learn.metrics import ranking_metrics
 from tensortune.learn.trainer import TrainOptions, train_predictor
 
 #: Small nets and few epochs: the contract, not the best accuracy.
-SMALL = {"transformer": {"net": {"d_model": 32, "ff": 64, "layers": 1}, "lr": 3e-3, "max_epochs": 25},
-         "lstm": {"net": {"d_model": 32, "layers": 1}, "lr": 3e-3, "max_epochs": 25},
-         "mlp": {"net": {"hidden": [64, 32]}, "lr": 3e-3, "max_epochs": 60},
+SMALL = {"transformer": {"net_options": {"d_model": 32, "ff": 64, "layers": 1}, "lr": 3e-3, "max_epochs": 25},
+         "lstm": {"net_options": {"d_model": 32, "layers": 1}, "lr": 3e-3, "max_epochs": 25},
+         "mlp": {"net_options": {"hidden": [64, 32]}, "lr": 3e-3, "max_epochs": 60},
          "xgb": {"xgb_rounds": 200}}
 
 
@@ -47,7 +47,7 @@ def test_each_kind_learns_saves_and_loads(kind, data, tmp_path) -> None:
 
 
 def test_same_seed_same_predictor(data) -> None:
-    opts = TrainOptions(kind="mlp", net={"hidden": [32]}, max_epochs=3, batch_size=64, threads=1)
+    opts = TrainOptions(kind="mlp", net_options={"hidden": [32]}, max_epochs=3, batch_size=64, threads=1)
     a, _ = train_predictor(data, opts)
     b, _ = train_predictor(data, opts)
     x = data.inputs()[:50]
@@ -57,7 +57,7 @@ def test_same_seed_same_predictor(data) -> None:
 def test_broken_predictor_folders_are_refused(data, tmp_path) -> None:
     with pytest.raises(PredictorError, match="no predictor here"):
         load_predictor(tmp_path)
-    p, _ = train_predictor(data, TrainOptions(kind="mlp", net={"hidden": [8]}, max_epochs=1, threads=1))
+    p, _ = train_predictor(data, TrainOptions(kind="mlp", net_options={"hidden": [8]}, max_epochs=1, threads=1))
     p.save(tmp_path / "p")
     (tmp_path / "p" / "weights.pt").write_bytes(b"garbage")
     with pytest.raises(PredictorError, match="cannot be read"):

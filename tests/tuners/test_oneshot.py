@@ -23,7 +23,8 @@ from tensortune.tuners import get_tuner
 from synthetic import FakeMeasurer, conv_landscape
 
 ZNVER4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2}
-FAST = {"search_options": {"n_chains": 32, "max_steps": 25, "early_stop": 10}, "top_k": 12, "workers": 1}
+FAST = {"search_options": {"n_chains": 32, "max_steps": 25, "early_stop": 10}, "top_k": 12, "workers": 1,
+        "distill": 200, "finalists": 48}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def predictor_dir(tmp_path_factory):
         generate(spec, db, FakeMeasurer(conv_landscape), tasks)
         export(db, "conv2d", tmp / "d.npz")
     p, _ = train_predictor(load_training(tmp / "d.npz"),
-                           TrainOptions(kind="mlp", net={"hidden": [64, 32]}, lr=3e-3, max_epochs=80, batch_size=32,
+                           TrainOptions(kind="mlp", net_options={"hidden": [64, 32]}, lr=3e-3, max_epochs=80, batch_size=32,
                                         threads=1, val_fraction=0.0))
     return p.save(tmp / "conv2d")
 
@@ -80,9 +81,18 @@ def test_a_rerun_resumes_and_measures_nothing_again(predictor_dir, task, tmp_pat
     assert m3.measured == [] and again.stop_reason == "validated the top 12" and res.best_cost == again.best_cost
 
 
+def test_search_on_the_predictor_itself(predictor_dir, task) -> None:
+    opts = {**FAST, "distill": 0, "predictor": str(predictor_dir)}
+    m = FakeMeasurer(conv_landscape)
+    res = get_tuner("oneshot", task, seed=0, options=opts).tune(100, m)
+    top = [conv_landscape(task.space.get(i)) for i in m.measured[1:13]]
+    rand = [conv_landscape(c) for c in task.space.sample(random.Random(1), 300)]
+    assert res.trials_measured == 13 and np.mean(top) < np.percentile(rand, 25)
+
+
 def test_genetic_search(predictor_dir, task) -> None:
     opts = {"search": "ga", "search_options": {"population": 32, "steps": 10, "elites": 8}, "top_k": 8,
-            "workers": 1, "predictor": str(predictor_dir)}
+            "workers": 1, "predictor": str(predictor_dir), "distill": 100, "finalists": 16}
     m = FakeMeasurer(conv_landscape)
     tuner = get_tuner("oneshot", task, seed=0, options=opts)
     res = tuner.tune(100, m)

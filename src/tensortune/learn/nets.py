@@ -158,12 +158,11 @@ def make_net(kind: str, layout: TokenLayout, config: dict[str, Any] | None = Non
     rest), and every hyper-parameter it was built with (JSON-ready, for the schema)."""
     if kind not in NETS:
         raise ValueError(f"unknown net {kind!r}; known: {', '.join(NETS)}")
+    from ..utils.options import OptionError, make_options
+
     cls: Any = NETS[kind]
-    fields = dict(config or {})
-    if "hidden" in fields:
-        fields["hidden"] = tuple(fields["hidden"])
     try:
-        cfg = cls.Config(**fields)
-    except TypeError as exc:
-        raise ValueError(f"net {kind!r}: {exc}") from None
+        cfg = make_options(cls.Config, dict(config or {}), owner=f"net {kind!r}")
+    except OptionError as exc:
+        raise ValueError(str(exc)) from None
     return cls(layout, cfg), asdict(cfg)

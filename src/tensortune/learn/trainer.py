@@ -34,13 +34,13 @@ KINDS = ("transformer", "mlp", "lstm", "xgb")
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """How a predictor is trained (see the module). ``net``: the net's hyper-parameters
-    (:mod:`.nets`; defaults there); ``max_epochs`` passes over the training rows at most,
+    """How a predictor is trained (see the module). ``net_options``: the net's hyper-parameters
+    (:mod:`.nets`; defaults there; ``net.d_model=64`` as text); ``max_epochs`` passes over the training rows at most,
     stopped after ``patience`` epochs without a better validation loss, or after
     ``time_budget`` seconds; ``val_fraction`` of the training tasks validate."""
 
     kind: str = "transformer"
-    net: dict[str, Any] = field(default_factory=dict)
+    net_options: dict[str, Any] = field(default_factory=dict)
     batch_size: int = 512
     lr: float = 1e-4
     weight_decay: float = 5e-5
@@ -132,7 +132,7 @@ def _train_net(train: TrainingData, val: TrainingData, schema: dict[str, Any], o
         x_train = train.inputs()
         std = Standardizer.fit(x_train)
         schema["standardizer"] = std.to_json()
-        net, schema["net"] = make_net(o.kind, layout_of(schema), o.net)
+        net, schema["net"] = make_net(o.kind, layout_of(schema), o.net_options)
         xt, yt = torch.from_numpy(std(x_train)), torch.from_numpy(train.label.astype(np.float32))
         xv, yv = torch.from_numpy(std(val.inputs())), torch.from_numpy(val.label.astype(np.float32))
         gen = torch.Generator().manual_seed(o.seed)

@@ -5,7 +5,16 @@ trained once by ``tensortune predictor train`` on a dataset from ``tensortune da
 a single search, simulated annealing (512 chains, at most 160 steps, early stop after 50 steps
 without a new top config) or a genetic algorithm (population 512, 120 steps, mutation 0.1,
 96 elites), the paper's Table 2. Its ``top_k`` (64) best configs are then measured on the
-hardware, once each, and the best verified one wins. Measurements never update the model and
+hardware, once each, and the best verified one wins.
+
+The predictor reads each candidate's curve features, which here cost milliseconds per config
+(the schedule is applied and its loops analysed), and a 512-chain search visits tens of
+thousands. So by default the search runs on a surrogate distilled from the predictor: the
+predictor scores ``distill`` (2048) random configs, an XGBoost rank model on knob values is
+fitted to its scores, the search runs on that model with the paper's settings, and the
+predictor itself ranks the search's ``finalists`` (512) together with the scored sample; its
+``top_k`` are validated. ``distill=0`` runs the search on the predictor directly (the paper's
+form; minutes per task on two cores). Either way nothing measured changes the ranking. Measurements never update the model and
 there is no second round: the tuner is finished when the ``top_k`` are measured, whatever trial
 budget is left.
 
@@ -29,6 +38,9 @@ from .base import DEFAULT_BATCH_SIZE, Tuner
 
 #: Candidates validated on the hardware (the paper's top-K).
 TOP_K = 64
+#: Configs the predictor scores to fit the search's surrogate, and the search's finalists that
+#: the predictor rescores (see the module).
+DISTILL, FINALISTS = 2048, 512
 #: The paper's search settings per explorer (its Table 2); ``search_options`` override them.
 SEARCH_DEFAULTS: dict[str, dict[str, Any]] = {
     "sa": {"n_chains": 512, "max_steps": 160, "early_stop": 50, "persistent": False},
@@ -42,7 +54,9 @@ class OneShotOptions:
     """``predictor``: a predictor folder, or a folder of per-op predictor folders (default: the
     package's); ``search``: ``sa`` or ``ga`` (or any registered explorer) with
     ``search_options`` over the paper's settings; ``top_k`` configs validated; ``workers``
-    processes extracting features (default: one per core); ``fallback``: the tuner that spends
+    processes extracting features (default: one per core); ``distill``: configs the predictor
+    scores to fit the search's knob-space surrogate (0: the search scores with the predictor
+    itself), whose ``finalists`` best are rescored by the predictor; ``fallback``: the tuner that spends
     the same ``top_k`` trials on a task whose op has no predictor (a model's elementwise or
     pooling functions), "" to refuse such tasks."""
 
@@ -52,6 +66,8 @@ class OneShotOptions:
     top_k: int = TOP_K
     workers: int | None = None
     fallback: str = "autotvm"
+    distill: int = DISTILL
+    finalists: int = FINALISTS
 
     def __post_init__(self) -> None:
         if self.search not in EXPLORERS:
@@ -62,6 +78,8 @@ class OneShotOptions:
             raise ValueError("workers must be at least 1")
         if self.fallback == "oneshot":
             raise ValueError("fallback cannot be oneshot itself")
+        if self.distill < 0 or self.finalists < self.top_k:
+            raise ValueError("distill must be at least 0 and finalists at least top_k")
 
 
 class OneShotTuner(Tuner):
@@ -113,10 +131,39 @@ class OneShotTuner(Tuner):
                 _NOTICES.add(self.notice)
                 print(self.notice, file=sys.stderr, flush=True)
             t0 = time.perf_counter()
-            idx = self.explorer.find_maximums(self.model.position_scorer(self.task), self.options.top_k)
+            self.candidates = self._distilled_search() if self.options.distill else [
+                self.space.get(int(i)) for i in self.explorer.find_maximums(self.model.position_scorer(self.task),
+                                                                            self.options.top_k)]
             self.search_seconds = time.perf_counter() - t0
-            self.candidates = [self.space.get(int(i)) for i in idx]
         return self.candidates
+
+    def _distilled_search(self) -> list[Config]:
+        """The search over a knob-space surrogate of the predictor: ``distill`` random configs
+        scored by the predictor fit an XGBoost rank model on knob values (microseconds per
+        config, where the predictor's curve features cost milliseconds); the explorer runs on
+        it with the paper's settings; its ``finalists`` and the scored sample are ranked by the
+        predictor itself, and the ``top_k`` of that ranking are the candidates."""
+        import numpy as np
+
+        from ..costmodel import make_cost_model
+        from ..costmodel.base import TaskData
+
+        o = self.options
+        sample = self.space.sample(self.rng, o.distill)
+        scores = self.model.predict(self.task, sample)
+        if len(sample) >= len(self.space):  # the whole space is scored: nothing to search
+            pool, pool_scores = sample, scores
+        else:
+            surrogate = make_cost_model("xgb", feature="knob", objective="rank", seed=self.seed)
+            # rank labels from the predictor's scores (any increasing map of them will do)
+            surrogate.fit([TaskData(self.task, sample, list(1.0 / (scores - scores.min() + 1e-3)))])
+            idx = self.explorer.find_maximums(surrogate.position_scorer(self.task), o.finalists)
+            seen = {c.index for c in sample}
+            extra = [self.space.get(int(i)) for i in idx if int(i) not in seen]
+            pool = sample + extra
+            pool_scores = np.concatenate([scores, self.model.predict(self.task, extra)])
+        order = np.argsort(-np.asarray(pool_scores), kind="stable")[: o.top_k]
+        return [pool[int(i)] for i in order]
 
     def _start_fallback(self) -> None:
         from . import get_tuner
