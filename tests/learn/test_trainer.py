@@ -19,7 +19,7 @@ SMALL = {"transformer": {"net_options": {"d_model": 32, "ff": 64, "layers": 1}, 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from conftest import write_training
+    from learn_data import write_training
 
     return load_training(write_training(tmp_path_factory.mktemp("d") / "t.npz", n_tasks=10, rows=80))
 

@@ -1,0 +1,150 @@
+"""Predictor accuracy and the dataset ablation: ``python -m bench.predictors``.
+
+    python -m bench.predictors --train pgs-ebs=data/train/conv2d_nchwc.npz [--train random-ebs=FILE ...]
+                               [--kinds transformer,mlp,lstm,xgb] [--holdout 0.2] [--eval resnet18=FILE ...]
+                               [--epochs 200] [--time-budget 900] [--seed 0] [--out bench/results/predictors]
+
+Each training file (``tensortune dataset export``) is split by task (``--holdout`` of its tasks,
+the same tasks for every kind); each kind is trained on the rest with the shared trainer and
+scored on the held-out tasks and on every ``--eval`` file (e.g. an export of a suite database:
+the C1-C12 or a model's tasks measured by autotvm): R^2, mean per-task Spearman, top-1 / top-5
+recall of each task's measured best, and the best label among the predicted top 64 (One-Shot
+Tuner's §6.3.4 comparison; with several ``--train`` sets, its Table 4 ablation). Results go to
+``OUT/predictors.json`` as each model finishes (a rerun skips what is there), ``OUT/report.md``
+and ``OUT/predictors.png``. Training runs on every core: run nothing else meanwhile.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import machine_info, save_figure, write_text
+
+METRICS = ("r2", "spearman", "top1_recall", "top5_recall", "top64_quality")
+
+
+def _named(items: list[str], flag: str) -> dict[str, Path]:
+    out = {}
+    for item in items:
+        name, eq, path = item.partition("=")
+        if not eq or not name or not path:
+            raise SystemExit(f"{flag} takes NAME=FILE, got {item!r}")
+        out[name] = Path(path)
+    return out
+
+
+def evaluate(predictor: Any, data: Any) -> dict[str, Any]:
+    """Ranking metrics of ``predictor`` on ``data`` (a TrainingData)."""
+    from tensortune.learn.metrics import ranking_metrics
+
+    return ranking_metrics(data.label, predictor.predict_rows(data.inputs()), data.task_index)
+
+
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    """Train and score every (training set, kind); returns the results (also saved)."""
+    from tensortune.learn import load_training
+    from tensortune.learn.trainer import TrainOptions, train_predictor
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "predictors.json"
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    results.setdefault("machine", machine_info())
+    results.setdefault("runs", {})
+    evals = {name: load_training(p) for name, p in _named(a.eval, "--eval").items()}
+    for tname, tpath in _named(a.train, "--train").items():
+        data = load_training(tpath)
+        rest, held = data.split(a.holdout, seed=a.seed)
+        for kind in a.kinds.split(","):
+            key = f"{tname}/{kind}"
+            if key in results["runs"]:
+                print(f"{key}: done before, kept", flush=True)
+                continue
+            opts = TrainOptions(kind=kind, max_epochs=a.epochs, time_budget=a.time_budget, seed=a.seed,
+                                lr=a.lr if kind != "xgb" else TrainOptions.lr)
+            t0 = time.perf_counter()
+            predictor, trained = train_predictor(rest, opts)
+            row = {"train": str(tpath), "op": data.op, "train_tasks": int(len(rest.tasks())),
+                   "train_samples": len(rest), "heldout_tasks": int(len(held.tasks())), "seconds": time.perf_counter() - t0,
+                   "epochs": trained.epochs, "stop_reason": trained.stop_reason,
+                   "scores": {"held-out": evaluate(predictor, held) if len(held) else {}}}
+            for ename, edata in evals.items():
+                row["scores"][ename] = evaluate(predictor, edata) if edata.op == data.op else {}
+            results["runs"][key] = row
+            write_text(path, json.dumps(results, indent=1))
+            s = row["scores"]["held-out"]
+            print(f"{key}: {trained.epochs} epochs, {row['seconds']:.0f} s; held-out Spearman {s.get('spearman', 0):.3f}, "
+                  f"top-1 {s.get('top1_recall', 0):.2f}, top-5 {s.get('top5_recall', 0):.2f}", flush=True)
+    write_report(results, out)
+    return results
+
+
+def write_report(results: dict[str, Any], out: Path) -> None:
+    """``report.md`` and ``predictors.png`` from the results."""
+    runs = results.get("runs", {})
+    m = results.get("machine", {})
+    mid = m.get("machine_id", {})
+    lines = ["# Predictor accuracy", "",
+             f"Machine: {mid.get('cpu_model', '?')} ({mid.get('llvm_cpu', '?')}, {mid.get('cores', '?')} cores); "
+             f"{m.get('date', '')}. Scores on tasks no model was trained on: "
+             "R^2, mean per-task Spearman, share of tasks whose measured best is the predicted top-1 / in the "
+             "top-5, and the best measured label among the predicted top 64 (1.0 = the task's best).", "",
+             "| train set / kind | train tasks | samples | eval set | tasks | R^2 | Spearman | top-1 | top-5 | top-64 best |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for key, row in runs.items():
+        for ename, s in row["scores"].items():
+            if not s:
+                continue
+            lines.append(f"| {key} | {row['train_tasks']} | {row['train_samples']} | {ename} | {s['tasks']} | "
+                         f"{s['r2']:.3f} | {s['spearman']:.3f} | {s['top1_recall']:.2f} | {s['top5_recall']:.2f} | "
+                         f"{s['top64_quality']:.3f} |")
+    write_text(out / "report.md", "\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    evals = sorted({e for row in runs.values() for e, s in row["scores"].items() if s})
+    if not runs or not evals:
+        return
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(runs)), 3.5))
+    width = 0.8 / len(evals)
+    for j, e in enumerate(evals):
+        ax.bar([i + j * width for i in range(len(runs))],
+               [row["scores"].get(e, {}).get("spearman", 0.0) for row in runs.values()], width, label=e)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(runs))], list(runs), rotation=30, ha="right")
+    ax.set_ylabel("mean per-task Spearman")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, out / "predictors.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.predictors", description=__doc__.split("\n\n")[0])
+    p.add_argument("--train", action="append", required=True, help="NAME=FILE (repeatable: the ablation's datasets)")
+    p.add_argument("--eval", action="append", default=[], help="NAME=FILE scored too (repeatable)")
+    p.add_argument("--kinds", default="transformer,mlp,lstm,xgb")
+    p.add_argument("--holdout", type=float, default=0.2)
+    p.add_argument("--epochs", type=int, default=200)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--time-budget", type=float, default=None, help="seconds of training per model at most")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="bench/results/predictors")
+    a = p.parse_args(argv)
+    try:
+        run(a)
+    except ValueError as e:
+        print(f"bench.predictors: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
