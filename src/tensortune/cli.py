@@ -245,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure the plain NCHW/GEMM ops instead of the forms a compiled model runs "
                          "(conv2d_nchwc, depthwise_conv2d_nchwc, dense_pack)")
     dg.add_argument("--no-progress", action="store_true")
+    dst = dsub.add_parser("status", help="how far a dataset is: tasks complete, samples, measuring hours")
+    dst.add_argument("--db", required=True)
+    dst.add_argument("--json", action="store_true")
     de = dsub.add_parser("export", help="features and labels of a dataset database, for training")
     de.add_argument("--db", required=True)
     de.add_argument("--op", default="conv2d_nchwc",
@@ -697,7 +700,7 @@ def cmd_dataset(a: argparse.Namespace) -> int:
                   + (f"; skipped {dict(st.skipped)}" if st.skipped else ""))
         print(f"written: {a.output}")
         return 0
-    if a.dataset_cmd in ("generate", "export"):
+    if a.dataset_cmd in ("generate", "export", "status"):
         return _dataset_db(a)
     from .dataset.tasks import overlap, sample_tasks
 
@@ -735,6 +738,26 @@ def _dataset_db(a: argparse.Namespace) -> int:
         print(f"{summary['samples']} samples of {len(summary['tasks'])} {a.op} tasks on {len(summary['machines'])} "
               f"machine(s) ({summary['dropped']} dropped: failed, unverified or > {summary['max_slowdown']:g}x the best); "
               f"written: {a.output} and {a.output}.json")
+        return 0
+    if a.dataset_cmd == "status":
+        _check_db_path(a.db, must_exist=True)
+        try:
+            spec = G.DatasetSpec(**json.loads(G.spec_path(a.db).read_text()))
+            tasks = G.frozen_tasks(spec, a.db)
+        except (OSError, ValueError, TypeError) as e:
+            raise UsageError(f"{a.db}: not a dataset database ({e})") from None
+        db = _open_db(a.db, readonly=True)
+        try:
+            st = G.status(spec, db, tasks)
+        finally:
+            db.close()
+        if a.json:
+            print(json.dumps(st))
+        else:
+            print(f"{a.db}: {spec.op} ({spec.task_sampler}/{spec.code_sampler}); {st['complete']}/{st['tasks']} tasks "
+                  f"complete, {st['samples']} samples, {st['measuring_hours']:.2f} h of measuring")
+            for name, m in st["machines"].items():
+                print(f"  {name}: {m['tasks']} tasks, {m['samples']} samples, {m['seconds'] / 3600:.2f} h")
         return 0
     from .measure import Measurer
     from .utils.progress import ProgressBar

@@ -48,6 +48,11 @@ def test_generate_stores_each_task_resumes_and_exports(tasks, tmp_path) -> None:
         again = generate(SPEC, db, m2, tasks)  # the rerun measures only the second task
         assert [p.stored for p in again] == [12, 12] and len(m2.measured) == 12
         assert {t.tuner for t in db.trials()} == {"autotvm"}
+        from tensortune.dataset.generate import status
+
+        st = status(SPEC, db, tasks)
+        assert (st["tasks"], st["complete"], st["samples"]) == (2, 2, 24) and st["measuring_hours"] >= 0
+        assert sum(m["tasks"] for m in st["machines"].values()) == 2
         default = tasks[0].default_config().index
         assert m.measured[0] != default  # ebs starts without the template default
         assert {t.op for t in tasks} == {"depthwise_conv2d_nchwc"}  # the form a model runs
@@ -95,6 +100,8 @@ def test_a_real_run_through_the_command_line(tmp_path, capfd) -> None:
     assert "1/1 tasks complete" in capfd.readouterr().out
     assert main(args[:-1] + ["--samples", "5"]) == 2  # other settings: refused, nothing measured
     assert "holds a dataset made with samples 4 (asked: 5)" in capfd.readouterr().err
+    assert main(["dataset", "status", "--db", str(db)]) == 0
+    assert "1/1 tasks complete, 4 samples" in capfd.readouterr().out
     assert main(["dataset", "export", "--db", str(db), "--op", "dense", "-o", str(tmp_path / "x.npz")]) == 0
     assert "samples of 1 dense tasks" in capfd.readouterr().out
 

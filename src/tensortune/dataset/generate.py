@@ -201,6 +201,31 @@ def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | N
     return out
 
 
+def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
+    """How far the dataset is: tasks complete, samples stored, and the measuring time spent
+    (per task, the span from its first to its last stored sample plus one mean gap, summed; the
+    one-time cost of the dataset), per machine."""
+    tuner_name, _ = CODE_SAMPLERS[spec.code_sampler]
+    complete, samples, seconds = 0, 0, 0.0
+    machines: dict[str, dict[str, float]] = {}
+    for task in tasks:
+        trials = sorted((t for t in db.trials(task.workload_key) if t.tuner == tuner_name and t.confirmation is None),
+                        key=lambda t: t.timestamp)
+        if not trials:
+            continue
+        samples += len(trials)
+        complete += len(trials) >= spec.samples
+        span = trials[-1].timestamp - trials[0].timestamp
+        span += span / max(len(trials) - 1, 1)
+        seconds += span
+        m = machines.setdefault(f"{trials[0].cpu_model} {trials[0].target}", {"tasks": 0, "samples": 0, "seconds": 0.0})
+        m["tasks"] += 1
+        m["samples"] += len(trials)
+        m["seconds"] += span
+    return {"tasks": len(tasks), "complete": complete, "samples": samples, "measuring_hours": seconds / 3600,
+            "machines": machines}
+
+
 def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN) -> dict[str, Any]:
     """Write the features-and-labels file of every ``op`` task in ``db`` (see the module);
     returns its summary (also in the JSON sidecar ``OUT.json``)."""
