@@ -52,10 +52,11 @@ def _workers(n: int) -> list[Any]:
     from ..measure.pool import Worker
 
     with _POOL_LOCK:
-        while len(_POOL) < n:
-            w = Worker()
-            w.start()
-            _POOL.append(w)
+        new = [Worker() for _ in range(n - len(_POOL))]
+        if new:  # each start imports TVM (seconds): start them side by side
+            with ThreadPoolExecutor(len(new)) as ex:
+                list(ex.map(lambda w: w.start(), new))
+            _POOL.extend(new)
         return _POOL[:n]
 
 
