@@ -7,8 +7,6 @@ points are kept across calls (across model updates), as in AutoTVM.
 """
 from __future__ import annotations
 
-import heapq
-import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -16,7 +14,7 @@ import numpy as np
 
 from ..space import ConfigSpace
 from ..utils.options import make_options
-from .base import ScoreFn
+from .base import PositionSearch, ScoreFn, TopConfigs
 
 #: AutoTVM's SimulatedAnnealingOptimizer defaults.
 SA_CHAINS, SA_MAX_STEPS, SA_EARLY_STOP, SA_TEMP = 128, 500, 50, (1.0, 0.0)
@@ -39,7 +37,7 @@ class AnnealingOptions:
             raise ValueError("n_chains and early_stop must be at least 1, max_steps at least 0")
 
 
-class SimulatedAnnealing:
+class SimulatedAnnealing(PositionSearch):
     """Finds the configs a score function rates highest; explores by one-step neighbours."""
 
     name = "sa"
@@ -48,25 +46,16 @@ class SimulatedAnnealing:
     def __init__(self, space: ConfigSpace, seed: int = 0, options: AnnealingOptions | Mapping[str, Any] | None = None,
                  **overrides: Any) -> None:
         """``options`` (or keyword ``overrides`` of its fields) as :class:`AnnealingOptions`."""
-        self.space = space
+        super().__init__(space, seed)
         self.options = opts = make_options(AnnealingOptions, options, owner="explorer 'sa'", **overrides)
         self.n_chains = opts.n_chains
         self.max_steps = opts.max_steps
         self.early_stop = opts.early_stop
         self.temp = opts.temp
         self.persistent = opts.persistent
-        self.rng = random.Random(seed)
-        self.np_rng = np.random.default_rng(seed)
-        self.dims = np.array(space.dims, dtype=np.int64)
-        self.radix = np.concatenate([[1], np.cumprod(self.dims)[:-1]]).astype(np.int64)
         self.points: np.ndarray | None = None
         self.steps_run = 0
         self._valid: dict[int, bool] = {}
-
-    # ------------------------------------------------------------ helpers
-    def indices(self, pos: np.ndarray) -> np.ndarray:
-        """Config indices of rows of positions."""
-        return (pos * self.radix).sum(axis=1)
 
     def _is_valid(self, idx: int) -> bool:
         ok = self._valid.get(idx)
@@ -127,27 +116,8 @@ class SimulatedAnnealing:
             return []
         points = self.points
         scores = np.asarray(score(points), dtype=np.float64)
-        top: list[tuple[float, int]] = []  # min-heap of (score, index)
-        in_top: set[int] = set()
-
-        def offer(sc: np.ndarray, idx: np.ndarray) -> bool:
-            changed = False
-            for s, i in zip(sc, idx):
-                i = int(i)
-                if i in exclude or i in in_top:
-                    continue
-                if len(top) < n:
-                    heapq.heappush(top, (float(s), i))
-                    in_top.add(i)
-                    changed = True
-                elif s > top[0][0]:
-                    _, old = heapq.heapreplace(top, (float(s), i))
-                    in_top.discard(old)
-                    in_top.add(i)
-                    changed = True
-            return changed
-
-        offer(scores, self.indices(points))
+        top = TopConfigs(n, exclude)
+        top.offer(scores, self.indices(points))
         t0, t1 = self.temp
         cool = (t0 - t1) / (self.max_steps + 1)
         t = t0
@@ -161,12 +131,12 @@ class SimulatedAnnealing:
             accept = self.np_rng.random(len(points)) < prob
             points = np.where(accept[:, None], new, points)
             scores = np.where(accept, new_scores, scores)
-            if offer(new_scores, self.indices(new)):
+            if top.offer(new_scores, self.indices(new)):
                 last_change = step
             if step - last_change >= self.early_stop:
                 break
             t -= cool
         self.steps_run = step
         self.points = points
-        return [i for _, i in sorted(top, reverse=True)]
+        return top.best()
 

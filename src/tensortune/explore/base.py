@@ -10,6 +10,8 @@ of ``key=value`` text, see :mod:`tensortune.utils.options`).
 """
 from __future__ import annotations
 
+import heapq
+import random
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -39,3 +41,52 @@ def make_explorer(name: str, space: Any, seed: int = 0, options: Mapping[str, An
 
     cls = EXPLORERS.get(name)
     return cls(space, seed=seed, options=make_options(cls.Options, options, owner=f"explorer {name!r}"))
+
+
+class PositionSearch:
+    """Shared state of explorers that move through knob positions: the space, seeded random
+    generators (``rng`` for config sampling, ``np_rng`` for moves), knob sizes and the radix that
+    turns a row of positions into a config index."""
+
+    def __init__(self, space: Any, seed: int = 0) -> None:
+        self.space = space
+        self.rng = random.Random(seed)
+        self.np_rng = np.random.default_rng(seed)
+        self.dims = np.array(space.dims, dtype=np.int64)
+        self.radix = np.concatenate([[1], np.cumprod(self.dims)[:-1]]).astype(np.int64)
+
+    def indices(self, pos: np.ndarray) -> np.ndarray:
+        """Config indices of rows of positions."""
+        return (pos * self.radix).sum(axis=1)
+
+
+class TopConfigs:
+    """The ``n`` best distinct config indices offered so far, none of them in ``exclude``."""
+
+    def __init__(self, n: int, exclude: set[int] | None = None) -> None:
+        self.n = n
+        self.exclude = exclude or set()
+        self._heap: list[tuple[float, int]] = []  # min-heap of (score, index)
+        self._members: set[int] = set()
+
+    def offer(self, scores: np.ndarray, indices: np.ndarray) -> bool:
+        """Consider scored configs; True when the top changed."""
+        changed = False
+        for s, i in zip(scores, indices):
+            i = int(i)
+            if i in self.exclude or i in self._members:
+                continue
+            if len(self._heap) < self.n:
+                heapq.heappush(self._heap, (float(s), i))
+                self._members.add(i)
+                changed = True
+            elif s > self._heap[0][0]:
+                _, old = heapq.heapreplace(self._heap, (float(s), i))
+                self._members.discard(old)
+                self._members.add(i)
+                changed = True
+        return changed
+
+    def best(self) -> list[int]:
+        """The indices, best first."""
+        return [i for _, i in sorted(self._heap, reverse=True)]

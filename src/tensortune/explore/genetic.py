@@ -8,8 +8,6 @@ random valid config). The best distinct configs seen in any generation are retur
 """
 from __future__ import annotations
 
-import heapq
-import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -17,7 +15,7 @@ import numpy as np
 
 from ..space import ConfigSpace
 from ..utils.options import make_options
-from .base import ScoreFn
+from .base import PositionSearch, ScoreFn, TopConfigs
 
 #: One-Shot Tuner's GA (its Table 2): population 512, 120 steps, mutation 0.1, 96 elites.
 GA_POPULATION, GA_STEPS, GA_MUTATION, GA_ELITES = 512, 120, 0.1, 96
@@ -39,7 +37,7 @@ class GeneticSearchOptions:
             raise ValueError("elites must lie in [0, population)")
 
 
-class GeneticSearch:
+class GeneticSearch(PositionSearch):
     """Finds the configs a score function rates highest by evolving a population."""
 
     name = "ga"
@@ -47,12 +45,8 @@ class GeneticSearch:
 
     def __init__(self, space: ConfigSpace, seed: int = 0, options: GeneticSearchOptions | Mapping[str, Any] | None = None,
                  **overrides: Any) -> None:
-        self.space = space
+        super().__init__(space, seed)
         self.options = make_options(GeneticSearchOptions, options, owner="explorer 'ga'", **overrides)
-        self.rng = random.Random(seed)
-        self.np_rng = np.random.default_rng(seed)
-        self.dims = np.array(space.dims, dtype=np.int64)
-        self.radix = np.concatenate([[1], np.cumprod(self.dims)[:-1]]).astype(np.int64)
         self.steps_run = 0
 
     def _random(self, n: int) -> list[list[int]]:
@@ -82,22 +76,11 @@ class GeneticSearch:
         if not start:
             return []
         pop = np.array(start, dtype=np.int64)
-        top: list[tuple[float, int]] = []
-        in_top: set[int] = set()
+        top = TopConfigs(n, exclude)
         step = 0
         for step in range(o.steps + 1):
             scores = np.asarray(score(pop), dtype=np.float64)
-            for s, i in zip(scores, (pop * self.radix).sum(axis=1)):
-                i = int(i)
-                if i in exclude or i in in_top:
-                    continue
-                if len(top) < n:
-                    heapq.heappush(top, (float(s), i))
-                    in_top.add(i)
-                elif s > top[0][0]:
-                    _, old = heapq.heapreplace(top, (float(s), i))
-                    in_top.discard(old)
-                    in_top.add(i)
+            top.offer(scores, self.indices(pop))
             if step == o.steps:
                 break
             order = np.argsort(-scores, kind="stable")
@@ -115,4 +98,4 @@ class GeneticSearch:
                 children.append(c)
             pop = np.concatenate([elites, np.array(children, dtype=np.int64).reshape(-1, len(self.dims))])
         self.steps_run = step
-        return [i for _, i in sorted(top, reverse=True)]
+        return top.best()
