@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup demo test bench bench-quick check-python clean
+.PHONY: setup demo test bench bench-quick datasets check-python clean
 
 check-python:
 	@if [ -z "$(PYTHON)" ] || ! "$(PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
@@ -36,6 +36,15 @@ bench: setup
 
 bench-quick: setup
 	$(PY) -m bench run --quick
+
+# One-Shot Tuner's datasets (hours each; every command resumes where it stopped; nothing else
+# should run meanwhile). The conv2d dataset began with 5 x 40 ms repeats; the others time lighter.
+DATA ?= data
+datasets: setup
+	mkdir -p $(DATA)
+	$(VENV)/bin/tensortune dataset generate --db $(DATA)/conv2d-model.db --op conv2d --tasks 150 --samples 200 --no-progress
+	$(VENV)/bin/tensortune dataset generate --db $(DATA)/depthwise-model.db --op depthwise_conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
+	$(VENV)/bin/tensortune dataset generate --db $(DATA)/dense-model.db --op dense --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--code", default="ebs", help="code sampler: ebs (autotvm's trajectory) or random")
     dg.add_argument("--seed", type=int, default=0)
     dg.add_argument("--time-budget", type=_positive_float, default=None, help="stop after this many seconds")
+    dg.add_argument("--repeat", type=_positive_int, default=5, help="timed repeats per sample (default 5)")
+    dg.add_argument("--min-repeat-ms", type=int, default=40, help="shortest repeat in ms (default 40)")
     dg.add_argument("--unblocked", action="store_true",
                     help="measure the plain NCHW/GEMM ops instead of the forms a compiled model runs "
                          "(conv2d_nchwc, depthwise_conv2d_nchwc, dense_pack)")
@@ -763,7 +765,8 @@ def _dataset_db(a: argparse.Namespace) -> int:
     from .utils.progress import ProgressBar
 
     try:
-        spec = G.DatasetSpec(a.op, a.tasks, a.samples, a.sampler, a.code, a.seed, blocked=not a.unblocked)
+        spec = G.DatasetSpec(a.op, a.tasks, a.samples, a.sampler, a.code, a.seed, blocked=not a.unblocked,
+                             repeat=a.repeat, min_repeat_ms=a.min_repeat_ms)
         _check_db_path(a.db, must_exist=False)
         G.check_spec(spec, a.db)
     except ValueError as e:
@@ -783,7 +786,7 @@ def _dataset_db(a: argparse.Namespace) -> int:
                   flush=True)
 
     try:
-        with Measurer() as m:
+        with Measurer(spec.measure_options()) as m:
             progress = G.generate(spec, db, m, tasks, a.time_budget, on_task=done, callbacks=[bar])
     finally:
         bar.close()

@@ -49,7 +49,9 @@ class DatasetSpec:
     ``samples`` configs from ``code_sampler``; ``seed`` fixes the tasks and the trajectories.
     With ``blocked`` each task is measured in the form a compiled model runs it (see
     :func:`model_form`: ``conv2d_nchwc``, ``depthwise_conv2d_nchwc``, ``dense_pack``), so a
-    predictor learns the templates that model tuning meets."""
+    predictor learns the templates that model tuning meets. ``repeat`` timed repeats of at least
+    ``min_repeat_ms`` each measure a sample (the labels only rank configs within a task, so a
+    dataset may time more lightly than tuning does)."""
 
     op: str = "conv2d"
     n_tasks: int = 150
@@ -58,6 +60,8 @@ class DatasetSpec:
     code_sampler: str = "ebs"
     seed: int = 0
     blocked: bool = True
+    repeat: int = 5
+    min_repeat_ms: int = 40
 
     def __post_init__(self) -> None:
         if self.op not in OP_ARGS:
@@ -66,8 +70,14 @@ class DatasetSpec:
             raise ValueError(f"unknown task sampler {self.task_sampler!r}; known: {', '.join(TASK_SAMPLERS)}")
         if self.code_sampler not in CODE_SAMPLERS:
             raise ValueError(f"unknown code sampler {self.code_sampler!r}; known: {', '.join(CODE_SAMPLERS)}")
-        if self.n_tasks < 1 or self.samples < 1:
-            raise ValueError("n_tasks and samples must be at least 1")
+        if self.n_tasks < 1 or self.samples < 1 or self.repeat < 1 or self.min_repeat_ms < 0:
+            raise ValueError("n_tasks, samples and repeat must be at least 1, min_repeat_ms at least 0")
+
+    def measure_options(self) -> Any:
+        """The measurement settings of the dataset's samples."""
+        from ..measure import MeasureOptions
+
+        return MeasureOptions(repeat=self.repeat, min_repeat_ms=self.min_repeat_ms)
 
 
 @dataclass
@@ -96,7 +106,7 @@ def check_spec(spec: DatasetSpec, db_path: str | Path) -> None:
             old = json.loads(p.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"{p}: not valid JSON ({exc})") from None
-        old = {"blocked": False, **old}  # datasets made before the setting existed
+        old = {"blocked": False, "repeat": 5, "min_repeat_ms": 40, **old}  # datasets made before these settings
         if old != asdict(spec):
             diff = ", ".join(f"{k} {old.get(k)!r} (asked: {v!r})" for k, v in asdict(spec).items() if old.get(k) != v)
             raise ValueError(f"{db_path} holds a dataset made with {diff}; use another --db or the same settings")
