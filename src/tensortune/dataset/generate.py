@@ -236,14 +236,17 @@ def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
             "machines": machines}
 
 
-def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN) -> dict[str, Any]:
+def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN,
+           workers: int | None = None) -> dict[str, Any]:
     """Write the features-and-labels file of every ``op`` task in ``db`` (see the module);
-    returns its summary (also in the JSON sidecar ``OUT.json``)."""
+    returns its summary (also in the JSON sidecar ``OUT.json``). Curve features are extracted
+    in ``workers`` processes (default: one per core)."""
     from ..features import get_extractor
+    from ..features.parallel import ParallelExtractor
     from ..task import Task
     from ..utils.atomic import atomic_path, atomic_write
 
-    curve, knob = get_extractor("curve"), get_extractor("knob")
+    curve, knob = ParallelExtractor("curve", workers=workers), get_extractor("knob")
     xs_curve, xs_knob, xs_task, ys, task_idx, mach_idx = [], [], [], [], [], []
     tasks_out, machines = [], []
     task_feature_names: list[str] | None = None

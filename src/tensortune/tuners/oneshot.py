@@ -76,8 +76,10 @@ class OneShotOptions:
             raise ValueError("top_k must be at least 1")
         if self.workers is not None and self.workers < 1:
             raise ValueError("workers must be at least 1")
-        if self.fallback == "oneshot":
-            raise ValueError("fallback cannot be oneshot itself")
+        from . import TUNERS
+
+        if self.fallback == "oneshot" or (self.fallback and self.fallback not in TUNERS):
+            raise ValueError(f"fallback must be \"\" or one of {', '.join(n for n in TUNERS if n != 'oneshot')}")
         if self.distill < 0 or self.finalists < self.top_k:
             raise ValueError("distill must be at least 0 and finalists at least top_k")
 
