@@ -730,9 +730,13 @@ def _dataset_db(a: argparse.Namespace) -> int:
     if a.dataset_cmd == "export":
         _check_db_path(a.db, must_exist=True)
         _check_output(a.output, a.force, db=a.db)
+        try:
+            spec = G.DatasetSpec(**json.loads(G.spec_path(a.db).read_text())) if G.spec_path(a.db).exists() else None
+        except (ValueError, TypeError):
+            spec = None  # records imported from elsewhere: no dataset settings to keep
         db = _open_db(a.db, readonly=True)
         try:
-            summary = G.export(db, a.op, a.output)
+            summary = G.export(db, a.op, a.output, spec=spec)
         except ValueError as e:
             raise UsageError(str(e)) from None
         finally:

@@ -237,10 +237,11 @@ def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
 
 
 def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN,
-           workers: int | None = None) -> dict[str, Any]:
+           workers: int | None = None, spec: DatasetSpec | None = None) -> dict[str, Any]:
     """Write the features-and-labels file of every ``op`` task in ``db`` (see the module);
     returns its summary (also in the JSON sidecar ``OUT.json``). Curve features are extracted
-    in ``workers`` processes (default: one per core)."""
+    in ``workers`` processes (default: one per core); ``spec``, the dataset's settings, goes
+    into the summary."""
     from ..features import get_extractor
     from ..features.parallel import ParallelExtractor
     from ..task import Task
@@ -299,6 +300,7 @@ def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN
             np.savez(f, **arrays)
     summary = {"op": op, "samples": int(len(arrays["label"])), "tasks": tasks_out, "machines": machines,
                "task_features": task_feature_names, "dropped": dropped, "max_slowdown": max_slowdown,
-               "arrays": {k: list(v.shape) for k, v in arrays.items()}}
+               "arrays": {k: list(v.shape) for k, v in arrays.items()},
+               "spec": asdict(spec) if spec is not None else None}
     atomic_write(str(out) + ".json", json.dumps(summary, indent=1))
     return summary

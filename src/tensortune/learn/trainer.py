@@ -93,7 +93,7 @@ def _schema(data: TrainingData, options: TrainOptions) -> dict[str, Any]:
                        "curve_globals": N_CURVE_GLOBALS},
             "dataset": {"samples": len(data), "tasks": int(len(data.tasks())), "machines": s.get("machines", []),
                         "dropped": s.get("dropped"), "max_slowdown": s.get("max_slowdown"),
-                        "task_names": [t.get("name") for t in s.get("tasks", [])]}}
+                        "task_names": [t.get("name") for t in s.get("tasks", [])], "spec": s.get("spec")}}
 
 
 def train_predictor(data: TrainingData, options: TrainOptions = TrainOptions(),
