@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup demo test bench bench-quick datasets check-python clean
+.PHONY: setup demo test bench bench-quick datasets ablation-datasets check-python clean
 
 check-python:
 	@if [ -z "$(PYTHON)" ] || ! "$(PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
@@ -45,6 +45,16 @@ datasets: setup
 	$(VENV)/bin/tensortune dataset generate --db $(DATA)/conv2d-model.db --op conv2d --tasks 150 --samples 200 --no-progress
 	$(VENV)/bin/tensortune dataset generate --db $(DATA)/depthwise-model.db --op depthwise_conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
 	$(VENV)/bin/tensortune dataset generate --db $(DATA)/dense-model.db --op dense --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
+
+# The ablation's smaller conv2d datasets (One-Shot Tuner's Table 4): task sampler x code sampler.
+ABLATION_TASKS ?= 40
+ABLATION_SAMPLES ?= 100
+ablation-datasets: setup
+	mkdir -p $(DATA)/ablation
+	for ts in pgs random modelzoo; do for cs in ebs random; do \
+	  $(VENV)/bin/tensortune dataset generate --db $(DATA)/ablation/$$ts-$$cs.db --op conv2d --sampler $$ts --code $$cs \
+	    --tasks $(ABLATION_TASKS) --samples $(ABLATION_SAMPLES) --repeat 3 --min-repeat-ms 20 --seed 1 --no-progress || exit 1; \
+	done; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info
