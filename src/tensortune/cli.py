@@ -921,6 +921,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tensortune: interrupted; measured trials are in the database, rerun to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into a reader that stopped early (`| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover
