@@ -28,7 +28,9 @@ def dataset_hours(db_path: str) -> dict[str, Any]:
     from tensortune.database import Database
     from tensortune.dataset import generate as G
 
-    spec = G.DatasetSpec(**json.loads(G.spec_path(db_path).read_text()))
+    spec = G.read_spec(db_path)
+    if spec is None:
+        raise ValueError(f"{db_path}: not a dataset database (no {G.spec_path(db_path)})")
     tasks = G.frozen_tasks(spec, db_path)
     with Database(db_path, readonly=True) as db:
         st = G.status(spec, db, tasks)

@@ -731,9 +731,9 @@ def _dataset_db(a: argparse.Namespace) -> int:
         _check_db_path(a.db, must_exist=True)
         _check_output(a.output, a.force, db=a.db)
         try:
-            spec = G.DatasetSpec(**json.loads(G.spec_path(a.db).read_text())) if G.spec_path(a.db).exists() else None
-        except (ValueError, TypeError):
-            spec = None  # records imported from elsewhere: no dataset settings to keep
+            spec = G.read_spec(a.db)  # None for records imported from elsewhere
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         db = _open_db(a.db, readonly=True)
         try:
             summary = G.export(db, a.op, a.output, spec=spec)
@@ -748,7 +748,9 @@ def _dataset_db(a: argparse.Namespace) -> int:
     if a.dataset_cmd == "status":
         _check_db_path(a.db, must_exist=True)
         try:
-            spec = G.DatasetSpec(**json.loads(G.spec_path(a.db).read_text()))
+            spec = G.read_spec(a.db)
+            if spec is None:
+                raise ValueError(f"no settings file {G.spec_path(a.db)}")
             tasks = G.frozen_tasks(spec, a.db)
         except (OSError, ValueError, TypeError) as e:
             raise UsageError(f"{a.db}: not a dataset database ({e})") from None

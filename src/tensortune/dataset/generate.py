@@ -96,22 +96,33 @@ def spec_path(db_path: str | Path) -> Path:
     return Path(str(db_path) + ".dataset.json")
 
 
+#: Settings added after datasets were first made, with the values those datasets were made with.
+_LEGACY_SETTINGS = {"blocked": False, "repeat": 5, "min_repeat_ms": 40}
+
+
+def read_spec(db_path: str | Path) -> DatasetSpec | None:
+    """The settings kept beside a dataset database (None when it has none); ValueError when
+    the sidecar cannot be read."""
+    p = spec_path(db_path)
+    if not p.exists():
+        return None
+    try:
+        return DatasetSpec(**{**_LEGACY_SETTINGS, **json.loads(p.read_text())})
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(f"{p}: not dataset settings ({exc})") from None
+
+
 def check_spec(spec: DatasetSpec, db_path: str | Path) -> None:
     """Write the settings beside a new database; refuse (ValueError) to continue one made with others."""
     from ..utils.atomic import atomic_write
 
-    p = spec_path(db_path)
-    if p.exists():
-        try:
-            old = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p}: not valid JSON ({exc})") from None
-        old = {"blocked": False, "repeat": 5, "min_repeat_ms": 40, **old}  # datasets made before these settings
-        if old != asdict(spec):
-            diff = ", ".join(f"{k} {old.get(k)!r} (asked: {v!r})" for k, v in asdict(spec).items() if old.get(k) != v)
-            raise ValueError(f"{db_path} holds a dataset made with {diff}; use another --db or the same settings")
-        return
-    atomic_write(p, json.dumps(asdict(spec), indent=1))
+    old = read_spec(db_path)
+    if old is None:
+        atomic_write(spec_path(db_path), json.dumps(asdict(spec), indent=1))
+    elif old != spec:
+        diff = ", ".join(f"{k} {getattr(old, k)!r} (asked: {v!r})" for k, v in asdict(spec).items()
+                         if getattr(old, k) != v)
+        raise ValueError(f"{db_path} holds a dataset made with {diff}; use another --db or the same settings")
 
 
 def model_form(op: str, args: dict[str, int], target: dict[str, Any] | None = None) -> tuple[str, dict[str, int]]:
