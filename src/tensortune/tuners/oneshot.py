@@ -100,10 +100,14 @@ class OneShotTuner(Tuner):
         search = {**SEARCH_DEFAULTS.get(o.search, {}), **o.search_options}
         self.explorer = make_explorer(o.search, self.space, seed=seed, options=search)
         self.candidates: list[Config] | None = None  # the search's top-k, best first
-        self.delegate: Tuner | None = None  # the fallback tuner of a task without a predictor
-        self._history: tuple[list[Config], list[MeasureResult]] = ([], [])  # what it was told, for a fallback
         self.search_seconds = 0.0
         self.notice = ""
+        self.delegate: Tuner | None = None  # the fallback tuner of a task without a predictor
+        if o.fallback and not self.model.has_predictor(task):
+            from . import get_tuner
+
+            self.delegate = get_tuner(o.fallback, task, seed=seed, batch_size=batch_size, start_from_default=False)
+            self.notice = f"no {task.op} predictor: {o.fallback} spends the top_k={o.top_k} trials"
 
     @classmethod
     def check_options(cls, values: Any) -> OneShotOptions:
@@ -123,8 +127,7 @@ class OneShotTuner(Tuner):
         from ..costmodel.pretrained import machine_mismatch
 
         if self.candidates is None:
-            if not self.model.has_predictor(self.task) and self.options.fallback:
-                self._start_fallback()
+            if self.delegate is not None:
                 self.candidates = []
                 return self.candidates
             predictor = self.model.predictor_for(self.task)
@@ -167,15 +170,6 @@ class OneShotTuner(Tuner):
         order = np.argsort(-np.asarray(pool_scores), kind="stable")[: o.top_k]
         return [pool[int(i)] for i in order]
 
-    def _start_fallback(self) -> None:
-        from . import get_tuner
-
-        self.delegate = get_tuner(self.options.fallback, self.task, seed=self.seed, batch_size=self.batch_size,
-                                  start_from_default=False)
-        if self._history[0]:
-            self.delegate.load_history(*self._history)
-        self.notice = f"no {self.task.op} predictor: {self.options.fallback} spends the top_k={self.options.top_k} trials"
-
     def next_batch(self, n: int) -> list[Config]:
         candidates = self.search()
         if self.delegate is not None:
@@ -191,8 +185,6 @@ class OneShotTuner(Tuner):
     def update(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
         """Bookkeeping only: the predictor is never updated (a fallback tuner learns as it does)."""
         super().update(configs, results)
-        self._history[0].extend(configs)
-        self._history[1].extend(results)
         if self.delegate is not None:
             self.delegate.update(configs, results)
 
