@@ -42,6 +42,7 @@ class Curve:
     best: Any = None  # a Config (tensortune) or a scheduled IRModule (MetaSchedule)
     errors: int = 0
     note: str = ""
+    search: dict[str, Any] = field(default_factory=dict)  # the tuner's search_report(), when it has one
 
     def add(self, trials: int, elapsed: float, batch_best: float | None, ok: int, errors: int,
             build_s: float, run_s: float, last: dict[str, float]) -> None:
@@ -111,6 +112,8 @@ def run_tensortune(spec: str, task: Task, budget: int, seed: int, options: Measu
         tuner = get_tuner(tuner_name, task, seed=seed, start_from_default=start_from_default, options=tuner_options)
         res = tuner.tune(budget, tm, early_stopping=early_stopping, callbacks=[on_batch], database=database)
         bar.close()
+        if hasattr(tuner, "search_report"):
+            curve.search = {**tuner.search_report(), "stop_reason": res.stop_reason}
     curve.wall_s = time.perf_counter() - t0
     if res.best_config is not None and res.verified:
         curve.best = res.best_config
@@ -292,7 +295,8 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
                    "bytes": task_bytes(task), "library": lib,
                    "tuners": {c.tuner: {"trials": c.rows[-1]["trials"] if c.rows else 0, "wall_s": c.wall_s,
                                         "search_best_ms": c.best_s * 1e3 if c.best_s < float("inf") else None,
-                                        "errors": c.errors, "note": c.note, "split": c.totals(), **final[c.tuner]}
+                                        "errors": c.errors, "note": c.note, "split": c.totals(),
+                                        **({"search": c.search} if c.search else {}), **final[c.tuner]}
                               for c in curves}}
         run.add_ops(name, rows, summary)
         on_step()

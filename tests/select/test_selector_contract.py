@@ -1,8 +1,10 @@
 """The selector contract, run over every registered selector and every wrapper around each.
 
-A selector picks at most ``n`` distinct configs from the scored candidates (a wrapper may swap
-some for unmeasured configs of the space), never a measured one, the best-scored candidate
-among them, and the same batch for the same random state. No TVM is involved.
+A selector picks at most ``n`` distinct valid configs from the scored candidates (a wrapper may
+swap some for unmeasured configs of the space), never a measured one, the best-scored candidate
+among them, and the same batch for the same random state. An adaptive selector (``adaptive =
+True``: it sizes the batch itself and picks representatives, which may be synthesised configs)
+is held to the same except the best-scored candidate and the batch size. No TVM is involved.
 """
 from __future__ import annotations
 
@@ -56,6 +58,10 @@ def test_contract(composition) -> None:
     idx = [c.index for c in batch]
     assert 0 < len(batch) <= 16 and len(set(idx)) == len(idx)
     assert not set(idx) & measured
+    assert all(c.space.is_valid(c) for c in batch)
+    if getattr(s, "adaptive", False):
+        assert [c.index for c in pick(build(sel, wrapper), 0)[0]] == idx
+        return
     best = max(scored, key=lambda t: t[1])[0]
     assert best.index in idx
     if wrapper is None:  # a plain selector chooses among the candidates, as many as asked

@@ -36,8 +36,11 @@ def small(name: str) -> dict:
     if not issubclass(TUNERS.get(name).Options, ModelBasedOptions):
         return {}
     opts = {"feature": "knob", "plan_size": 16, "warmup": 8, "n_finalists": 32, "n_random_pool": 16}
-    if TUNERS.get(name).Options().explorer == "sa":
+    explorer = TUNERS.get(name).Options().explorer
+    if explorer == "sa":
         opts["explorer_options"] = {"n_chains": 16, "max_steps": 30}
+    elif explorer == "ppo":
+        opts["explorer_options"] = {"n_episodes": 16, "max_steps": 30, "min_steps": 8}
     return opts
 
 

@@ -13,6 +13,7 @@ EXPLORERS: Registry = Registry("explorer", {
     "sa": "tensortune.explore.annealing:SimulatedAnnealing",
     "random": "tensortune.explore.random:RandomSearch",
     "ga": "tensortune.explore.genetic:GeneticSearch",
+    "ppo": "tensortune.explore.ppo:PPOSearch",
 })
 
 __all__ = ["EXPLORERS", "Explorer", "ScoreFn", "make_explorer"]

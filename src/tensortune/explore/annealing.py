@@ -55,24 +55,6 @@ class SimulatedAnnealing(PositionSearch):
         self.persistent = opts.persistent
         self.points: np.ndarray | None = None
         self.steps_run = 0
-        self._valid: dict[int, bool] = {}
-
-    def _is_valid(self, idx: int) -> bool:
-        ok = self._valid.get(idx)
-        if ok is None:
-            ok = self.space.is_valid(self.space.get(int(idx)))
-            if len(self._valid) < 1_000_000:
-                self._valid[idx] = ok
-        return ok
-
-    def _random_points(self, n: int) -> np.ndarray:
-        configs = self.space.sample(self.rng, n)
-        if not configs:
-            return np.zeros((0, len(self.dims)), dtype=np.int64)
-        pts = [self.space.positions(c) for c in configs]
-        while len(pts) < n:  # a small space: chains may start at the same point
-            pts.append(pts[self.rng.randrange(len(configs))])
-        return np.array(pts, dtype=np.int64)
 
     def _moves(self, pos: np.ndarray) -> np.ndarray:
         """One valid neighbour per row (a row with no valid move found stays where it is)."""
@@ -94,7 +76,7 @@ class SimulatedAnnealing(PositionSearch):
             new[bad] = cur[bad] - step[bad]
             cand[np.arange(len(pending)), knob] = np.clip(new, 0, self.dims[knob] - 1)
             for row, c, idx in zip(pending, cand, self.indices(cand)):
-                if self._is_valid(int(idx)):
+                if self.is_valid_index(int(idx)):
                     out[row] = c
         return out
 
@@ -109,7 +91,7 @@ class SimulatedAnnealing(PositionSearch):
             return []
         if self.points is None or not self.persistent:
             start = [self.space.positions(self.space.get(int(i))) for i in list(seeds)[: self.n_chains]]
-            rand = self._random_points(self.n_chains - len(start)) if len(start) < self.n_chains else None
+            rand = self.random_positions(self.n_chains - len(start)) if len(start) < self.n_chains else None
             pts = np.array(start, dtype=np.int64).reshape(-1, len(self.dims))
             self.points = pts if rand is None else np.concatenate([pts, rand])
         if len(self.points) == 0:
@@ -137,6 +119,7 @@ class SimulatedAnnealing(PositionSearch):
                 break
             t -= cool
         self.steps_run = step
+        self.count(step, len(points) * (step + 1))
         self.points = points
         return top.best()
 

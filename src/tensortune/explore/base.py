@@ -45,8 +45,15 @@ def make_explorer(name: str, space: Any, seed: int = 0, options: Mapping[str, An
 
 class PositionSearch:
     """Shared state of explorers that move through knob positions: the space, seeded random
-    generators (``rng`` for config sampling, ``np_rng`` for moves), knob sizes and the radix that
-    turns a row of positions into a config index."""
+    generators (``rng`` for config sampling, ``np_rng`` for moves), knob sizes, the radix that
+    turns a row of positions into a config index, a cache of validity checks, and :attr:`stats`,
+    the search effort so far (the figure Chameleon's Fig. 7a compares):
+
+    * ``calls``: searches run;
+    * ``steps``: sequential search steps summed over the calls (per call: the steps a chain,
+      episode or generation walked, averaged over the walkers);
+    * ``scored``: configs scored (every walker's every step).
+    """
 
     def __init__(self, space: Any, seed: int = 0) -> None:
         self.space = space
@@ -54,10 +61,37 @@ class PositionSearch:
         self.np_rng = np.random.default_rng(seed)
         self.dims = np.array(space.dims, dtype=np.int64)
         self.radix = np.concatenate([[1], np.cumprod(self.dims)[:-1]]).astype(np.int64)
+        self.stats: dict[str, float] = {"calls": 0, "steps": 0.0, "scored": 0}
+        self._valid: dict[int, bool] = {}
 
     def indices(self, pos: np.ndarray) -> np.ndarray:
         """Config indices of rows of positions."""
         return (pos * self.radix).sum(axis=1)
+
+    def is_valid_index(self, idx: int) -> bool:
+        """Whether the config at ``idx`` meets the space's constraints (cached)."""
+        ok = self._valid.get(idx)
+        if ok is None:
+            ok = self.space.is_valid(self.space.get(int(idx)))
+            if len(self._valid) < 1_000_000:
+                self._valid[idx] = ok
+        return ok
+
+    def random_positions(self, n: int) -> np.ndarray:
+        """``n`` rows of positions of random valid configs (repeats when the space is smaller)."""
+        configs = self.space.sample(self.rng, n)
+        if not configs:
+            return np.zeros((0, len(self.dims)), dtype=np.int64)
+        pts = [self.space.positions(c) for c in configs]
+        while len(pts) < n:
+            pts.append(pts[self.rng.randrange(len(configs))])
+        return np.array(pts, dtype=np.int64)
+
+    def count(self, steps: float, scored: int) -> None:
+        """Add one search's effort to :attr:`stats`."""
+        self.stats["calls"] += 1
+        self.stats["steps"] += float(steps)
+        self.stats["scored"] += int(scored)
 
 
 class TopConfigs:

@@ -59,7 +59,7 @@ class GeneticSearch(PositionSearch):
             mutate = self.np_rng.random(len(a)) < self.options.mutation
             if mutate.any():
                 child[mutate] = (self.np_rng.random(int(mutate.sum())) * self.dims[mutate]).astype(np.int64)
-            if self.space.is_valid(self.space.get(int((child * self.radix).sum()))):
+            if self.is_valid_index(int((child * self.radix).sum())):
                 return child
         return None
 
@@ -98,4 +98,5 @@ class GeneticSearch(PositionSearch):
                 children.append(c)
             pop = np.concatenate([elites, np.array(children, dtype=np.int64).reshape(-1, len(self.dims))])
         self.steps_run = step
+        self.count(step, len(pop) * (step + 1))
         return top.best()

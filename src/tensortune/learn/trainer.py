@@ -122,13 +122,12 @@ def _train_net(train: TrainingData, val: TrainingData, schema: dict[str, Any], o
     import torch
     from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
 
+    from ..utils.threads import torch_threads
     from .nets import make_net
     from .predictor import layout_of
 
     torch.manual_seed(o.seed)
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(o.threads or os.cpu_count() or 1)
-    try:
+    with torch_threads(o.threads or os.cpu_count() or 1):
         x_train = train.inputs()
         std = Standardizer.fit(x_train)
         schema["standardizer"] = std.to_json()
@@ -180,8 +179,6 @@ def _train_net(train: TrainingData, val: TrainingData, schema: dict[str, Any], o
         report.seconds = time.perf_counter() - start
         net.load_state_dict(best_state)
         return NeuralPredictor(schema, net, std), report
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 def _train_xgb(train: TrainingData, val: TrainingData, schema: dict[str, Any],

@@ -2,7 +2,9 @@
 
 A new selector is a class with ``name``, an ``Options`` dataclass, a constructor
 ``(options=None)`` and ``__call__(candidates, scores, n, context)`` (:class:`Selector`); a
-wrapper's constructor takes the inner selector first. Add it to :data:`SELECTORS` or
+wrapper's constructor takes the inner selector first. A selector with ``adaptive = True``
+(Chameleon's ``adaptive``) sizes its batch itself, up to ``n``, and picks representatives
+rather than the best-scored candidates: a tuner then measures the batch as it comes. Add it to :data:`SELECTORS` or
 :data:`SELECTOR_WRAPPERS` and the contract test (``tests/select/test_selector_contract.py``) checks it.
 """
 from typing import Any, Mapping
@@ -15,6 +17,7 @@ from .selectors import (DIVERSITY_ALPHA, DIVERSITY_LAMBDA, EPSILON, Diversity, E
 SELECTORS: Registry = Registry("selector", {
     "top-k": "tensortune.select.selectors:TopK",
     "diversity": "tensortune.select.selectors:Diversity",
+    "adaptive": "tensortune.select.adaptive:AdaptiveSampling",
 })
 #: Wrappers around a selector, by name.
 SELECTOR_WRAPPERS: Registry = Registry("selector wrapper", {

@@ -172,6 +172,7 @@ class EpsilonGreedy:
 
     def __init__(self, inner: Selector, options: EpsilonOptions | Mapping[str, Any] | None = None) -> None:
         self.inner = inner
+        self.adaptive = getattr(inner, "adaptive", False)
         self.options = make_options(EpsilonOptions, options, owner="selector 'epsilon-greedy'")
 
     def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int,

@@ -22,6 +22,7 @@ TUNERS: Registry = Registry("tuner", {
     "autotvm": "tensortune.tuners.autotvm:AutoTVMTuner",
     "model-based": "tensortune.tuners.model_based:ModelBasedTuner",
     "oneshot": "tensortune.tuners.oneshot:OneShotTuner",
+    "chameleon": "tensortune.tuners.chameleon:ChameleonTuner",
 })
 
 
@@ -42,11 +43,12 @@ def tuner_options(name: str) -> type:
 def __getattr__(attr: str) -> Any:
     """The tuner classes, loaded on first access (``from tensortune.tuners import AutoTVMTuner``)."""
     classes = {"RandomTuner": "random", "GridTuner": "grid", "GeneticTuner": "genetic", "AutoTVMTuner": "autotvm",
-               "ModelBasedTuner": "model-based", "OneShotTuner": "oneshot"}
+               "ModelBasedTuner": "model-based", "OneShotTuner": "oneshot",
+               "ChameleonTuner": "chameleon"}
     if attr in classes:
         return TUNERS.get(classes[attr])
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-__all__ = ["AutoTVMTuner", "DEFAULT_BATCH_SIZE", "GeneticTuner", "GridTuner", "ModelBasedTuner", "OneShotTuner", "RandomTuner",
+__all__ = ["AutoTVMTuner", "ChameleonTuner", "DEFAULT_BATCH_SIZE", "GeneticTuner", "GridTuner", "ModelBasedTuner", "OneShotTuner", "RandomTuner",
            "TUNERS", "TuneResult", "Tuner", "TuningSession", "get_tuner", "tuner_options"]

@@ -9,8 +9,10 @@ Every plan (``plan_size`` measurements) the tuner
 3. rescores those candidates with the cost model and lets its selector pick the plan (the
    selector is wrapped by epsilon-greedy: a share ``epsilon`` of random unmeasured configs);
 
-and each :meth:`ask` takes the next configs of the plan. Before the first fit (``warmup``
-trials) candidates are random. With ``transfer`` (on by default when a database holds enough
+and each :meth:`ask` takes the next configs of the plan; a batch ends where its plan ends (an
+adaptive selector's plan may be shorter than a batch). Before the first fit (``warmup``
+trials) candidates are random. With ``iterations`` the tuner is finished after that many
+model-guided plans (Chameleon's ``iteration_opt``). With ``transfer`` (on by default when a database holds enough
 other tasks' records) a global model, fitted once per tuner on other tasks' records, is added
 to the local one (``f = f_global + f_local``) and guides the very first plan.
 
@@ -70,6 +72,7 @@ class ModelBasedOptions:
     n_finalists: int = N_FINALISTS
     n_random_pool: int = N_RANDOM_POOL
     transfer: bool | None = None
+    iterations: int | None = None
 
     def __post_init__(self) -> None:
         checks = [(self.cost_model in COST_MODELS, f"cost_model must be one of {', '.join(COST_MODELS)}"),
@@ -82,7 +85,8 @@ class ModelBasedOptions:
                   (0.0 <= self.epsilon <= 1.0, "epsilon must lie in [0, 1]"),
                   (self.plan_size >= 1, "plan_size must be at least 1"),
                   (self.warmup >= 0 and self.n_finalists >= 0 and self.n_random_pool >= 0,
-                   "warmup, n_finalists and n_random_pool must be at least 0")]
+                   "warmup, n_finalists and n_random_pool must be at least 0"),
+                  (self.iterations is None or self.iterations >= 1, "iterations must be at least 1")]
         for ok, msg in checks:
             if not ok:
                 raise ValueError(msg)
@@ -126,6 +130,8 @@ class ModelBasedTuner(Tuner):
         self.transfer_tried = False  # transfer is fitted once per tuner, in its first session with a database
         self.data = TaskData(task)
         self.plan: list[Config] = []
+        #: sizes of the model-guided plans made (an adaptive selector's batch sizes)
+        self.plan_sizes: list[int] = []
         self.fits = 0
         self.fit_at = -1  # data size at the last fit
         self.notice = ""  # one-line transfer status for progress output
@@ -220,18 +226,23 @@ class ModelBasedTuner(Tuner):
         context = SelectContext(self.space, self.rng, exclude, self.task)
         self.plan = self.selector(candidates, scores, self.options.plan_size, context)
         self.timings["select"] += time.perf_counter() - t0
+        if self.model.fitted:
+            self.plan_sizes.append(len(self.plan))
 
     def next_batch(self, n: int) -> list[Config]:
+        iterations = self.options.iterations
         if self._need_plan():
+            if iterations is not None and len(self.plan_sizes) >= iterations:
+                self.finished = f"{iterations} iterations"
+                return []
             self._make_plan()
         out: list[Config] = []
         while self.plan and len(out) < n:
             c = self.plan.pop(0)
             if c.index not in self.visited:
                 out.append(c)
-        if len(out) < n:  # before the first model, or a short plan: random unmeasured configs
-            taken = self.visited | {c.index for c in out}
-            out += self.space.sample(self.rng, n - len(out), exclude=taken)
+        if not out:  # before the first model, or no plan to be had: random unmeasured configs
+            out = self.space.sample(self.rng, n, exclude=set(self.visited))
         return out
 
     # ------------------------------------------------------------ transfer learning
@@ -260,9 +271,25 @@ class ModelBasedTuner(Tuner):
         self.model = self._new_model(model)
         return True
 
+    def search_report(self) -> dict[str, Any]:
+        """Where the tuner's own time went and what its parts did, for benchmarks: seconds of
+        fitting, exploring, rescoring and selecting; the explorer's effort (its ``stats``:
+        searches, steps, configs scored); the model-guided plans' sizes; the model fits; and
+        the adaptive selector's k per plan when it has one."""
+        selector = getattr(self.selector, "inner", self.selector)
+        history = getattr(selector, "history", None)
+        return {"timings": dict(self.timings), "explorer": self.explorer.name,
+                "explorer_stats": dict(getattr(self.explorer, "stats", {})), "selector": selector.name,
+                "plan_sizes": list(self.plan_sizes), "fits": self.fits, "finished": self.finished,
+                **({"k": [r.k for r in history]} if history is not None else {})}
+
     @property
     def status(self) -> str:
-        """Cost model, objective, features and transfer in one line."""
+        """Cost model, objective, features and transfer in one line (and the iteration, when
+        the tuner counts them)."""
         o = self.options
         model = f"{o.cost_model}/{o.objective}/{getattr(self.model, 'feature', o.feature)}"
-        return f"{model}, " + (self.notice or "no transfer")
+        line = f"{model}, " + (self.notice or "no transfer")
+        if o.iterations is not None:
+            line += f", iteration {len(self.plan_sizes)}/{o.iterations}"
+        return line

@@ -1,0 +1,223 @@
+"""Chameleon's evidence from an operator-suite run: ``python -m bench.chameleon RESULTS``.
+
+The run itself is the suite's (one run, every tuner on every workload, the order rotated):
+
+    python -m bench run --suite ops --workloads resnet18_conv2d --blocked --budget 1000 \\
+        --tuners autotvm:objective=reg,metaschedule,chameleon,chameleon:variant=sa-adaptive,\\
+chameleon:variant=ppo-greedy,chameleon:variant=sa-greedy,chameleon:variant=sa-diversity --out RESULTS
+
+(``autotvm:objective=reg`` is the paper's Table 8 baseline: plan 64, XGBoost regression, 128 SA
+chains of at most 500 steps.) This script reads ``RESULTS/ops_batches.csv`` and
+``ops_summary.json`` and writes ``RESULTS/chameleon.md``, ``chameleon.json`` and
+``chameleon.png``:
+
+* per workload and tuner: hardware measurements and wall time until the best stopped improving
+  (the batch of the last improvement of the search's best), the final GFLOP/s (the suite's
+  re-measured, checked median), the explorer's search steps (per search: the steps a chain or
+  episode walked, averaged over walkers; and in all), the adaptive batches' k, and the share of
+  the wall time spent on the tuner's own search (explorer, k-means, model fits) against
+  building and running;
+* the paper's comparisons, as geometric means over the workloads where both sides have data:
+  search steps per search, SA over PPO (Fig. 7a: 2.88x); measurements for the same final
+  latency, diversity-aware or greedy sampling over adaptive sampling (Fig. 7b: 1.98x with SA,
+  2.33x with RL), each side counted to the first batch reaching the worse of the two finals;
+  and the wall time ``chameleon`` needs to reach the baseline's final latency against the
+  baseline's own time to it (target: 3x less; the paper: 4.45x).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from .common import save_figure, write_text
+from .suite.provenance import measured_on
+from .suite.report import curves
+from .suite.store import RunDir
+
+BASELINE = "autotvm:objective=reg"
+CHAMELEON = "chameleon"
+#: (label, the side that should need more, the side that should need less)
+STEP_PAIRS = (("SA / PPO, adaptive sampling", "chameleon:variant=sa-adaptive", CHAMELEON),
+              ("SA / PPO, greedy sampling", "chameleon:variant=sa-greedy", "chameleon:variant=ppo-greedy"))
+MEASURE_PAIRS = (("SA: diversity / adaptive", "chameleon:variant=sa-diversity", "chameleon:variant=sa-adaptive"),
+                 ("SA: greedy / adaptive", "chameleon:variant=sa-greedy", "chameleon:variant=sa-adaptive"),
+                 ("PPO: greedy / adaptive", "chameleon:variant=ppo-greedy", CHAMELEON))
+
+
+def settled(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Trials and seconds at the batch where the search's best last improved, and that best."""
+    best, hit = math.inf, None
+    for r in rows:
+        if r["best_ms"] is not None and r["best_ms"] < best * (1 - 1e-9):
+            best, hit = r["best_ms"], r
+    return {"trials": hit["trials"] if hit else None, "seconds": hit["elapsed_s"] if hit else None,
+            "best_ms": best if hit else None}
+
+
+def first_reaching(rows: list[dict[str, Any]], target_ms: float) -> dict[str, float] | None:
+    """Trials and seconds of the first batch whose best is at most ``target_ms``."""
+    hit = next((r for r in rows if r["best_ms"] is not None and r["best_ms"] <= target_ms * (1 + 1e-9)), None)
+    return None if hit is None else {"trials": hit["trials"], "seconds": hit["elapsed_s"]}
+
+
+def per_search_steps(summary: dict[str, Any]) -> float | None:
+    stats = (summary.get("search") or {}).get("explorer_stats") or {}
+    return stats["steps"] / stats["calls"] if stats.get("calls") else None
+
+
+def workload_table(name: str, summary: dict[str, Any], work: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per tuner: settled trials/seconds, final GFLOP/s, search steps, k, search share."""
+    out = {}
+    for tuner, s in summary["tuners"].items():
+        rows = work.get(tuner, [])
+        st = settled(rows)
+        search = s.get("search") or {}
+        stats = search.get("explorer_stats") or {}
+        wall = s.get("wall_s") or 0.0
+        split = s.get("split") or {}
+        own = sum((search.get("timings") or {}).values())
+        out[tuner] = {"settled_trials": st["trials"], "settled_s": st["seconds"], "search_best_ms": st["best_ms"],
+                      "final_ms": s.get("median_ms"),
+                      "final_gflops": summary["flops"] / (s["median_ms"] * 1e-3) / 1e9 if s.get("median_ms") else None,
+                      "trials": s.get("trials"), "wall_s": wall,
+                      "steps_per_search": per_search_steps(s), "steps": stats.get("steps"),
+                      "scored": stats.get("scored"), "searches": stats.get("calls"),
+                      "k": search.get("k"), "plan_sizes": search.get("plan_sizes"),
+                      "tuner_s": own or None, "search_share": (own / wall) if own and wall else
+                      ((split.get("search_s") or 0.0) / wall if wall else None),
+                      "build_share": (split.get("build_s") or 0.0) / wall if wall else None,
+                      "run_share": (split.get("run_s") or 0.0) / wall if wall else None,
+                      "stop": search.get("stop_reason"), "check": s.get("check")}
+    return out
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def compare(tables: dict[str, dict[str, Any]], cv: dict[str, Any]) -> dict[str, Any]:
+    """The paper's three comparisons (module docstring), per workload and as geometric means."""
+    out: dict[str, Any] = {"steps": {}, "measurements": {}, "wall": {}}
+    for label, more, less in STEP_PAIRS:
+        per = {w: t[more]["steps_per_search"] / t[less]["steps_per_search"] for w, t in tables.items()
+               if more in t and less in t and t[more]["steps_per_search"] and t[less]["steps_per_search"]}
+        out["steps"][label] = {"per_workload": per, "geomean": geomean(list(per.values()))}
+    for label, more, less in MEASURE_PAIRS:
+        per = {}
+        for w, t in tables.items():
+            if more not in t or less not in t or not t[more]["search_best_ms"] or not t[less]["search_best_ms"]:
+                continue
+            target = max(t[more]["search_best_ms"], t[less]["search_best_ms"])
+            a, b = first_reaching(cv[w][more], target), first_reaching(cv[w][less], target)
+            if a and b:
+                per[w] = {"ratio": a["trials"] / b["trials"], more: a["trials"], less: b["trials"], "target_ms": target}
+        out["measurements"][label] = {"per_workload": per, "geomean": geomean([v["ratio"] for v in per.values()])}
+    per = {}
+    for w, t in tables.items():
+        if BASELINE not in t or CHAMELEON not in t or not t[BASELINE]["search_best_ms"]:
+            continue
+        target = t[BASELINE]["search_best_ms"]
+        base = first_reaching(cv[w][BASELINE], target)
+        cham = first_reaching(cv[w][CHAMELEON], target)
+        per[w] = {"baseline_s": base["seconds"] if base else None, "chameleon_s": cham["seconds"] if cham else None,
+                  "speedup": base["seconds"] / cham["seconds"] if base and cham else None,
+                  "final_ratio": (t[BASELINE]["final_ms"] / t[CHAMELEON]["final_ms"])
+                  if t[BASELINE]["final_ms"] and t[CHAMELEON]["final_ms"] else None,
+                  "wall_ratio": t[BASELINE]["wall_s"] / t[CHAMELEON]["wall_s"] if t[CHAMELEON]["wall_s"] else None}
+    out["wall"] = {"per_workload": per, "reached": sum(1 for v in per.values() if v["speedup"]),
+                   "geomean_speedup": geomean([v["speedup"] for v in per.values() if v["speedup"]]),
+                   "geomean_final_ratio": geomean([v["final_ratio"] for v in per.values() if v["final_ratio"]]),
+                   "geomean_wall_ratio": geomean([v["wall_ratio"] for v in per.values() if v["wall_ratio"]])}
+    return out
+
+
+def _f(x: Any, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def markdown(tables: dict[str, dict[str, Any]], cmp: dict[str, Any], provenance: str) -> str:
+    lines = ["# Chameleon: variants, steps, measurements and wall time", "", provenance, ""]
+    for w, t in tables.items():
+        lines += [f"## {w}", "", "| tuner | final GFLOP/s | trials | settled at (trials / s) | wall s | "
+                  "steps per search | searches | k per plan | own search share | build / run share |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+        for tuner, r in t.items():
+            k = r["k"] or []
+            lines.append(f"| {tuner} | {_f(r['final_gflops'])} | {_f(r['trials'], 'd')} | "
+                         f"{_f(r['settled_trials'], 'd')} / {_f(r['settled_s'])} | {_f(r['wall_s'])} | "
+                         f"{_f(r['steps_per_search'])} | {_f(r['searches'], 'd')} | "
+                         f"{(str(min(k)) + '-' + str(max(k))) if k else '-'} | {_f(r['search_share'], '.0%')} | "
+                         f"{_f(r['build_share'], '.0%')} / {_f(r['run_share'], '.0%')} |")
+        lines.append("")
+    lines += ["## The paper's comparisons (geometric means over the workloads)", "",
+              "| comparison | ratio | workloads | paper |", "|---|---:|---:|---:|"]
+    paper = {"SA / PPO, adaptive sampling": "2.88x", "SA / PPO, greedy sampling": "2.88x",
+             "SA: diversity / adaptive": "1.98x", "SA: greedy / adaptive": "1.98x", "PPO: greedy / adaptive": "2.33x"}
+    for label, v in cmp["steps"].items():
+        lines.append(f"| search steps per search, {label} | {_f(v['geomean'], '.2f')}x | {len(v['per_workload'])} | "
+                     f"{paper[label]} |")
+    for label, v in cmp["measurements"].items():
+        lines.append(f"| measurements to the same final latency, {label} | {_f(v['geomean'], '.2f')}x | "
+                     f"{len(v['per_workload'])} | {paper[label]} |")
+    wv = cmp["wall"]
+    lines += [f"| wall time to {BASELINE}'s final latency, baseline / chameleon | {_f(wv['geomean_speedup'], '.2f')}x | "
+              f"{wv['reached']} of {len(wv['per_workload'])} reached | 4.45x |",
+              f"| final latency, baseline / chameleon | {_f(wv['geomean_final_ratio'], '.3f')}x | "
+              f"{len(wv['per_workload'])} | up to 1.064x |",
+              f"| whole tuning wall time, baseline / chameleon | {_f(wv['geomean_wall_ratio'], '.2f')}x | "
+              f"{len(wv['per_workload'])} | - |", ""]
+    return "\n".join(lines)
+
+
+def plot(tables: dict[str, dict[str, Any]], out: Path) -> Path | None:
+    """Settled measurements and final GFLOP/s per tuner, one group per workload."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    tuners = sorted({t for tab in tables.values() for t in tab})
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    width = 0.8 / max(len(tuners), 1)
+    for j, tuner in enumerate(tuners):
+        xs = [i + j * width for i in range(len(tables))]
+        axes[0].bar(xs, [tab.get(tuner, {}).get("settled_trials") or 0 for tab in tables.values()], width, label=tuner)
+        axes[1].bar(xs, [tab.get(tuner, {}).get("final_gflops") or 0 for tab in tables.values()], width, label=tuner)
+    for ax, title in zip(axes, ("measurements until the best stopped improving", "final GFLOP/s (re-measured)")):
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(tables))], list(tables), rotation=45, ha="right")
+        ax.set_title(title)
+    axes[0].legend(fontsize=7)
+    return save_figure(fig, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.chameleon", description=__doc__.splitlines()[0])
+    p.add_argument("results", help="an operator-suite results folder")
+    a = p.parse_args(argv)
+    run = RunDir(a.results)
+    summary = run.ops_summary()
+    if not summary:
+        print(f"{a.results}: no operator-suite results", file=sys.stderr)
+        return 1
+    cv = curves(run.ops_rows())
+    tables = {w: workload_table(w, s, cv.get(w, {})) for w, s in summary.items()}
+    cmp = compare(tables, cv)
+    provenance = measured_on(run.runs(), run.read_json("meta", {}) or {}, [s.get("run") for s in summary.values()],
+                             "ops")
+    md = markdown(tables, cmp, provenance)
+    write_text(run.path / "chameleon.md", md)
+    (run.path / "chameleon.json").write_text(json.dumps({"workloads": tables, "comparisons": cmp}, indent=1))
+    plot(tables, run.path / "chameleon.png")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

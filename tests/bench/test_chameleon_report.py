@@ -1,0 +1,85 @@
+"""bench.chameleon: the variants' tables and the paper's comparisons from an operator-suite folder."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuners"))
+from synthetic import FakeMeasurer, conv_landscape  # noqa: E402
+
+from bench.chameleon import BASELINE, CHAMELEON, compare, first_reaching, main, settled  # noqa: E402
+from bench.suite.ops import Curve  # noqa: E402
+from bench.suite.specs import parse  # noqa: E402
+from bench.suite.store import RunDir  # noqa: E402
+
+ZNVER4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2}
+SMALL = {"feature": "knob", "warmup": 8, "iterations": 3}
+EXPLORE = {"chameleon": {"n_episodes": 16, "min_steps": 8, "max_steps": 30},
+           "sa": {"n_chains": 16, "max_steps": 40}}
+
+
+def fake_curve(spec: str, task, seconds_per_trial: float) -> Curve:
+    """One tuner through the fake measurer, recorded as the suite records it."""
+    from tensortune.tuners import get_tuner
+
+    name, opts = parse(spec)
+    opts = {**opts, **SMALL}
+    variant = opts.get("variant", "")
+    opts["explorer_options"] = EXPLORE["sa"] if (name == "autotvm" or variant.startswith("sa")) else EXPLORE["chameleon"]
+    if name == "autotvm":
+        opts.pop("iterations")
+    curve = Curve(spec)
+    last = {"elapsed": 0.0, "build": 0.0, "run": 0.0}
+
+    def on_batch(tuner, inputs, results) -> None:
+        trials = (curve.rows[-1]["trials"] if curve.rows else 0) + len(results)
+        t = trials * seconds_per_trial
+        curve.add(trials, t, min(r.cost for r in results), len(results), 0, t * 0.5, t * 0.3, last)
+
+    tuner = get_tuner(name, task, seed=0, batch_size=8, options=opts)
+    res = tuner.tune(120, FakeMeasurer(conv_landscape), callbacks=[on_batch])
+    curve.wall_s = curve.rows[-1]["elapsed_s"]
+    curve.best_s = res.best_cost
+    curve.search = {**tuner.search_report(), "stop_reason": res.stop_reason}
+    return curve
+
+
+def test_report_from_a_suite_folder(tmp_path) -> None:
+    from tensortune.task import Task
+
+    task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
+    specs = [BASELINE, CHAMELEON, "chameleon:variant=sa-adaptive", "chameleon:variant=sa-diversity"]
+    run = RunDir(tmp_path / "r").create()
+    curves = [fake_curve(s, task, 0.5 if s == BASELINE else 0.4) for s in specs]
+    rows = [{"workload": "C6", "group": "g", "op": "conv2d", "seed": 0, "flops": task.flops, **r}
+            for c in curves for r in c.rows]
+    summary = {"group": "g", "op": "conv2d", "flops": task.flops,
+               "tuners": {c.tuner: {"trials": c.rows[-1]["trials"], "wall_s": c.wall_s, "split": c.totals(),
+                                    "search": c.search, "median_ms": c.best_s * 1e3, "check": "ok"} for c in curves}}
+    run.add_ops("C6", rows, summary)
+    assert main([str(run.path)]) == 0
+    out = json.loads((run.path / "chameleon.json").read_text())
+    t = out["workloads"]["C6"]
+    assert t[CHAMELEON]["k"] and all(8 <= k < 64 for k in t[CHAMELEON]["k"])
+    assert t[CHAMELEON]["searches"] == 3 and t[CHAMELEON]["steps_per_search"] >= 8
+    assert t[BASELINE]["k"] is None and t[BASELINE]["steps_per_search"] > 0
+    assert t[CHAMELEON]["trials"] == 8 + sum(t[CHAMELEON]["plan_sizes"])
+    steps = out["comparisons"]["steps"]["SA / PPO, adaptive sampling"]
+    expect = t["chameleon:variant=sa-adaptive"]["steps_per_search"] / t[CHAMELEON]["steps_per_search"]
+    assert abs(steps["geomean"] - expect) < 1e-9
+    assert "C6" in out["comparisons"]["wall"]["per_workload"]
+    md = (run.path / "chameleon.md").read_text()
+    assert "search steps per search" in md and "| chameleon |" in md
+
+
+def test_settled_and_first_reaching() -> None:
+    rows = [{"trials": 8, "elapsed_s": 1.0, "best_ms": 3.0}, {"trials": 16, "elapsed_s": 2.0, "best_ms": 2.0},
+            {"trials": 24, "elapsed_s": 3.0, "best_ms": 2.0}, {"trials": 32, "elapsed_s": 4.0, "best_ms": 1.5}]
+    assert settled(rows) == {"trials": 32, "seconds": 4.0, "best_ms": 1.5}
+    assert first_reaching(rows, 2.0) == {"trials": 16, "seconds": 2.0}
+    assert first_reaching(rows, 1.0) is None
+    tables = {"w": {BASELINE: {"search_best_ms": 2.0, "final_ms": 2.0, "wall_s": 4.0},
+                    CHAMELEON: {"search_best_ms": 1.5, "final_ms": 1.5, "wall_s": 4.0}}}
+    cmp = compare(tables, {"w": {BASELINE: rows[:2], CHAMELEON: [rows[0], rows[3]]}})
+    assert cmp["wall"]["per_workload"]["w"]["speedup"] == 2.0 / 4.0
