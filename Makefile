@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup demo test bench bench-quick datasets ablation-datasets check-python clean
+.PHONY: setup demo test bench bench-quick bench-ppo datasets ablation-datasets check-python clean
 
 check-python:
 	@if [ -z "$(PYTHON)" ] || ! "$(PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
@@ -36,6 +36,11 @@ bench: setup
 
 bench-quick: setup
 	$(PY) -m bench run --quick
+
+# Chameleon's PPO explorer against stable-baselines3 (installs the rl extra into the venv).
+bench-ppo: setup
+	$(PY) -m pip install -q -e ".[dev,bench,rl]"
+	$(PY) -m bench.ppo_overhead
 
 # One-Shot Tuner's datasets (hours each; every command resumes where it stopped; nothing else
 # should run meanwhile). The conv2d dataset began with 5 x 40 ms repeats; the others time lighter.

@@ -70,3 +70,18 @@ def test_finds_good_configs_of_the_landscape(task) -> None:
     r = FakeMeasurer(conv_landscape)
     rnd = get_tuner("random", task, seed=0).tune(res.trials_measured, r)
     assert res.best_cost <= rnd.best_cost
+
+
+def test_adaptive_sampling_needs_no_rescoring_model(task) -> None:
+    """Adaptive sampling clusters the explorer's candidates: only the explorer's knob-feature
+    model is fitted; a ranking selector (the diversity variant) fits and asks the cost model."""
+    m = FakeMeasurer(conv_landscape)
+    adaptive = get_tuner("chameleon", task, seed=0, batch_size=8, options={**FAST, "feature": "itervar",
+                                                                             "iterations": 2})
+    adaptive.tune(1000, m)
+    assert not adaptive.rescores and not adaptive.model.fitted and adaptive.explore_model.fitted
+    ranking = get_tuner("chameleon", task, seed=0, batch_size=8,
+                        options={**FAST, "feature": "itervar", "iterations": 1, "variant": "sa-diversity",
+                                 "explorer_options": {"n_chains": 16, "max_steps": 20}})
+    ranking.tune(1000, FakeMeasurer(conv_landscape))
+    assert ranking.rescores and ranking.model.fitted

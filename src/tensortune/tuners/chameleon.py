@@ -5,7 +5,10 @@ A named composition of :class:`~.model_based.ModelBasedTuner`: an XGBoost cost m
 regression loss (the paper's setting), the PPO explorer ``ppo`` (adaptive exploration, over the
 knob-feature scorer the plan loop gives every explorer) and the selector ``adaptive``
 (k-means adaptive sampling with sample synthesis), no epsilon-greedy share, and no random
-configs added to the explorer's candidates (they are what the clustering summarises). It is
+configs added to the explorer's candidates (they are what the clustering summarises), and no
+transfer learning (the paper's comparisons are from cold starts; ``transfer=true`` turns it
+on). Adaptive sampling clusters the explorer's candidates without ranking them, so the plan
+loop's knob-feature XGBoost model, which scores the PPO rewards, is the only model fitted. It is
 finished after ``iterations`` = 16 model-guided plans (Table 7's ``iteration_opt``), or earlier
 at the trial or time budget.
 
@@ -43,7 +46,7 @@ VARIANTS: dict[str, tuple[str, str, float]] = {
 @dataclass(frozen=True)
 class ChameleonOptions(ModelBasedOptions):
     """Chameleon's composition: xgb with the regression loss, explorer ``ppo``, selector
-    ``adaptive``, epsilon 0, no random pool, 16 iterations; ``variant`` one of
+    ``adaptive``, epsilon 0, no random pool, 16 iterations, no transfer; ``variant`` one of
     :data:`VARIANTS`."""
 
     objective: str = "reg"
@@ -52,6 +55,7 @@ class ChameleonOptions(ModelBasedOptions):
     epsilon: float = 0.0
     n_random_pool: int = 0
     iterations: int | None = ITERATIONS
+    transfer: bool | None = False
     variant: str | None = None
 
     def __post_init__(self) -> None:

@@ -121,7 +121,8 @@ class ModelBasedTuner(Tuner):
         self.model: CostModel = cost_model if cost_model is not None else self._new_model(None)
         # the explorer's score: the model's fast scorer, else a knob-feature model of its own
         fast = not o.acquisition and self.model.position_scorer(task) is not None
-        self.explore_model: CostModel = self.model if fast else make_cost_model("xgb", feature="knob", seed=seed)
+        self.explore_model: CostModel = self.model if fast else make_cost_model(
+            "xgb", feature="knob", objective=o.objective, seed=seed)
         self.explorer: Explorer = explorer if explorer is not None else make_explorer(
             o.explorer, self.space, seed=seed, options=o.explorer_options)
         self.selector: Selector = selector if selector is not None else wrap_selector(
@@ -185,18 +186,28 @@ class ModelBasedTuner(Tuner):
             return n >= self.options.warmup or self.global_model is not None
         return not self.plan or n - self.fit_at >= self.options.plan_size
 
+    @property
+    def rescores(self) -> bool:
+        """Whether the plan's candidates are rescored by the cost model. An adaptive selector
+        clusters them and does not rank them, so with a separate explorer model (the knob-feature
+        scorer) the cost model is neither fitted nor asked: the candidates keep the explorer's
+        order."""
+        return self.explore_model is self.model or not getattr(self.selector, "adaptive", False)
+
     def _refit(self) -> None:
         t0 = time.perf_counter()
         if len(self.data) and self.fit_at != len(self.data):
-            self.model.fit([self.data])
+            if self.rescores:
+                self.model.fit([self.data])
             if self.explore_model is not self.model:
                 self.explore_model.fit([self.data])
             self.fits += 1
         self.fit_at = len(self.data)
         self.timings["fit"] += time.perf_counter() - t0
 
-    def _candidates(self, exclude: set[int]) -> list[Config]:
-        """The explorer's finalists (when the models are fitted) plus random unmeasured configs."""
+    def _candidates(self, exclude: set[int]) -> tuple[list[Config], bool]:
+        """The explorer's finalists (when the models are fitted) plus random unmeasured configs,
+        and whether the explorer was asked (the plan is model-guided)."""
         o = self.options
         finalists: list[Config] = []
         scorer = self.explore_model.position_scorer(self.task) if self.explore_model.fitted and (
@@ -208,25 +219,30 @@ class ModelBasedTuner(Tuner):
             finalists = [self.space.get(int(i)) for i in idx]
         taken = exclude | {c.index for c in finalists}
         n_random = o.n_random_pool if finalists else o.n_random_pool + o.n_finalists
-        return finalists + self.space.sample(self.rng, n_random, exclude=taken)
+        return finalists + self.space.sample(self.rng, n_random, exclude=taken), scorer is not None
 
     def _make_plan(self) -> None:
         self._refit()
         exclude = set(self.visited)
         t0 = time.perf_counter()
-        candidates = self._candidates(exclude)
+        candidates, guided = self._candidates(exclude)
         self.timings["explore"] += time.perf_counter() - t0
         if not candidates:
             self.plan = []
             return
         t0 = time.perf_counter()
-        scores = self.model.predict(self.task, candidates) if self.model.fitted else np.zeros(len(candidates))
+        if self.rescores and self.model.fitted:
+            scores = self.model.predict(self.task, candidates)
+        elif guided:  # the explorer's order (best first), random configs after it
+            scores = -np.arange(len(candidates), dtype=np.float64)
+        else:
+            scores = np.zeros(len(candidates))
         self.timings["rescore"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         context = SelectContext(self.space, self.rng, exclude, self.task)
         self.plan = self.selector(candidates, scores, self.options.plan_size, context)
         self.timings["select"] += time.perf_counter() - t0
-        if self.model.fitted:
+        if guided or self.model.fitted:
             self.plan_sizes.append(len(self.plan))
 
     def next_batch(self, n: int) -> list[Config]:
