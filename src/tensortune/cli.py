@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tuner", default="random", help=f"one of {', '.join(TUNERS)}")
     t.add_argument("--trials", type=_positive_int, required=True, help="trial budget for this task and tuner")
     t.add_argument("--time-budget", type=_positive_float, default=None, help="stop after this many seconds")
+    t.add_argument("--cpu-budget", type=_positive_float, default=None,
+                   help="stop after this many CPU-seconds (the tuner's own, building and running)")
+    t.add_argument("--energy-budget", type=_positive_float, default=None,
+                   help="stop after this many joules (needs a readable RAPL counter; refused without one)")
     t.add_argument("--early-stopping", type=_positive_int, default=None, help="stop after N trials without improvement")
     t.add_argument("--batch-size", type=_positive_int, default=None)
     t.add_argument("--db", required=True, help="SQLite database file (created if missing)")
@@ -284,12 +288,19 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- commands
 def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: str, seed: int,
           time_budget: float | None, early_stopping: int | None, batch_size: int | None,
-          progress: bool, model_options: dict[str, Any] | None = None, tuner_options: Sequence[str] = ()) -> Any:
+          progress: bool, model_options: dict[str, Any] | None = None, tuner_options: Sequence[str] = (),
+          cpu_budget: float | None = None, energy_budget: float | None = None) -> Any:
     from .measure import Measurer
+    from .measure.energy import EnergyUnavailable, require
     from .task import OpError, Task
     from .tuners import DEFAULT_BATCH_SIZE, get_tuner
     from .utils.progress import ProgressBar
 
+    if energy_budget is not None:
+        try:
+            require()
+        except EnergyUnavailable as e:
+            raise UsageError(str(e)) from None
     options = _tuner_options(tuner_name, tuner_options, model_options)
     try:
         task = Task.from_op(op, shape)
@@ -305,7 +316,7 @@ def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: 
     try:
         with Measurer() as m:
             res = tuner.tune(trials, m, early_stopping=early_stopping, time_budget=time_budget,
-                             callbacks=[bar], database=db)
+                             callbacks=[bar], database=db, cpu_budget=cpu_budget, energy_budget=energy_budget)
     finally:
         bar.close()
         db.close()
@@ -318,7 +329,7 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
                      "acquisition": a.acquisition, "transfer": a.transfer}
     res = _tune(a.op, _parse_shape(a.shape), a.tuner, a.trials, a.db, a.seed, a.time_budget,
                 a.early_stopping, a.batch_size, progress=not (a.no_progress or a.json), model_options=model_options,
-                tuner_options=a.tuner_options)
+                tuner_options=a.tuner_options, cpu_budget=a.cpu_budget, energy_budget=a.energy_budget)
     out = res.to_json()
     if res.tuner_status:
         out["tuner_status"] = res.tuner_status
@@ -334,6 +345,10 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
             print(f"best from: {res.describe_source()}")
         if res.tuner_status:
             print(f"model: {res.tuner_status}")
+        cost = out["cost"]
+        energy = f"{cost['energy_j']:.1f} J" if cost["energy_j"] is not None else f"energy {cost.get('energy', 'not available')}"
+        print(f"cost: {cost['wall_s']:.1f} s wall, {cost['cpu_s']:.1f} CPU-s (tuner {cost['cpu_split_s']['tuner']:.1f}, "
+              f"build {cost['cpu_split_s']['build']:.1f}, run {cost['cpu_split_s']['run']:.1f}), {energy}")
     return 0
 
 

@@ -75,6 +75,10 @@ def test_real_configs_measure_and_verify(measurer):
     assert r.cost == sorted(r.costs)[1] or r.cost == sum(r.costs) / 2
     assert r.threads == measurer.options.threads and r.build_time > 0 and r.run_time > 0
     assert r.extra["timed_s"] > 0
+    # CPU-seconds of the builder's and the runner's work on each candidate, read from the workers
+    for x in results:
+        assert x.build_cpu is not None and 0 < x.build_cpu and x.run_cpu is not None and 0 < x.run_cpu
+        assert x.cpu_s == x.build_cpu + x.run_cpu
 
 
 def test_measure_rounds_builds_once_and_runs_interleaved(measurer):
@@ -116,6 +120,8 @@ def test_fault_is_a_result_and_measurement_goes_on(measurer, fault):
     assert bad.cost == float("inf")
     if fault in HANGS:  # ended by the limit, not by anything else
         assert f"exceeded {HANG_TIMEOUT:g} s" in bad.error_msg, bad.error_msg
+    if fault in ("segfault", "abort", "run_hang"):  # the runner died or was killed: its CPU time is lost
+        assert bad.run_cpu is None and bad.build_cpu is not None
     assert all(r.extra.get("verified") for r in (results[0], results[2]))
     # the workers are healthy afterwards, limits back to the generous ones
     assert measurer.options.build_timeout == measurer.options.run_timeout == GENEROUS_TIMEOUT

@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
+from .energy import EnergyMeter
 from .options import MeasureOptions
 from .pool import Worker
 from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult
@@ -63,12 +64,12 @@ class LocalBuilder:
         dt = time.perf_counter() - t0
         if out.status == "ok":
             kind, path, msg, secs = out.value
-            return BuildResult(path, ErrorKind(kind), msg, secs)
+            return BuildResult(path, ErrorKind(kind), msg, secs, out.cpu_s)
         if out.status == "timeout":
-            return BuildResult(None, ErrorKind.BUILD_TIMEOUT, "build " + out.message, dt)
+            return BuildResult(None, ErrorKind.BUILD_TIMEOUT, "build " + out.message, dt, out.cpu_s)
         if out.status == "crash":
-            return BuildResult(None, ErrorKind.COMPILE, "builder crashed: " + out.message, dt)
-        return BuildResult(None, ErrorKind.UNKNOWN, out.message, dt)
+            return BuildResult(None, ErrorKind.COMPILE, "builder crashed: " + out.message, dt, out.cpu_s)
+        return BuildResult(None, ErrorKind.UNKNOWN, out.message, dt, out.cpu_s)
 
     def close(self) -> None:
         """Stop the workers and remove build artifacts."""
@@ -86,6 +87,7 @@ class LocalRunner:
         self.options = options or MeasureOptions()
         self._log = tempfile.TemporaryFile()
         self._worker = Worker(init_worker, (tuple(self.options.imports), self.options.threads), self._log)
+        self._energy = EnergyMeter()  # no domains where the machine has no counter: energy stays None
 
     def start(self) -> None:
         """Start the runner process now."""
@@ -113,9 +115,11 @@ class LocalRunner:
     def _run_one(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any], keep: bool = False) -> MeasureResult:
         now, threads = time.time(), self.options.threads
         if b.error is not ErrorKind.NONE or b.artifact is None:
-            return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads)
+            return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads, build_cpu=b.build_cpu)
         t0 = time.perf_counter()
+        self._energy.start()
         res = self._worker.call(run_candidate, (inp.task.json_text, b.artifact, opts), self.options.run_timeout)
+        joules = self._energy.stop()
         dt = time.perf_counter() - t0
         if not keep:
             try:
@@ -124,7 +128,8 @@ class LocalRunner:
                 pass
         if res.status == "ok":
             kind, costs, msg, got_threads, timed = res.value
-            r = MeasureResult(costs, ErrorKind(kind), msg, b.build_time, dt, now, got_threads or threads)
+            r = MeasureResult(costs, ErrorKind(kind), msg, b.build_time, dt, now, got_threads or threads, joules,
+                              build_cpu=b.build_cpu, run_cpu=res.cpu_s)
             r.extra["timed_s"] = timed
             if opts["check_correctness"] and r.ok:
                 r.extra["verified"] = True
@@ -133,7 +138,8 @@ class LocalRunner:
             "timeout": (ErrorKind.RUN_TIMEOUT, "run " + res.message),
             "crash": (ErrorKind.RUNTIME, "candidate crashed the runner: " + res.message),
         }.get(res.status, (ErrorKind.UNKNOWN, res.message))
-        return MeasureResult([], kind, msg, b.build_time, dt, now, threads)
+        return MeasureResult([], kind, msg, b.build_time, dt, now, threads, joules, build_cpu=b.build_cpu,
+                             run_cpu=res.cpu_s)
 
     def close(self) -> None:
         """Stop the runner process."""

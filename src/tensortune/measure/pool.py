@@ -53,12 +53,14 @@ KILL_GRACE = 3.0
 
 
 class CallOutcome:
-    """What a call returned, or how it failed: ``"ok"``, ``"timeout"``, ``"crash"``, ``"error"``."""
+    """What a call returned, or how it failed: ``"ok"``, ``"timeout"``, ``"crash"``, ``"error"``;
+    ``cpu_s``: the CPU-seconds (user + system, all threads) the child spent on the call, None
+    when they could not be read (the child died or was killed)."""
 
-    __slots__ = ("status", "value", "message")
+    __slots__ = ("status", "value", "message", "cpu_s")
 
-    def __init__(self, status: str, value: Any = None, message: str = "") -> None:
-        self.status, self.value, self.message = status, value, message
+    def __init__(self, status: str, value: Any = None, message: str = "", cpu_s: float | None = None) -> None:
+        self.status, self.value, self.message, self.cpu_s = status, value, message, cpu_s
 
 
 class Worker:
@@ -90,11 +92,15 @@ class Worker:
 
             dog = threading.Timer(timeout + KILL_GRACE, kill)
             dog.daemon = True
+            before = self.cpu_seconds()
             try:
                 self._w.send(fn, args, None, timeout)
                 dog.start()
                 value = self._w.recv()
-                return CallOutcome("ok", value)
+                after = self.cpu_seconds()
+                # a child started by this call: its start-up is this call's cost too
+                spent = None if after is None else after - (before or 0.0)
+                return CallOutcome("ok", value, cpu_s=spent)
             except TimeoutError:
                 return CallOutcome("timeout", message=f"exceeded {timeout:g} s")
             except ChildProcessError:
@@ -106,6 +112,19 @@ class Worker:
                 return CallOutcome("error", message=(lines[-1] if lines else type(e).__name__)[:2000])
             finally:
                 dog.cancel()
+
+    def cpu_seconds(self) -> float | None:
+        """CPU-seconds the child process has used so far (None: no live child)."""
+        import psutil
+
+        proc = getattr(self._w, "_proc", None)
+        if proc is None or proc.poll() is not None:
+            return None
+        try:
+            t = psutil.Process(proc.pid).cpu_times()
+        except (psutil.Error, OSError):
+            return None
+        return float(t.user + t.system)
 
     def close(self) -> None:
         """Stop the child process."""

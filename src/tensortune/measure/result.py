@@ -27,13 +27,15 @@ class ErrorKind(str, enum.Enum):
 class BuildResult:
     """Outcome of compiling one candidate.
 
-    ``artifact`` is the path of the exported shared library (None on error).
+    ``artifact`` is the path of the exported shared library (None on error); ``build_cpu``
+    the builder process's CPU-seconds for it (None: not readable, e.g. the builder died).
     """
 
     artifact: str | None
     error: ErrorKind = ErrorKind.NONE
     error_msg: str = ""
     build_time: float = 0.0
+    build_cpu: float | None = None
 
 
 @dataclass
@@ -41,7 +43,10 @@ class MeasureResult:
     """Outcome of one trial.
 
     ``costs`` are seconds per run (one per repeat); ``cost`` is their median
-    (``inf`` on error). ``spread`` is (max - min) / median of the costs.
+    (``inf`` on error). ``spread`` is (max - min) / median of the costs. ``build_time`` and
+    ``run_time`` are wall seconds; ``build_cpu`` and ``run_cpu`` the CPU-seconds the builder
+    and the runner process spent on the candidate (None: not readable, e.g. the process died);
+    ``energy_j`` the joules measured around it where the machine has a counter (else None).
     """
 
     costs: list[float]
@@ -53,6 +58,14 @@ class MeasureResult:
     threads: int = 0
     energy_j: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    build_cpu: float | None = None
+    run_cpu: float | None = None
+
+    @property
+    def cpu_s(self) -> float | None:
+        """CPU-seconds of building and running it (None when neither could be read)."""
+        parts = [x for x in (self.build_cpu, self.run_cpu) if x is not None]
+        return sum(parts) if parts else None
 
     @property
     def ok(self) -> bool:

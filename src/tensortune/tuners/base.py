@@ -56,6 +56,9 @@ class TuneResult:
     #: the confirmation group the best was chosen from: {"group", "rounds", "configs"} (empty: a
     #: single measurement)
     confirmation: dict[str, Any] = field(default_factory=dict)
+    #: what the call cost: wall time, CPU-seconds (tuner, building, running), energy or why not
+    #: (a :class:`~tensortune.measure.cost.RunCost`; None for a result made elsewhere)
+    cost: Any = None
 
     @property
     def best_gflops(self) -> float:
@@ -79,6 +82,7 @@ class TuneResult:
             "stop_reason": self.stop_reason,
             "confirm_measured": self.confirm_measured,
             "confirmation": self.confirmation or None,
+            "cost": self.cost.to_json() if self.cost is not None else None,
         }
 
     def describe_source(self) -> str:
@@ -198,12 +202,15 @@ class Tuner(ABC):
         time_budget: float | None = None,
         callbacks: Sequence[Callback] = (),
         database: Any = None,
+        cpu_budget: float | None = None,
+        energy_budget: float | None = None,
     ) -> TuneResult:
         """Ask, measure and tell until the budget is spent: one :class:`~.session.TuningSession`
         (its ``run`` says what the budget, database and confirmation do)."""
         from .session import TuningSession
 
-        return TuningSession(self, measurer, database, callbacks).run(n_trial, early_stopping, time_budget)
+        return TuningSession(self, measurer, database, callbacks).run(n_trial, early_stopping, time_budget,
+                                                                      cpu_budget, energy_budget)
 
     def _unmeasured_default(self) -> Config | None:
         """The template's default config, if asked for and not measured yet."""

@@ -36,14 +36,19 @@ def record_trial(db: Database, tuner: Any, inp: MeasureInput, res: MeasureResult
                  extra: dict[str, Any] | None = None) -> int:
     """Commit one measured candidate (its task must be stored: :func:`ensure_task`) with the
     context it was measured in (the thread count is the one the runner reports) and ``extra``
-    (e.g. a confirmation mark); return its row id."""
+    (e.g. a confirmation mark); return its row id. The CPU-seconds of building and running it
+    go into ``extra["cpu_s"]`` (``{"build", "run"}``, each present when it could be read)."""
+    extra = dict(extra or {})
+    cpu = {k: round(v, 6) for k, v in (("build", res.build_cpu), ("run", res.run_cpu)) if v is not None}
+    if cpu:
+        extra["cpu_s"] = cpu
     return db.add_trial(TrialRecord(
         workload_key=inp.task.workload_key, config_index=inp.config.index, config=inp.config.to_json()["knobs"],
         costs=list(res.costs), error=res.error.value, error_msg=res.error_msg, build_time=res.build_time,
         run_time=res.run_time, timestamp=res.timestamp or time.time(), tuner=tuner.name, seed=tuner.seed,
         tvm_version=tvm_version(), target=context.target, threads=res.threads,
         verified=bool(res.extra.get("verified", False)), energy_j=res.energy_j,
-        timing=context.timing, cpu_model=context.cpu_model, extra=dict(extra or {}),
+        timing=context.timing, cpu_model=context.cpu_model, extra=extra,
     ))
 
 

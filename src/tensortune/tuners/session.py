@@ -48,10 +48,15 @@ class TuningSession:
         self.database = database
         self.callbacks = list(callbacks)
 
-    def run(self, n_trial: int, early_stopping: int | None = None, time_budget: float | None = None) -> "TuneResult":
+    def run(self, n_trial: int, early_stopping: int | None = None, time_budget: float | None = None,
+            cpu_budget: float | None = None, energy_budget: float | None = None) -> "TuneResult":
         """Measure up to ``n_trial`` configs; stop early on the time budget (seconds of wall
-        time) or after ``early_stopping`` trials without improvement, or when the space is
-        exhausted. With a database, trials already stored for the task in this run's context
+        time), the CPU budget (CPU-seconds of this process and of the builder and runner
+        processes' work on its candidates) or the energy budget (joules; refused with
+        :class:`~tensortune.measure.energy.EnergyUnavailable` on a machine without a counter),
+        after ``early_stopping`` trials without improvement, or when the space is exhausted.
+        The result's ``cost`` has the run's wall time, CPU-seconds and energy
+        (:class:`~tensortune.measure.cost.RunCost`). With a database, trials already stored for the task in this run's context
         (same machine, threads and timing) are loaded first (never measured again, and this
         tuner's stored trials count against ``n_trial``; trials an earlier session of this tuner
         loaded or wrote are not loaded again) and every new trial is committed as it completes,
@@ -61,8 +66,14 @@ class TuningSession:
         from .base import TuneResult
         from .records import history_from_db, measure_context, record_trial
 
+        from ..measure.cost import CostMeter
+        from ..measure.energy import require
+
+        if energy_budget is not None:
+            require()
         tuner, measurer, database = self.tuner, self.measurer, self.database
         start = time.perf_counter()
+        self.meter = meter = CostMeter()
         done_before = 0
         context = measure_context(tuner.task, measurer.options)
         have: set[int] = set()
@@ -80,12 +91,19 @@ class TuningSession:
         budget = max(0, n_trial - done_before)
 
         def commit(inp: MeasureInput, res: MeasureResult) -> None:
+            meter.add(res)
             if database is not None:
                 have.add(record_trial(database, tuner, inp, res, context))
 
         while measured < budget:
             if time_budget is not None and time.perf_counter() - start >= time_budget:
                 stop = "time_budget"
+                break
+            if cpu_budget is not None and meter.cpu_s() >= cpu_budget:
+                stop = "cpu_budget"
+                break
+            if energy_budget is not None and (meter.energy_j() or 0.0) >= energy_budget:
+                stop = "energy_budget"
                 break
             if early_stopping is not None and measured - last_improve >= early_stopping:
                 stop = "early_stopping"
@@ -121,7 +139,7 @@ class TuningSession:
             source = {"from": "database", **stored} if stored else {"from": "this run"}
         return TuneResult(tuner.task, tuner.best_config, tuner.best_cost, measured, errors, history, stop, verified,
                           spread, tuner.status, source, context, confirm_measured,
-                          confirmation if tuner.best_config is not None else {})
+                          confirmation if tuner.best_config is not None else {}, meter.total())
 
     # ------------------------------------------------------------ confirmation
     def confirm(self, context: Any, have: set[int]) -> int:
@@ -154,6 +172,9 @@ class TuningSession:
         inputs = [MeasureInput(tuner.task, c) for c in configs]
 
         def commit(r: int, inp: MeasureInput, res: MeasureResult) -> None:
+            meter = getattr(self, "meter", None)
+            if meter is not None:
+                meter.add(res)
             mark = {"confirm": {"group": group, "round": r, "of": rounds}}
             have.add(record_trial(database, tuner, inp, res, context, extra=mark))
 
