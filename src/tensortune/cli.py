@@ -178,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(tm)
     tm.add_argument("--tuner", default="autotvm", help=f"one of {', '.join(TUNERS)} (default autotvm)")
     tm.add_argument("--trials-per-task", type=_positive_int, default=None, help="trials per task (stored ones count)")
+    tm.add_argument("--cpu-budget", type=_positive_float, default=None,
+                    help="CPU-seconds for the whole model (on top of --trials-per-task / --time-budget)")
+    tm.add_argument("--energy-budget", type=_positive_float, default=None,
+                    help="joules for the whole model (needs a readable RAPL counter; refused without one)")
     tm.add_argument("--time-budget", type=_positive_float, default=None, help="seconds for the whole model")
     tm.add_argument("--scheduler", default="sequential", help=f"one of {', '.join(SCHEDULER_NAMES)}")
     tm.add_argument("--db", required=True, help="SQLite database file (created if missing)")
@@ -505,8 +509,10 @@ def _model_measure_options() -> Any:
 
 def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int | None, time_budget: float | None,
                 scheduler: str, seed: int, batch_size: int | None, progress: bool,
-                tuner_options: Sequence[str] = ()) -> tuple[list[Any], Any, float]:
-    """Tune every task of ``model``; returns (outcomes, tasks, wall seconds)."""
+                tuner_options: Sequence[str] = (), cpu_budget: float | None = None,
+                energy_budget: float | None = None, cost: dict[str, Any] | None = None) -> tuple[list[Any], Any, float]:
+    """Tune every task of ``model``; returns (outcomes, tasks, wall seconds). ``cost``, when
+    given, is filled with the run's cost (wall time, CPU-seconds, energy)."""
     import time
 
     from .measure import Measurer
@@ -528,11 +534,14 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
     try:
         with Measurer(_model_measure_options()) as m:
             bar = ModelProgress(model.name, tasks, trials_per_task, time_budget, disable=not progress)
-            sched = sched_cls(tasks, make_tuner, m, db, trials_per_task, time_budget, callbacks=[bar], batch_size=bs)
+            sched = sched_cls(tasks, make_tuner, m, db, trials_per_task, time_budget, callbacks=[bar], batch_size=bs,
+                              cpu_budget=cpu_budget, energy_budget=energy_budget)
             try:
                 outcomes = sched.run()
             finally:
                 bar.close()
+                if cost is not None:
+                    cost.update(sched.cost())
     finally:
         db.close()
     return outcomes, tasks, time.perf_counter() - t0
@@ -557,19 +566,32 @@ def _print_outcomes(model: Any, outcomes: list[Any], wall: float) -> dict[str, A
 def cmd_tune(a: argparse.Namespace) -> int:
     """``tensortune tune``."""
     _check_tune_args(a.tuner, a.scheduler, a.trials_per_task, a.time_budget, a.db, a.tuner_options)  # before importing a model
+    if a.energy_budget is not None:
+        from .measure.energy import EnergyUnavailable, require
+
+        try:
+            require()
+        except EnergyUnavailable as e:
+            raise UsageError(str(e)) from None
     model = _load(a)
+    cost: dict[str, Any] = {}
     outcomes, _, wall = _tune_model(model, a.tuner, a.db, a.trials_per_task, a.time_budget, a.scheduler, a.seed,
-                                    a.batch_size, progress=not (a.no_progress or a.json), tuner_options=a.tuner_options)
+                                    a.batch_size, progress=not (a.no_progress or a.json), tuner_options=a.tuner_options,
+                                    cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, cost=cost)
     if a.json:
         from .scheduler import estimated_total
 
         total, n = estimated_total(outcomes)
         print(json.dumps({"model": model.name, "tuner": a.tuner, "scheduler": a.scheduler,
                           "tasks": [o.to_json() for o in outcomes], "estimated_total_ms": total * 1e3,
-                          "tasks_measured": n, "wall_s": wall,
+                          "tasks_measured": n, "wall_s": wall, "cost": cost,
                           "measure": _model_measure_options().timing()}))
     else:
         _print_outcomes(model, outcomes, wall)
+        energy = f"{cost['energy_j']:.1f} J" if cost.get("energy_j") is not None else \
+            f"energy {cost.get('energy', 'not available')}"
+        print(f"cost: {cost.get('cpu_s', 0.0):.1f} CPU-s, {energy}"
+              + (f"; stopped by the {cost['stopped_by'].replace('_', ' ')}" if cost.get("stopped_by") else ""))
     return 0
 
 

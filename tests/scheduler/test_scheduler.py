@@ -25,11 +25,12 @@ class FakeTuner:
     def __init__(self, task, clock: Clock, overrun: float, log: list) -> None:
         self.task, self.clock, self.overrun, self.log = task, clock, overrun, log
 
-    def tune(self, n_trial, measurer, time_budget=None, database=None, callbacks=()):
+    def tune(self, n_trial, measurer, time_budget=None, database=None, callbacks=(), cpu_budget=None,
+             energy_budget=None):
         self.log.append((self.task.name, time_budget))
         self.clock.now += time_budget + self.overrun
         return SimpleNamespace(trials_measured=1, errors={}, best_config=None, best_cost=float("inf"),
-                               stop_reason="time_budget")
+                               stop_reason="time_budget", cost=None)
 
 
 class FakeDB:
@@ -205,3 +206,27 @@ def test_tuning_the_same_tuner_again_loads_only_new_trials(tmp_path) -> None:
         assert third.trials_measured == 0 and third.confirm_measured == 0 and m.calls == calls
         assert loaded == [[other_config.index]]  # nothing new to load
         assert third.best_config.index == db.best(task.workload_key, context).config_index
+
+
+def test_cpu_budget_caps_the_whole_run(tmp_path) -> None:
+    """Each task's tune call gets what is left of the CPU budget; no task starts once it is spent."""
+    from tensortune.measure.cost import RunCost
+
+    seen: list[float] = []
+
+    class CpuTuner:
+        def __init__(self, task) -> None:
+            self.task = task
+
+        def tune(self, n_trial, measurer, time_budget=None, database=None, callbacks=(), cpu_budget=None,
+                 energy_budget=None):
+            seen.append(cpu_budget)
+            return SimpleNamespace(trials_measured=4, errors={}, best_config=None, best_cost=float("inf"),
+                                   stop_reason="cpu_budget", cost=RunCost(wall_s=1.0, tuner_cpu_s=4.0))
+
+    s = SequentialScheduler(tasks(5), lambda task, r: CpuTuner(task), SimpleNamespace(options=MeasureOptions.cold()),
+                            FakeDB(), trials_per_task=100, cpu_budget=10.0)
+    s.run()
+    assert seen == pytest.approx([10.0, 6.0, 2.0])  # the third call spends past 10: no fourth
+    cost = s.cost()
+    assert cost["cpu_s"] == pytest.approx(12.0) and cost["stopped_by"] == "cpu_budget" and cost["energy_j"] is None

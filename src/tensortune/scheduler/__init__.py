@@ -20,6 +20,11 @@ and confirms and verifies its best at the end, so it runs past its budget by abo
 the mean overrun of the tasks so far is taken off each next share, and enough is kept back
 for one short run of every later task (one batch: its template default and a few more), so
 that the light tasks tuned last are not starved by the heavy ones.
+
+A CPU budget (CPU-seconds: the tuner's own and its candidates' building and running) or an
+energy budget (joules, where the machine has a counter) caps the whole run on top of the trials
+or the time: each ``tune`` call gets what is left of it, and no task starts once it is spent.
+:meth:`TaskScheduler.cost` sums the run's wall time, CPU-seconds and energy.
 """
 from __future__ import annotations
 
@@ -77,9 +82,19 @@ class TaskScheduler:
 
     def __init__(self, tasks: Sequence[ModelTask], make_tuner: Callable[[Any, int], Any], measurer: Any, database: Any,
                  trials_per_task: int | None = None, time_budget: float | None = None,
-                 callbacks: Sequence[Callable[..., None]] = (), batch_size: int = 16) -> None:
+                 callbacks: Sequence[Callable[..., None]] = (), batch_size: int = 16,
+                 cpu_budget: float | None = None, energy_budget: float | None = None) -> None:
         if trials_per_task is None and time_budget is None:
             raise ValueError("give trials per task, a time budget, or both")
+        if energy_budget is not None:
+            from ..measure.energy import require
+
+            require()
+        self.cpu_budget, self.energy_budget = cpu_budget, energy_budget
+        self.cpu_s = 0.0
+        self.energy_j: float | None = 0.0 if energy_budget is not None else None
+        self.energy_note = ""
+        self.budget_stop = ""
         self.tasks = [t for t in tasks if t.tunable]
         self.make_tuner = make_tuner
         self.measurer = measurer
@@ -100,6 +115,25 @@ class TaskScheduler:
             return None
         return self.time_budget - (time.perf_counter() - self._start)
 
+    def spent(self) -> str:
+        """The budget that is spent ("cpu_budget" / "energy_budget"), or ""."""
+        if self.cpu_budget is not None and self.cpu_s >= self.cpu_budget:
+            self.budget_stop = "cpu_budget"
+        elif self.energy_budget is not None and (self.energy_j or 0.0) >= self.energy_budget:
+            self.budget_stop = "energy_budget"
+        return self.budget_stop
+
+    def cost(self) -> dict[str, Any]:
+        """The run's wall time, CPU-seconds and energy (None, with the reason, without a counter)."""
+        wall = time.perf_counter() - self._start if self._start else 0.0
+        out = {"wall_s": round(wall, 3), "cpu_s": round(self.cpu_s, 3),
+               "energy_j": None if self.energy_j is None else round(self.energy_j, 3)}
+        if self.energy_j is None and self.energy_note:
+            out["energy"] = self.energy_note
+        if self.budget_stop:
+            out["stopped_by"] = self.budget_stop
+        return out
+
     def tuner_for(self, mt: ModelTask) -> Any:
         """The tuner of ``mt``: made by ``make_tuner(task, 0)`` on first use, the same one after."""
         key = mt.task.workload_key
@@ -112,8 +146,16 @@ class TaskScheduler:
         measured (confirmation re-measurements not included)."""
         self.current = mt
         out = self.outcomes[mt.task.workload_key]
+        cpu_left = None if self.cpu_budget is None else self.cpu_budget - self.cpu_s
+        energy_left = None if self.energy_budget is None else self.energy_budget - (self.energy_j or 0.0)
         res = self.tuner_for(mt).tune(n_trial, self.measurer, time_budget=time_budget, database=self.database,
-                                      callbacks=[self._callback])
+                                      callbacks=[self._callback], cpu_budget=cpu_left, energy_budget=energy_left)
+        if res.cost is not None:
+            self.cpu_s += res.cost.cpu_s
+            if res.cost.energy_j is not None:
+                self.energy_j = (self.energy_j or 0.0) + res.cost.energy_j
+            else:
+                self.energy_note = res.cost.energy_note
         out.measured += res.trials_measured
         out.trials_total = self.database.count(mt.task.workload_key)
         for k, v in res.errors.items():
@@ -162,7 +204,7 @@ class SequentialScheduler(TaskScheduler):
         overruns: list[float] = []  # seconds each tuned task ran past the budget it was given
         for k, mt in enumerate(self.tasks):
             left = self.remaining()
-            if left is not None and left <= 0:
+            if (left is not None and left <= 0) or self.spent():
                 break
             budget = None
             if left is not None:
@@ -188,7 +230,7 @@ class RoundRobinScheduler(TaskScheduler):
         while active:
             for mt in list(active):
                 left = self.remaining()
-                if left is not None and left <= 0:
+                if (left is not None and left <= 0) or self.spent():
                     return
                 out = self.outcomes[mt.task.workload_key]
                 have = self.database.count(mt.task.workload_key)
