@@ -22,6 +22,7 @@ SELECTORS: Registry = Registry("selector", {
 #: Wrappers around a selector, by name.
 SELECTOR_WRAPPERS: Registry = Registry("selector wrapper", {
     "epsilon-greedy": "tensortune.select.selectors:EpsilonGreedy",
+    "cold-filter": "tensortune.select.cold:ColdFilter",
 })
 
 

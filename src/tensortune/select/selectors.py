@@ -88,12 +88,15 @@ def epsilon_mix(batch: Sequence[Config], space: ConfigSpace, rng: random.Random,
 class SelectContext:
     """What a selector may use besides the scores: the space, the tuner's random generator
     (the only randomness a selector may draw on, so a seed fixes the batch), the configs
-    already measured (``exclude``: never to be chosen) and the task."""
+    already measured (``exclude``: never to be chosen), the task, and the task's measured
+    history in trial order (``history``: a :class:`~tensortune.costmodel.base.TaskData`, None
+    when the tuner keeps none; failures have cost ``inf``)."""
 
     space: ConfigSpace
     rng: random.Random
     exclude: set[int] = field(default_factory=set)
     task: Any = None
+    history: Any = None
 
 
 @runtime_checkable

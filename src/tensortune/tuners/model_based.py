@@ -35,7 +35,7 @@ from ..costmodel.xgb import ACQUISITIONS, OBJECTIVES
 from ..features import FEATURES
 from ..explore import EXPLORERS, Explorer, make_explorer
 from ..measure import MeasureResult
-from ..select import EPSILON, SELECTORS, SelectContext, Selector, make_selector, wrap_selector
+from ..select import EPSILON, SELECTOR_WRAPPERS, SELECTORS, SelectContext, Selector, make_selector, wrap_selector
 from ..space import Config
 from .base import DEFAULT_BATCH_SIZE, Tuner
 
@@ -73,6 +73,8 @@ class ModelBasedOptions:
     n_random_pool: int = N_RANDOM_POOL
     transfer: bool | None = None
     iterations: int | None = None
+    cold_filter: bool = False
+    cold_filter_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         checks = [(self.cost_model in COST_MODELS, f"cost_model must be one of {', '.join(COST_MODELS)}"),
@@ -127,6 +129,8 @@ class ModelBasedTuner(Tuner):
             o.explorer, self.space, seed=seed, options=o.explorer_options)
         self.selector: Selector = selector if selector is not None else wrap_selector(
             "epsilon-greedy", make_selector(o.selector, o.selector_options), {"epsilon": o.epsilon})
+        if o.cold_filter:  # Trimmer's filter sees every proposed candidate, epsilon's random ones too
+            self.selector = wrap_selector("cold-filter", self.selector, o.cold_filter_options)
         self.global_model: CostModel | None = None
         self.transfer_tried = False  # transfer is fitted once per tuner, in its first session with a database
         self.data = TaskData(task)
@@ -152,6 +156,8 @@ class ModelBasedTuner(Tuner):
         o = super().check_options(values)
         make_options(EXPLORERS.get(o.explorer).Options, o.explorer_options, owner=f"explorer {o.explorer!r}")
         make_options(SELECTORS.get(o.selector).Options, o.selector_options, owner=f"selector {o.selector!r}")
+        make_options(SELECTOR_WRAPPERS.get("cold-filter").Options, o.cold_filter_options,
+                     owner="selector wrapper 'cold-filter'")
         kind = "xgb-ensemble" if o.cost_model == "xgb" and o.acquisition else o.cost_model
         model_cls = COST_MODELS.get(kind)
         params = inspect.signature(model_cls).parameters
@@ -239,7 +245,7 @@ class ModelBasedTuner(Tuner):
             scores = np.zeros(len(candidates))
         self.timings["rescore"] += time.perf_counter() - t0
         t0 = time.perf_counter()
-        context = SelectContext(self.space, self.rng, exclude, self.task)
+        context = SelectContext(self.space, self.rng, exclude, self.task, self.data)
         self.plan = self.selector(candidates, scores, self.options.plan_size, context)
         self.timings["select"] += time.perf_counter() - t0
         if guided or self.model.fitted:
@@ -267,6 +273,8 @@ class ModelBasedTuner(Tuner):
         ``transfer`` is False). A tuner tuned again keeps its models, with or without transfer."""
         if self.options.transfer is not False and not self.transfer_tried:
             self.enable_transfer(database)
+        if hasattr(self.selector, "begin"):  # the cold filter trains its network on the database
+            self.selector.begin(database, self.seed)
 
     def enable_transfer(self, database: Any) -> bool:
         """Fit the global model from ``database``; on too little history (or a cost model handed
@@ -292,12 +300,16 @@ class ModelBasedTuner(Tuner):
         fitting, exploring, rescoring and selecting; the explorer's effort (its ``stats``:
         searches, steps, configs scored); the model-guided plans' sizes; the model fits; and
         the adaptive selector's k per plan when it has one."""
-        selector = getattr(self.selector, "inner", self.selector)
+        selector = self.selector
+        while hasattr(selector, "inner"):
+            selector = selector.inner
         history = getattr(selector, "history", None)
         return {"timings": dict(self.timings), "explorer": self.explorer.name,
                 "explorer_stats": dict(getattr(self.explorer, "stats", {})), "selector": selector.name,
                 "plan_sizes": list(self.plan_sizes), "fits": self.fits, "finished": self.finished,
-                **({"k": [r.k for r in history]} if history is not None else {})}
+                **({"k": [r.k for r in history]} if history is not None else {}),
+                **({"cold_filter": {k: vars(r) for k, r in self.selector.reports.items()},
+                    "cold_filter_notice": self.selector.notice} if hasattr(self.selector, "reports") else {})}
 
     @property
     def status(self) -> str:
@@ -306,6 +318,8 @@ class ModelBasedTuner(Tuner):
         o = self.options
         model = f"{o.cost_model}/{o.objective}/{getattr(self.model, 'feature', o.feature)}"
         line = f"{model}, " + (self.notice or "no transfer")
+        if hasattr(self.selector, "notice"):
+            line += f", {self.selector.notice}"
         if o.iterations is not None:
             line += f", iteration {len(self.plan_sizes)}/{o.iterations}"
         return line

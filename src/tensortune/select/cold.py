@@ -1,0 +1,198 @@
+"""Trimmer's cold-candidate filter (selector wrapper ``cold-filter``, §III-C and §IV-B).
+
+A *cold* candidate is a measured one whose latency lies above a LOESS regression of the
+task's latencies over trial order (statsmodels' ``lowess`` on the log latency, ``frac`` 2/3;
+a failed candidate is cold too): measuring it bought nothing. The filter keeps the measured
+candidates' embeddings, the middle layer of Trimmer's latency network
+(:mod:`tensortune.learn.coldnet`), and drops a proposed candidate whose ``k`` most
+cosine-similar measured candidates are all cold, before it is measured; the inner selector then
+supplies a fresh candidate in its place (it is asked again, the dropped ones removed from its
+pool, until the batch is full or the pool is empty).
+
+Choices the paper leaves open, ours: ``k`` = 5, and an inverse epsilon-greedy schedule: each
+proposed candidate is checked with probability ``p_start`` x ``decay`` ^ u, u being the cost-model
+updates of the task so far (one per plan), at least ``p_min`` (0.9, 0.8 and 0.1 by default):
+the filter acts most while the cost model knows little and steps back as it learns. Nothing is
+filtered before the task has ``min_measured`` successful measurements (LOESS needs them).
+
+The network is trained once per database (and cached for the process) on the database's
+records of every task; where it holds fewer than ``min_records``, the dataset databases named
+in ``datasets`` add theirs. Without a database the filter passes everything through and says
+so in :attr:`ColdFilter.notice`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..space import Config
+from ..utils.options import make_options
+
+#: Ours (see the module docstring): neighbours, schedule, history needed, records wanted.
+COLD_K, P_START, P_DECAY, P_MIN, MIN_MEASURED, MIN_RECORDS = 5, 0.9, 0.8, 0.1, 16, 2000
+LOESS_FRAC = 2.0 / 3.0
+#: Times the inner selector is asked again for replacements of dropped candidates.
+MAX_ROUNDS = 8
+
+
+@dataclass(frozen=True)
+class ColdFilterOptions:
+    """``k`` neighbours; the schedule ``p_start`` x ``decay`` ^ updates, at least ``p_min``;
+    ``min_measured`` successes before filtering; ``min_records`` wanted to train the network,
+    ``datasets``: dataset database files that add records where the tuning database has fewer;
+    ``loess_frac``: the LOESS span."""
+
+    k: int = COLD_K
+    p_start: float = P_START
+    decay: float = P_DECAY
+    p_min: float = P_MIN
+    min_measured: int = MIN_MEASURED
+    min_records: int = MIN_RECORDS
+    datasets: tuple[str, ...] = ()
+    loess_frac: float = LOESS_FRAC
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.min_measured < 3:
+            raise ValueError("k must be at least 1 and min_measured at least 3")
+        if not (0 <= self.p_min <= self.p_start <= 1 and 0 < self.decay <= 1):
+            raise ValueError("need 0 <= p_min <= p_start <= 1 and 0 < decay <= 1")
+        if not 0 < self.loess_frac <= 1:
+            raise ValueError("loess_frac must lie in (0, 1]")
+
+
+def cold_mask(costs: Sequence[float], frac: float = LOESS_FRAC) -> np.ndarray:
+    """Which of a task's measured candidates (costs in trial order, ``inf`` = failed) are cold:
+    failed, or above the LOESS fit of log latency over trial order."""
+    from statsmodels.nonparametric.smoothers_lowess import lowess
+
+    costs = np.asarray(costs, dtype=np.float64)
+    ok = np.isfinite(costs) & (costs > 0)
+    cold = ~ok
+    if ok.sum() >= 3:
+        x = np.nonzero(ok)[0].astype(np.float64)
+        y = np.log(costs[ok])
+        fit = lowess(y, x, frac=frac, it=0, return_sorted=False)
+        cold[ok] = y > fit
+    return cold
+
+
+_NETS: dict[tuple[str, int], Any] = {}  # (database path, records) -> trained network, per process
+
+
+def network_for(database: Any, options: ColdFilterOptions, seed: int = 0) -> tuple[Any, str]:
+    """The latency network trained on ``database`` (plus ``options.datasets`` where it has fewer
+    than ``min_records``), cached per database and record count; (None, why) when there are too
+    few records."""
+    from ..database import Database
+    from ..learn.coldnet import records_from, train_coldnet
+
+    samples = records_from([database])
+    sources = [str(getattr(database, "path", "database"))]
+    for path in options.datasets:
+        if len(samples) >= options.min_records:
+            break
+        with Database(path, readonly=True) as extra:
+            samples += records_from([extra], limit=options.min_records - len(samples))
+        sources.append(str(path))
+    key = ("|".join(sources), len(samples))
+    if key not in _NETS:
+        try:
+            _NETS[key] = train_coldnet(samples, seed=seed)
+        except ValueError as e:
+            return None, f"cold filter off: {e}"
+    net = _NETS[key]
+    r = net.report
+    return net, (f"cold filter on: network of {r.records} records, test Spearman {r.test_spearman:.2f}")
+
+
+@dataclass
+class ColdReport:
+    """Per task: candidates checked and filtered."""
+
+    checked: int = 0
+    filtered: int = 0
+    calls: int = 0
+
+
+class ColdFilter:
+    """Wrapper: the inner selector's batch without the candidates whose nearest measured
+    neighbours were all cold (module docstring)."""
+
+    name = "cold-filter"
+    Options = ColdFilterOptions
+
+    def __init__(self, inner: Any, options: ColdFilterOptions | Mapping[str, Any] | None = None) -> None:
+        self.inner = inner
+        self.adaptive = getattr(inner, "adaptive", False)
+        self.options = make_options(ColdFilterOptions, options, owner="selector wrapper 'cold-filter'")
+        self.net: Any = None
+        self.notice = "cold filter off: no database"
+        self.reports: dict[str, ColdReport] = {}
+
+    def begin(self, database: Any, seed: int = 0) -> None:
+        """Train (or fetch) the network on ``database``'s records."""
+        if self.net is None:
+            self.net, self.notice = network_for(database, self.options, seed)
+
+    def _keep(self, candidates: Sequence[Config], context: Any, report: ColdReport) -> list[bool]:
+        """Per candidate: False when it is checked and its k nearest measured are all cold."""
+        from ..learn.coldnet import sample_of
+
+        o = self.options
+        hist = context.history
+        p = max(o.p_min, o.p_start * o.decay ** report.calls)
+        check = [context.rng.random() < p for _ in candidates]
+        if not any(check):
+            return [True] * len(candidates)
+        measured = list(hist.configs)
+        cold = cold_mask(hist.costs, o.loess_frac)
+        emb_m = self.net.embed([sample_of(context.task, c) for c in measured])
+        emb_c = self.net.embed([sample_of(context.task, c) for c, chk in zip(candidates, check) if chk])
+        unit = lambda e: e / (np.linalg.norm(e, axis=1, keepdims=True) + 1e-12)  # noqa: E731
+        sims = unit(emb_c) @ unit(emb_m).T
+        k = min(o.k, len(measured))
+        near = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+        all_cold = cold[near].all(axis=1)
+        keep, j = [], 0
+        for chk in check:
+            if chk:
+                report.checked += 1
+                keep.append(not bool(all_cold[j]))
+                j += 1
+            else:
+                keep.append(True)
+        return keep
+
+    def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int, context: Any) -> list[Config]:
+        hist = getattr(context, "history", None)
+        ok = 0 if hist is None else sum(1 for c in hist.costs if math.isfinite(c))
+        if self.net is None or hist is None or ok < self.options.min_measured or context.task is None:
+            return self.inner(candidates, scores, n, context)
+        key = context.task.workload_key
+        report = self.reports.setdefault(key, ColdReport())
+        pool = list(candidates)
+        pool_scores = np.asarray(scores, dtype=np.float64)
+        batch: list[Config] = []
+        dropped: set[int] = set()
+        for _ in range(MAX_ROUNDS):
+            if len(batch) >= n or not pool:
+                break
+            want = n - len(batch)
+            picked = [c for c in self.inner(pool, pool_scores, want, context)
+                      if c.index not in dropped and c.index not in {b.index for b in batch}]
+            if not picked:
+                break
+            keep = self._keep(picked, context, report)
+            batch += [c for c, k in zip(picked, keep) if k]
+            gone = {c.index for c, k in zip(picked, keep) if not k}
+            report.filtered += len(gone)
+            dropped |= gone
+            taken = gone | {c.index for c in batch}
+            mask = [c.index not in taken for c in pool]
+            pool = [c for c, m in zip(pool, mask) if m]
+            pool_scores = pool_scores[np.asarray(mask, dtype=bool)] if len(mask) else pool_scores
+        report.calls += 1
+        return batch
