@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this many joules (needs a readable RAPL counter; refused without one)")
     t.add_argument("--early-stopping", type=_positive_int, default=None, help="stop after N trials without improvement")
     t.add_argument("--batch-size", type=_positive_int, default=None)
+    t.add_argument("--rpc", default=None, metavar="HOST:PORT:KEY",
+                   help="time candidates on a device of this TVM RPC tracker (built here)")
     t.add_argument("--db", required=True, help="SQLite database file (created if missing)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--json", action="store_true", help="print one JSON object")
@@ -178,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(tm)
     tm.add_argument("--tuner", default="autotvm", help=f"one of {', '.join(TUNERS)} (default autotvm)")
     tm.add_argument("--trials-per-task", type=_positive_int, default=None, help="trials per task (stored ones count)")
+    tm.add_argument("--rpc", default=None, metavar="HOST:PORT:KEY",
+                    help="time candidates on a device of this TVM RPC tracker (built here)")
     tm.add_argument("--cpu-budget", type=_positive_float, default=None,
                     help="CPU-seconds for the whole model (on top of --trials-per-task / --time-budget)")
     tm.add_argument("--energy-budget", type=_positive_float, default=None,
@@ -293,8 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: str, seed: int,
           time_budget: float | None, early_stopping: int | None, batch_size: int | None,
           progress: bool, model_options: dict[str, Any] | None = None, tuner_options: Sequence[str] = (),
-          cpu_budget: float | None = None, energy_budget: float | None = None) -> Any:
-    from .measure import Measurer
+          cpu_budget: float | None = None, energy_budget: float | None = None, rpc: str | None = None) -> Any:
+    from .measure import MeasureOptions
     from .measure.energy import EnergyUnavailable, require
     from .task import OpError, Task
     from .tuners import DEFAULT_BATCH_SIZE, get_tuner
@@ -315,10 +319,15 @@ def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: 
     except ValueError as e:
         raise UsageError(str(e)) from None
     _check_db_path(db_path, must_exist=False)
-    db = _open_db(db_path)
+    measurer = _measurer(MeasureOptions(), rpc)
+    try:
+        db = _open_db(db_path)
+    except BaseException:
+        measurer.close()
+        raise
     bar = ProgressBar(trials, desc=f"{tuner_name} {task.name}", disable=not progress)
     try:
-        with Measurer() as m:
+        with measurer as m:
             res = tuner.tune(trials, m, early_stopping=early_stopping, time_budget=time_budget,
                              callbacks=[bar], database=db, cpu_budget=cpu_budget, energy_budget=energy_budget)
     finally:
@@ -327,13 +336,29 @@ def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: 
     return res
 
 
+def _measurer(options: Any, rpc: str | None) -> Any:
+    """A Measurer; with ``rpc`` its runner times on that tracker's device (UsageError in one line
+    when the text is malformed or no such device answers)."""
+    from .measure import DeviceUnavailable, Measurer
+    from .measure.measure import parse_rpc
+
+    if rpc is None:
+        return Measurer(options)
+    try:
+        parse_rpc(rpc)
+        options.rpc = rpc
+        return Measurer(options)
+    except (ValueError, DeviceUnavailable) as e:
+        raise UsageError(str(e)) from None
+
+
 def cmd_tune_op(a: argparse.Namespace) -> int:
     """``tensortune tune-op``."""
     model_options = {"cost_model": a.cost_model, "objective": a.objective, "feature": a.feature,
                      "acquisition": a.acquisition, "transfer": a.transfer}
     res = _tune(a.op, _parse_shape(a.shape), a.tuner, a.trials, a.db, a.seed, a.time_budget,
                 a.early_stopping, a.batch_size, progress=not (a.no_progress or a.json), model_options=model_options,
-                tuner_options=a.tuner_options, cpu_budget=a.cpu_budget, energy_budget=a.energy_budget)
+                tuner_options=a.tuner_options, cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, rpc=a.rpc)
     out = res.to_json()
     if res.tuner_status:
         out["tuner_status"] = res.tuner_status
@@ -510,12 +535,12 @@ def _model_measure_options() -> Any:
 def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int | None, time_budget: float | None,
                 scheduler: str, seed: int, batch_size: int | None, progress: bool,
                 tuner_options: Sequence[str] = (), cpu_budget: float | None = None,
-                energy_budget: float | None = None, cost: dict[str, Any] | None = None) -> tuple[list[Any], Any, float]:
+                energy_budget: float | None = None, cost: dict[str, Any] | None = None,
+                rpc: str | None = None) -> tuple[list[Any], Any, float]:
     """Tune every task of ``model``; returns (outcomes, tasks, wall seconds). ``cost``, when
     given, is filled with the run's cost (wall time, CPU-seconds, energy)."""
     import time
 
-    from .measure import Measurer
     from .models.compile import model_tasks
     from .scheduler import SCHEDULERS
     from .tuners import DEFAULT_BATCH_SIZE, get_tuner
@@ -525,14 +550,19 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
     sched_cls = SCHEDULERS[scheduler]
     tasks = model_tasks(model)
     bs = batch_size or DEFAULT_BATCH_SIZE
-    db = _open_db(db_path)
+    measurer = _measurer(_model_measure_options(), rpc)  # a bad --rpc fails before the database is made
+    try:
+        db = _open_db(db_path)
+    except BaseException:
+        measurer.close()
+        raise
 
     def make_tuner(task: Any, round_: int) -> Any:
         return get_tuner(tuner_name, task, seed=seed + round_, batch_size=bs, options=options)
 
     t0 = time.perf_counter()
     try:
-        with Measurer(_model_measure_options()) as m:
+        with measurer as m:
             bar = ModelProgress(model.name, tasks, trials_per_task, time_budget, disable=not progress)
             sched = sched_cls(tasks, make_tuner, m, db, trials_per_task, time_budget, callbacks=[bar], batch_size=bs,
                               cpu_budget=cpu_budget, energy_budget=energy_budget)
@@ -577,7 +607,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
     cost: dict[str, Any] = {}
     outcomes, _, wall = _tune_model(model, a.tuner, a.db, a.trials_per_task, a.time_budget, a.scheduler, a.seed,
                                     a.batch_size, progress=not (a.no_progress or a.json), tuner_options=a.tuner_options,
-                                    cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, cost=cost)
+                                    cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, cost=cost, rpc=a.rpc)
     if a.json:
         from .scheduler import estimated_total
 

@@ -9,7 +9,8 @@ from typing import Any
 from .options import MeasureOptions
 from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult, WorkerStartError
 
-_LAZY = {"LocalBuilder": ".measure", "LocalRunner": ".measure", "Measurer": ".measure"}
+_LAZY = {"LocalBuilder": ".measure", "LocalRunner": ".measure", "Measurer": ".measure", "RPCRunner": ".measure",
+         "DeviceUnavailable": ".measure"}
 
 
 def __getattr__(name: str) -> Any:
@@ -20,5 +21,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BuildResult", "ErrorKind", "LocalBuilder", "LocalRunner", "MeasureInput", "MeasureOptions", "MeasureResult",
-           "Measurer", "WorkerStartError"]
+__all__ = ["BuildResult", "DeviceUnavailable", "ErrorKind", "LocalBuilder", "LocalRunner", "MeasureInput",
+           "MeasureOptions", "MeasureResult", "Measurer", "RPCRunner", "WorkerStartError"]

@@ -17,7 +17,7 @@ from .energy import EnergyMeter
 from .options import MeasureOptions
 from .pool import Worker
 from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult
-from .worker import build_candidate, init_worker, run_candidate
+from .worker import build_candidate, init_worker, rpc_run_candidate, run_candidate
 
 
 class LocalBuilder:
@@ -118,7 +118,7 @@ class LocalRunner:
             return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads, build_cpu=b.build_cpu)
         t0 = time.perf_counter()
         self._energy.start()
-        res = self._worker.call(run_candidate, (inp.task.json_text, b.artifact, opts), self.options.run_timeout)
+        res = self._worker.call(*self._call(inp, b, opts), self.options.run_timeout)
         joules = self._energy.stop()
         dt = time.perf_counter() - t0
         if not keep:
@@ -141,10 +141,68 @@ class LocalRunner:
         return MeasureResult([], kind, msg, b.build_time, dt, now, threads, joules, build_cpu=b.build_cpu,
                              run_cpu=res.cpu_s)
 
+    def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
+        """The worker function that runs one candidate, and its arguments."""
+        return run_candidate, (inp.task.json_text, b.artifact, opts)
+
     def close(self) -> None:
         """Stop the runner process."""
         self._worker.close()
         self._log.close()
+
+
+class RPCRunner(LocalRunner):
+    """Times built candidates on devices registered with a TVM RPC tracker (AutoTVM's
+    ``RPCRunner``): each candidate is uploaded to a device of ``options.rpc`` (``host:port:key``),
+    checked against the reference computed here and timed there, one at a time, from the same
+    kind of persistent worker process (so a hung device ends at the run timeout). Energy is not
+    measured (the counters here do not see the device), and the thread count recorded is the
+    device's."""
+
+    def __init__(self, options: MeasureOptions) -> None:
+        self.device = parse_rpc(options.rpc or "")
+        options.threads = device_threads(self.device)  # the context records the device's thread count
+        super().__init__(options)
+        self._energy = EnergyMeter([])
+
+    def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
+        return rpc_run_candidate, (inp.task.json_text, b.artifact, {**opts, "session_timeout": self.options.run_timeout},
+                                   self.device)
+
+
+class DeviceUnavailable(RuntimeError):
+    """The RPC tracker cannot be reached, or it has no device of the key."""
+
+
+def device_threads(device: tuple[str, int, str], timeout: float = 30.0) -> int:
+    """The thread count a device of the tracker runs kernels with (``runtime.NumThreads`` there);
+    :class:`DeviceUnavailable` in one line when no session can be had."""
+    import socket
+
+    from tvm import rpc
+
+    host, port, key = device
+    try:
+        socket.create_connection((host, port), timeout=5).close()  # fail fast: TVM retries for a minute
+        tracker = rpc.connect_tracker(host, port)
+        servers = [s for s in tracker.summary().get("server_info", []) if str(s.get("key", "")).endswith(f":{key}")]
+        if not servers:
+            raise RuntimeError(f"the tracker has no device of that key (it has: "
+                               f"{', '.join(sorted({str(s.get('key', '')) for s in tracker.summary().get('server_info', [])})) or 'none'})")
+        remote = tracker.request(key, priority=1, session_timeout=timeout)
+        return int(remote.get_function("runtime.NumThreads")())
+    except Exception as e:  # noqa: BLE001 - any failure to reach the device is the same answer
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        raise DeviceUnavailable(f"no rpc device {key!r} at tracker {host}:{port}: "
+                                f"{lines[-1] if lines else type(e).__name__}") from None
+
+
+def parse_rpc(text: str) -> tuple[str, int, str]:
+    """``"host:port:key"`` -> ``(host, port, key)``; ValueError in one line otherwise."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0] or not parts[2] or not parts[1].isdigit() or not 0 < int(parts[1]) < 65536:
+        raise ValueError(f"--rpc takes TRACKER_HOST:PORT:KEY (e.g. 127.0.0.1:9190:rasp4), got {text!r}")
+    return parts[0], int(parts[1]), parts[2]
 
 
 class Measurer:
@@ -153,7 +211,7 @@ class Measurer:
     def __init__(self, options: MeasureOptions | None = None) -> None:
         self.options = options or MeasureOptions()
         self.builder = LocalBuilder(self.options)
-        self.runner = LocalRunner(self.options)
+        self.runner = RPCRunner(self.options) if self.options.rpc else LocalRunner(self.options)
 
     def start(self) -> None:
         """Start all worker processes."""

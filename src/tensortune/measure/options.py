@@ -16,7 +16,9 @@ class MeasureOptions:
     ``repeat`` repeats give the costs whose median is reported; ``cooldown_ms`` pauses
     between repeats; ``flush_cache`` flushes the CPU caches before each repeat;
     ``threads`` is the kernel's thread count (TVM_NUM_THREADS of the runner process);
-    ``check_correctness`` compares every candidate's output with the reference first.
+    ``check_correctness`` compares every candidate's output with the reference first;
+    ``rpc`` (``"tracker_host:port:key"``) times candidates on a device of a TVM RPC tracker
+    instead of this machine (they are still built here).
     """
 
     number: int = 1
@@ -31,6 +33,7 @@ class MeasureOptions:
     run_timeout: float = 30.0
     n_parallel: int = field(default_factory=cpu_count)
     imports: tuple[str, ...] = ()
+    rpc: str | None = None
 
     @classmethod
     def cold(cls, **overrides: Any) -> "MeasureOptions":

@@ -131,3 +131,74 @@ def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]) -> tuple[
     except Exception as e:  # noqa: BLE001
         return "runtime", [], _short(e), threads, 0.0
     return "none", costs, "", threads, timed
+
+
+_NUMPY: dict[str, tuple[list[Any], Any, Any]] = {}
+
+
+def _numpy_data(task: Any, seed: int) -> tuple[list[Any], Any, Any]:
+    """``(inputs, expected, sentinel output)`` of the task as numpy arrays (for a remote device)."""
+    import numpy as np
+
+    key = f"{task.workload_key}:{seed}"
+    if key not in _NUMPY:
+        inputs = task.make_inputs(seed)
+        out = task.output_buffer()
+        sentinel = np.full(out.shape, np.nan, dtype=out.dtype) if out.dtype.kind == "f" else out
+        _NUMPY.clear()
+        _NUMPY[key] = (inputs, task.reference(inputs), sentinel)
+    return _NUMPY[key]
+
+
+def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], device: tuple[str, int, str]
+                      ) -> tuple[str, list[float], str, int, float]:
+    """Upload, check and time one built candidate on a device of a TVM RPC tracker.
+
+    ``device`` is ``(tracker host, port, key)``; a session is requested for this candidate alone
+    (so a device that died leaves the next candidate to another one). Returns what
+    :func:`run_candidate` returns; the thread count is the device's own (``runtime.NumThreads``
+    there). Any failure of the session (no device, a lost connection) is a ``"runtime"`` result
+    whose message starts with ``rpc``.
+    """
+    import numpy as np
+    import tvm
+    from tvm import rpc
+
+    from ..task.task import ATOL, RTOL
+
+    host, port, key = device
+    where = f"rpc device {key!r} of {host}:{port}"
+    try:
+        remote = rpc.connect_tracker(host, int(port)).request(key, priority=1,
+                                                              session_timeout=float(opts.get("session_timeout", 0)))
+    except Exception as e:  # noqa: BLE001
+        return "runtime", [], f"{where}: no session ({_short(e)})", 0, 0.0
+    name = os.path.basename(artifact)
+    try:
+        threads = int(remote.get_function("runtime.NumThreads")())
+        task = _task(task_json)
+        remote.upload(artifact)
+        mod = remote.load_module(name)
+        dev = remote.cpu()
+        inputs, expected, sentinel = _numpy_data(task, int(opts.get("seed", 0)))
+        args = [tvm.runtime.tensor(x, dev) for x in inputs]
+        out = tvm.runtime.tensor(sentinel, dev)
+        if opts.get("check_correctness", True):
+            mod["main"](*args, out)
+            got = out.numpy()
+            if got.shape != expected.shape or not np.allclose(got, expected, rtol=RTOL, atol=ATOL):
+                return "wrong_answer", [], "output does not match the reference (on the rpc device)", threads, 0.0
+        timer = mod.time_evaluator(
+            "main", dev, number=int(opts["number"]), repeat=int(opts["repeat"]),
+            min_repeat_ms=int(opts["min_repeat_ms"]), cooldown_interval_ms=int(opts["cooldown_ms"]),
+            f_preproc="cache_flush_cpu_non_first_arg" if opts.get("flush_cache") else "")
+        t0 = time.perf_counter()
+        costs = [float(c) for c in timer(*args, out).results]
+        timed = time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001
+        return "runtime", [], f"rpc: {where}: {_short(e)}", 0, 0.0
+    try:
+        remote.remove(name)
+    except Exception:  # noqa: BLE001 - the device's temporary folder goes with its session anyway
+        pass
+    return "none", costs, "", threads, timed

@@ -28,8 +28,10 @@ def ensure_task(db: Database, task: Any) -> None:
 
 
 def measure_context(task: Any, options: MeasureOptions) -> MeasureContext:
-    """The context in which ``options`` measure ``task`` on this machine (see ``MeasureContext``)."""
-    return MeasureContext(target_key(task.target_json), int(options.threads), options.timing_key(), cpu_model())
+    """The context in which ``options`` measure ``task`` on this machine, or on the RPC device
+    ``options.rpc`` names (its CPU recorded as ``rpc:KEY``; see ``MeasureContext``)."""
+    where = f"rpc:{options.rpc.rsplit(':', 1)[-1]}" if getattr(options, "rpc", None) else cpu_model()
+    return MeasureContext(target_key(task.target_json), int(options.threads), options.timing_key(), where)
 
 
 def record_trial(db: Database, tuner: Any, inp: MeasureInput, res: MeasureResult, context: MeasureContext,

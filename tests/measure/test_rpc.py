@@ -1,0 +1,152 @@
+"""Remote devices over TVM RPC: a tracker and two servers on the loopback address.
+
+The records match local measurement; a server that dies mid-batch becomes recorded errors and
+the batch (and tuning) goes on on the other; a bad ``--rpc`` is refused in one line.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tensortune.database import Database
+from tensortune.measure import MeasureInput, MeasureOptions, Measurer
+from tensortune.task import Task
+from tensortune.tuners import get_tuner
+
+KEY = "tt-loopback"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(*args: str, threads: int = 2) -> subprocess.Popen:
+    env = {**os.environ, "TVM_NUM_THREADS": str(threads)}
+    return subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def servers_up(port: int, n: int, timeout: float = 60.0) -> None:
+    from tvm import rpc
+
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            info = rpc.connect_tracker("127.0.0.1", port).summary().get("server_info", [])
+            if sum(1 for s in info if str(s.get("key", "")).endswith(KEY)) >= n:
+                return
+        except Exception:  # noqa: BLE001 - the tracker is still starting
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{n} servers did not register with the tracker")
+
+
+def kill(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+@pytest.fixture
+def cluster():
+    port = free_port()
+    tracker = spawn("tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1))
+    servers = []
+    try:
+        time.sleep(1.0)
+        for _ in range(2):
+            sport = free_port()
+            servers.append(spawn("tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", KEY,
+                                 "--host", "127.0.0.1", "--port", str(sport), "--port-end", str(sport + 50)))
+        servers_up(port, 2)
+        yield port, servers
+    finally:
+        for p in servers + [tracker]:
+            kill(p)
+
+
+def options(port: int | None) -> MeasureOptions:
+    return MeasureOptions(repeat=3, min_repeat_ms=5, rpc=None if port is None else f"127.0.0.1:{port}:{KEY}",
+                          run_timeout=60.0)
+
+
+def test_records_match_local_measurement(cluster, tmp_path) -> None:
+    port, _ = cluster
+    task = Task.from_op("matmul", [64, 64, 64])
+    configs = [task.default_config()] + task.space.sample(__import__("random").Random(0), 3)
+    inputs = [MeasureInput(task, c) for c in configs]
+    with Measurer(options(port)) as remote_m:
+        assert remote_m.options.threads == 2  # the device's own thread count
+        remote = remote_m.measure(inputs)
+    with Measurer(options(None)) as local_m:
+        local = local_m.measure(inputs)
+    for r, l in zip(remote, local):
+        assert r.ok and r.extra["verified"] and l.ok, (r.error_msg, l.error_msg)
+        assert 1 / 3 < r.cost / l.cost < 3  # the same machine behind the loopback: the same kernels' speed
+        assert r.threads == 2 and r.energy_j is None
+    with Database(tmp_path / "r.db") as db:  # stored with the device as the context's CPU
+        res = get_tuner("random", task, seed=0).tune(4, Measurer(options(port)), database=db)
+        assert res.context.cpu_model == f"rpc:{KEY}" and res.trials_measured == 4
+
+
+def test_a_server_dying_mid_batch_becomes_errors_and_tuning_goes_on(cluster) -> None:
+    """Both servers are stopped; a single one serves the batch and is killed while it times a
+    candidate, and a fresh one registers after: that candidate is a recorded error, the rest of
+    the batch is measured on the new device, and tuning goes on."""
+    import threading
+
+    port, servers = cluster
+    kill(servers[1])
+    task = Task.from_op("matmul", [48, 48, 48])
+    configs = task.space.sample(__import__("random").Random(1), 5)
+    slow = MeasureOptions(repeat=4, min_repeat_ms=500, rpc=f"127.0.0.1:{port}:{KEY}", run_timeout=90.0)
+    replacement: list[subprocess.Popen] = []
+
+    first = threading.Event()
+
+    def crash_and_replace() -> None:
+        first.wait(120)
+        time.sleep(1.0)  # inside the second candidate's 2 s of timing
+        kill(servers[0])
+        sport = free_port()
+        replacement.append(spawn("tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", KEY,
+                                 "--host", "127.0.0.1", "--port", str(sport), "--port-end", str(sport + 50)))
+
+    try:
+        with Measurer(slow) as m:
+            m.start()
+            killer = threading.Thread(target=crash_and_replace)
+            killer.start()
+            results = m.measure([MeasureInput(task, c) for c in configs], lambda inp, res: first.set())
+            killer.join()
+            bad = [r for r in results if not r.ok]
+            assert len(results) == 5 and len(bad) >= 1, [(r.error.value, r.error_msg) for r in results]
+            assert all("rpc" in r.error_msg for r in bad), [r.error_msg for r in bad]
+            assert results[-1].ok and sum(r.ok for r in results) >= 3
+            res = get_tuner("random", task, seed=3).tune(3, m)  # tuning goes on on the new device
+        assert res.trials_measured == 3 and res.best_config is not None
+    finally:
+        for p in replacement:
+            kill(p)
+
+
+def test_bad_rpc_is_refused_in_one_line(tmp_path, capsys) -> None:
+    from tensortune.cli import main
+
+    port = free_port()  # nothing listens there
+    for spec, words in ((f"127.0.0.1:{port}:{KEY}", "no rpc device"), ("localhost:nine:key", "TRACKER_HOST:PORT:KEY")):
+        code = main(["tune-op", "matmul", "--shape", "16,16,16", "--trials", "2", "--db", str(tmp_path / "x.db"),
+                     "--rpc", spec])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "x.db").exists()
