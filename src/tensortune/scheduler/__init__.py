@@ -53,6 +53,7 @@ class TaskOutcome:
     best_s: float = float("inf")
     errors: dict[str, int] = field(default_factory=dict)
     stop_reason: str = ""
+    search: dict[str, Any] = field(default_factory=dict)  # the tuner's search_report(), when it has one
 
     def to_json(self) -> dict[str, Any]:
         """A row of ``tensortune tune --json``."""
@@ -62,7 +63,8 @@ class TaskOutcome:
                 "weight": self.mtask.weight, "trials": self.trials_total, "measured_this_run": self.measured,
                 "best_latency_ms": best * 1e3 if best else None,
                 "weighted_ms": best * 1e3 * self.mtask.weight if best else None,
-                "errors": self.errors, "stop_reason": self.stop_reason}
+                "errors": self.errors, "stop_reason": self.stop_reason,
+                **({"search": self.search} if self.search else {})}
 
 
 def estimated_total(outcomes: Sequence[TaskOutcome]) -> tuple[float, int]:
@@ -163,6 +165,9 @@ class TaskScheduler:
         if res.best_config is not None:  # the tuner's (confirmed) best, which may be slower than a lucky trial
             out.best_s = res.best_cost
         out.stop_reason = res.stop_reason
+        report = getattr(self.tuner_for(mt), "search_report", None)
+        if callable(report):
+            out.search = report()
         return res.trials_measured
 
     def _callback(self, tuner: Any, inputs: Any, results: Any) -> None:

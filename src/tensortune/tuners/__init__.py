@@ -23,6 +23,7 @@ TUNERS: Registry = Registry("tuner", {
     "model-based": "tensortune.tuners.model_based:ModelBasedTuner",
     "oneshot": "tensortune.tuners.oneshot:OneShotTuner",
     "chameleon": "tensortune.tuners.chameleon:ChameleonTuner",
+    "trimmer": "tensortune.tuners.trimmer:TrimmerTuner",
 })
 
 
@@ -44,11 +45,11 @@ def __getattr__(attr: str) -> Any:
     """The tuner classes, loaded on first access (``from tensortune.tuners import AutoTVMTuner``)."""
     classes = {"RandomTuner": "random", "GridTuner": "grid", "GeneticTuner": "genetic", "AutoTVMTuner": "autotvm",
                "ModelBasedTuner": "model-based", "OneShotTuner": "oneshot",
-               "ChameleonTuner": "chameleon"}
+               "ChameleonTuner": "chameleon", "TrimmerTuner": "trimmer"}
     if attr in classes:
         return TUNERS.get(classes[attr])
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
 __all__ = ["AutoTVMTuner", "ChameleonTuner", "DEFAULT_BATCH_SIZE", "GeneticTuner", "GridTuner", "ModelBasedTuner", "OneShotTuner", "RandomTuner",
-           "TUNERS", "TuneResult", "Tuner", "TuningSession", "get_tuner", "tuner_options"]
+           "TUNERS", "TrimmerTuner", "TuneResult", "Tuner", "TuningSession", "get_tuner", "tuner_options"]

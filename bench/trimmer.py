@@ -1,0 +1,133 @@
+"""Trimmer's cold-candidate filter on whole models: ``python -m bench.trimmer``.
+
+    python -m bench.trimmer [--models resnet18,mobilenet_v2] [--tuners autotvm,trimmer]
+                            [--time-budget 1800] [--out bench/results/trimmer]
+
+For each model and tuner, ``tensortune tune MODEL --tuner T --time-budget S`` runs into a
+database of its own (``OUT/MODEL-T.db``; a rerun resumes it and a finished run is not repeated:
+its ``tune --json`` output is kept beside it), then the model is compiled with that database's
+bests and timed against its untuned build (``tensortune``'s model bench, outputs checked against
+PyTorch). From each database, per task and in trial order, the candidates that failed or lie
+above the LOESS trend of their task's latencies (:func:`tensortune.select.cold.cold_mask`) are
+the cold ones; their share of the tuning time (wall seconds of building and running them, and
+CPU-seconds where recorded) is the paper's Table IV figure (26-43% without the filter). The
+cost per 1 ms of model improvement (Fig. 13) is the tuning run's wall time and CPU-seconds over
+(untuned - tuned latency). Writes ``OUT/trimmer.json`` and ``OUT/trimmer.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .common import machine_info, write_text
+
+
+def cold_shares(db_path: Path) -> dict[str, Any]:
+    """Per database: search trials, cold and failed ones, and their share of build + run time."""
+    from tensortune.database import Database
+    from tensortune.select.cold import cold_mask
+
+    totals = {"trials": 0, "cold": 0, "failed": 0, "wall_s": 0.0, "cold_wall_s": 0.0, "cpu_s": 0.0, "cold_cpu_s": 0.0}
+    with Database(db_path, readonly=True) as db:
+        for task in db.tasks():
+            trials = sorted((t for t in db.trials(task.workload_key) if t.confirmation is None), key=lambda t: t.id)
+            if not trials:
+                continue
+            cold = cold_mask([t.cost for t in trials])
+            for t, c in zip(trials, cold):
+                wall = t.build_time + t.run_time
+                cpu = sum((t.extra.get("cpu_s") or {}).values())
+                totals["trials"] += 1
+                totals["failed"] += not t.ok
+                totals["cold"] += bool(c) and t.ok
+                totals["wall_s"] += wall
+                totals["cpu_s"] += cpu
+                if c:
+                    totals["cold_wall_s"] += wall
+                    totals["cold_cpu_s"] += cpu
+    totals["cold_share_wall"] = totals["cold_wall_s"] / totals["wall_s"] if totals["wall_s"] else None
+    totals["cold_share_cpu"] = totals["cold_cpu_s"] / totals["cpu_s"] if totals["cpu_s"] else None
+    return totals
+
+
+def tune(model: str, tuner: str, budget: float, out: Path) -> dict[str, Any]:
+    """The tuning run (resumed; a finished one is read back from its JSON)."""
+    db, result = out / f"{model}-{tuner}.db", out / f"{model}-{tuner}.tune.json"
+    if result.exists():
+        return json.loads(result.read_text())
+    cmd = [sys.executable, "-m", "tensortune.cli", "tune", model, "--tuner", tuner, "--time-budget", str(budget),
+           "--db", str(db), "--json"]
+    print("$", " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{model} {tuner}: tune failed: {proc.stderr.strip().splitlines()[-1:]}")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    write_text(result, json.dumps(data, indent=1))
+    return data
+
+
+def latency(model: str, db_path: Path) -> dict[str, Any]:
+    """Tuned and untuned latency of ``model`` with ``db_path``'s bests (checked outputs)."""
+    from tensortune.database import Database
+    from tensortune.models.importer import load_model
+    from tensortune.models.bench import bench_model
+
+    with Database(db_path, readonly=True) as db:
+        report = bench_model(load_model(model), db, with_ort=False)
+    rows = {r.name: r for r in report.rows}
+    tuned, untuned = rows["tensortune tuned"], rows["tensortune untuned"]
+    return {"tuned_ms": tuned.latency.median_ms if tuned.latency else None, "tuned_ok": tuned.ok,
+            "untuned_ms": untuned.latency.median_ms if untuned.latency else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.trimmer", description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="resnet18,mobilenet_v2")
+    p.add_argument("--tuners", default="autotvm,trimmer")
+    p.add_argument("--time-budget", type=float, default=1800.0, help="tuning seconds per model and tuner")
+    p.add_argument("--out", default="bench/results/trimmer")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for model in a.models.split(","):
+        for tuner in a.tuners.split(","):
+            run = tune(model, tuner, a.time_budget, out)
+            db = out / f"{model}-{tuner}.db"
+            lat = latency(model, db)
+            shares = cold_shares(db)
+            cost = run.get("cost", {})
+            gain = (lat["untuned_ms"] - lat["tuned_ms"]) if lat["tuned_ms"] and lat["untuned_ms"] else None
+            filtered = sum((t.get("search", {}).get("cold_filter") or {}).get(t["workload_key"], {}).get("filtered", 0)
+                           for t in run.get("tasks", []))
+            row = {"model": model, "tuner": tuner, **lat, **shares, "filtered": filtered,
+                   "tune_wall_s": cost.get("wall_s", run.get("wall_s")), "tune_cpu_s": cost.get("cpu_s"),
+                   "gain_ms": gain,
+                   "wall_s_per_ms": cost.get("wall_s", run.get("wall_s")) / gain if gain and gain > 0 else None,
+                   "cpu_s_per_ms": cost["cpu_s"] / gain if gain and gain > 0 and cost.get("cpu_s") else None}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    (out / "trimmer.json").write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
+    f = lambda x, s=".1f": "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, s)  # noqa: E731
+    lines = ["# Trimmer's cold-candidate filter on whole models", "",
+             f"{machine_info().get('cpu_model', '?')}; {a.time_budget:.0f} s of tuning per model and tuner.", "",
+             "| model | tuner | trials | failed | cold (ok) | cold + failed share of build+run time | filtered | "
+             "untuned ms | tuned ms | tuning wall s | CPU-s | wall s per ms gained | CPU-s per ms gained |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['tuner']} | {r['trials']} | {r['failed']} | {r['cold']} | "
+                     f"{f(r['cold_share_wall'], '.1%')} | {r['filtered']} | {f(r['untuned_ms'], '.2f')} | "
+                     f"{f(r['tuned_ms'], '.2f')} | {f(r['tune_wall_s'], '.0f')} | {f(r['tune_cpu_s'], '.0f')} | "
+                     f"{f(r['wall_s_per_ms'])} | {f(r['cpu_s_per_ms'])} |")
+    write_text(out / "trimmer.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
