@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="joules for the whole model (needs a readable RAPL counter; refused without one)")
     tm.add_argument("--time-budget", type=_positive_float, default=None, help="seconds for the whole model")
     tm.add_argument("--scheduler", default="sequential", help=f"one of {', '.join(SCHEDULER_NAMES)}")
+    tm.add_argument("--latency-goal", type=_positive_float, default=None, metavar="MS",
+                    help="survey: stop once the model runs this fast (never above its untuned latency)")
+    tm.add_argument("--survey-batch", type=_positive_int, default=None, help="survey: measurements per task and round (64)")
     tm.add_argument("--db", required=True, help="SQLite database file (created if missing)")
     tm.add_argument("--batch-size", type=_positive_int, default=None)
     tm.add_argument("--seed", type=int, default=0)
@@ -519,8 +522,8 @@ def _check_tune_args(tuner: str, scheduler: str, trials_per_task: int | None, ti
     options = _tuner_options(tuner, tuner_options)
     if scheduler not in SCHEDULERS:
         raise UsageError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
-    if trials_per_task is None and time_budget is None:
-        raise UsageError("give --trials-per-task N, --time-budget SECONDS, or both")
+    if trials_per_task is None and time_budget is None and scheduler != "survey":
+        raise UsageError("give --trials-per-task N, --time-budget SECONDS, or both (or --scheduler survey)")
     _check_db_path(db_path, must_exist=False)
     return options
 
@@ -536,9 +539,10 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
                 scheduler: str, seed: int, batch_size: int | None, progress: bool,
                 tuner_options: Sequence[str] = (), cpu_budget: float | None = None,
                 energy_budget: float | None = None, cost: dict[str, Any] | None = None,
-                rpc: str | None = None) -> tuple[list[Any], Any, float]:
+                rpc: str | None = None, survey: dict[str, Any] | None = None) -> tuple[list[Any], Any, float]:
     """Tune every task of ``model``; returns (outcomes, tasks, wall seconds). ``cost``, when
-    given, is filled with the run's cost (wall time, CPU-seconds, energy)."""
+    given, is filled with the run's cost (wall time, CPU-seconds, energy); ``survey``, for the
+    survey scheduler, holds its options (``goal_ms``, ``batch``) and is filled with its report."""
     import time
 
     from .models.compile import model_tasks
@@ -564,17 +568,50 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
     try:
         with measurer as m:
             bar = ModelProgress(model.name, tasks, trials_per_task, time_budget, disable=not progress)
+            extra: dict[str, Any] = {}
+            if scheduler == "survey":
+                from .scheduler.survey import SurveyOptions
+
+                s_opts = SurveyOptions(**{k: v for k, v in (("batch", (survey or {}).get("batch")),
+                                                             ("goal_s", ((survey or {}).get("goal_ms") or 0) / 1e3 or None))
+                                          if v is not None})
+                extra = {"model_latency": _model_latency_fn(model, db), "options": s_opts}
             sched = sched_cls(tasks, make_tuner, m, db, trials_per_task, time_budget, callbacks=[bar], batch_size=bs,
-                              cpu_budget=cpu_budget, energy_budget=energy_budget)
+                              cpu_budget=cpu_budget, energy_budget=energy_budget, **extra)
             try:
                 outcomes = sched.run()
             finally:
                 bar.close()
                 if cost is not None:
                     cost.update(sched.cost())
+                if survey is not None and hasattr(sched, "report"):
+                    survey["report"] = sched.report()
     finally:
         db.close()
     return outcomes, tasks, time.perf_counter() - t0
+
+
+def _model_latency_fn(model: Any, db: Any) -> Any:
+    """``f(tuned) -> seconds``: the model compiled with ``db``'s bests (or untuned) and timed
+    (median of 3 interleaved rounds; the untuned build is compiled once)."""
+    from .models.compile import compile_model
+    from .models.reference import interleaved_latency, set_threads
+    from .target import cpu_count
+
+    untuned: list[Any] = []
+
+    def latency(tuned: bool) -> float:
+        set_threads(cpu_count())
+        if tuned:
+            cm = compile_model(model, db)
+        else:
+            if not untuned:
+                untuned.append(compile_model(model, None))
+            cm = untuned[0]
+        lat = interleaved_latency({"m": cm.callable(model.example_inputs)}, rounds=3, min_time_s=0.2)["m"]
+        return lat.median_ms / 1e3
+
+    return latency
 
 
 def _print_outcomes(model: Any, outcomes: list[Any], wall: float) -> dict[str, Any]:
@@ -605,9 +642,11 @@ def cmd_tune(a: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
     model = _load(a)
     cost: dict[str, Any] = {}
+    survey = {"goal_ms": a.latency_goal, "batch": a.survey_batch} if a.scheduler == "survey" else None
     outcomes, _, wall = _tune_model(model, a.tuner, a.db, a.trials_per_task, a.time_budget, a.scheduler, a.seed,
                                     a.batch_size, progress=not (a.no_progress or a.json), tuner_options=a.tuner_options,
-                                    cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, cost=cost, rpc=a.rpc)
+                                    cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, cost=cost, rpc=a.rpc,
+                                    survey=survey)
     if a.json:
         from .scheduler import estimated_total
 
@@ -615,6 +654,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
         print(json.dumps({"model": model.name, "tuner": a.tuner, "scheduler": a.scheduler,
                           "tasks": [o.to_json() for o in outcomes], "estimated_total_ms": total * 1e3,
                           "tasks_measured": n, "wall_s": wall, "cost": cost,
+                          **({"survey": survey["report"]} if survey and "report" in survey else {}),
                           "measure": _model_measure_options().timing()}))
     else:
         _print_outcomes(model, outcomes, wall)
@@ -622,6 +662,10 @@ def cmd_tune(a: argparse.Namespace) -> int:
             f"energy {cost.get('energy', 'not available')}"
         print(f"cost: {cost.get('cpu_s', 0.0):.1f} CPU-s, {energy}"
               + (f"; stopped by the {cost['stopped_by'].replace('_', ' ')}" if cost.get("stopped_by") else ""))
+        if survey and "report" in survey:
+            rep = survey["report"]
+            print(f"survey: untuned {rep['untuned_ms']:.2f} ms; rounds " + ", ".join(
+                f"{r['latency_ms']:.2f}" for r in rep["rounds"]) + f" ms; stopped: {rep['stop']}")
     return 0
 
 

@@ -56,6 +56,17 @@ def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     assert "measured peak" in text and "%peak" in text and "more functions" in text
 
 
+def test_survey_tuning_times_the_model_each_round(onnx_path, tmp_path, capsys):
+    db = str(tmp_path / "s.db")
+    assert main(["tune", onnx_path, "--tuner", "random", "--scheduler", "survey", "--survey-batch", "3",
+                 "--trials-per-task", "9", "--db", db, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rep = out["survey"]
+    assert rep["untuned_ms"] > 0 and rep["rounds"][0]["round"] == 0 and len(rep["rounds"]) >= 2
+    assert all(r["latency_ms"] > 0 for r in rep["rounds"]) and rep["stop"]
+    assert all(t["trials"] <= 9 for t in out["tasks"]) and all(t["trials"] % 3 == 0 for t in out["tasks"])
+
+
 @pytest.mark.parametrize("argv, msg", [
     (["tune", "nosuchmodel", "--trials-per-task", "1", "--db", "x.db"], "no such file"),
     (["tune", "resnet18", "--db", "x.db"], "--trials-per-task"),

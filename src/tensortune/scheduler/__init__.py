@@ -2,7 +2,8 @@
 
 ``sequential`` tunes the tasks one after the other, heaviest first (weight x FLOPs);
 ``round-robin`` gives every task one batch in turn until each has its trials or the time
-is spent. Both work through :meth:`Tuner.tune` with the database, so every trial is
+is spent; ``survey`` (Trimmer's, :mod:`.survey`) gives every task a batch of 64 per round,
+times the whole model after each round and stops when more rounds do not pay. Both work through :meth:`Tuner.tune` with the database, so every trial is
 committed as it completes and a rerun resumes where the last run stopped (a task's
 stored trials count against its budget and are never measured again).
 
@@ -245,7 +246,10 @@ class RoundRobinScheduler(TaskScheduler):
                     active.remove(mt)
 
 
-SCHEDULERS: dict[str, type[TaskScheduler]] = {s.name: s for s in (SequentialScheduler, RoundRobinScheduler)}
+from .survey import SurveyScheduler  # noqa: E402 - it subclasses TaskScheduler
+
+SCHEDULERS: dict[str, type[TaskScheduler]] = {s.name: s for s in (SequentialScheduler, RoundRobinScheduler,
+                                                                    SurveyScheduler)}
 
 
 def get_scheduler(name: str) -> type[TaskScheduler]:
@@ -256,5 +260,5 @@ def get_scheduler(name: str) -> type[TaskScheduler]:
         raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(SCHEDULERS)}") from None
 
 
-__all__ = ["MIN_SHARE", "MIN_TASK_BUDGET_S", "SCHEDULERS", "RoundRobinScheduler", "SequentialScheduler", "TaskOutcome", "TaskScheduler",
-           "estimated_total", "get_scheduler"]
+__all__ = ["MIN_SHARE", "MIN_TASK_BUDGET_S", "SCHEDULERS", "RoundRobinScheduler", "SequentialScheduler",
+           "SurveyScheduler", "TaskOutcome", "TaskScheduler", "estimated_total", "get_scheduler"]
