@@ -293,6 +293,21 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("--json", action="store_true")
     ps = psub.add_parser("show", help="what a predictor was trained on (default: the packaged ones)")
     ps.add_argument("predictor", nargs="?", default=None, help="predictor folder")
+
+    rc = sub.add_parser("race", help="race tuners on models as Ray actors, suspending the worst (Trimmer)")
+    rc.add_argument("models", nargs="+", help="built-in model names or ONNX files")
+    rc.add_argument("--tuners", required=True, help="comma-separated tuner specs NAME[:KEY=VALUE...], "
+                    "e.g. trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy")
+    rc.add_argument("--db-dir", required=True, help="one database per model and tuner goes here")
+    rc.add_argument("--time-budget", type=_positive_float, default=None, help="seconds for the whole race")
+    rc.add_argument("--energy-budget", type=_positive_float, default=None,
+                    help="joules for the whole race (needs a readable RAPL counter; refused without one)")
+    rc.add_argument("--rounds", type=_positive_int, default=None, help="rounds per tuner at most")
+    rc.add_argument("--batch", type=_positive_int, default=64, help="measurements per task and round (64)")
+    rc.add_argument("--no-suspend", action="store_true", help="run every tuner to the end (the comparison)")
+    rc.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
+    rc.add_argument("--seed", type=int, default=0)
+    rc.add_argument("--json", action="store_true")
     return p
 
 
@@ -1009,10 +1024,55 @@ def _predictor_train(a: argparse.Namespace, data: Any) -> int:
     return 0
 
 
+def cmd_race(a: argparse.Namespace) -> int:
+    """``tensortune race``."""
+    from .cluster.race import race
+    from .tuners import TUNERS
+    from .utils.options import OptionError, parse_assignments
+
+    specs = [t.strip() for t in a.tuners.split(",") if t.strip()]
+    for spec in specs:  # every tuner and option checked before Ray starts
+        name, *items = spec.split(":")
+        if name not in TUNERS:
+            raise UsageError(f"unknown tuner {name!r}; known: {', '.join(TUNERS)}")
+        try:
+            TUNERS.get(name).check_options(parse_assignments(items))
+        except OptionError as e:
+            raise UsageError(f"tuner {spec!r}: {e}") from None
+    if a.time_budget is None and a.energy_budget is None and a.rounds is None:
+        raise UsageError("give --time-budget SECONDS, --energy-budget JOULES or --rounds N")
+    if a.energy_budget is not None:
+        from .measure.energy import EnergyUnavailable, require
+
+        try:
+            require()
+        except EnergyUnavailable as e:
+            raise UsageError(str(e)) from None
+    for m in a.models:
+        from .models.zoo import MODELS
+
+        if m not in MODELS and not os.path.isfile(m):
+            raise UsageError(f"{m}: no such file, and not a built-in model (built-ins: {', '.join(MODELS)})")
+    out = race(a.models, specs, a.db_dir, a.time_budget, a.energy_budget, a.rounds, a.batch, not a.no_suspend,
+               a.ray_address, a.seed)
+    if a.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{'model':24} {'tuner':32} {'status':10} {'rounds':>6} {'trials':>7} {'final':>11} {'CPU-s':>8}")
+    for e in out["entries"]:
+        lat = f"{e['final_latency_ms']:8.3f} ms" if e["final_latency_ms"] is not None else "-"
+        print(f"{os.path.basename(e['model'])[:24]:24} {e['tuner'][:32]:32} {e['status']:10} {len(e['rounds']):6d} "
+              f"{e['trials']:7d} {lat:>11} {e['cpu_s']:8.0f}")
+    energy = f"{out['energy_j']:.0f} J" if out["energy_j"] is not None else "energy not available"
+    print(f"race: {out['wall_s']:.0f} s wall, {out['cpu_s']:.0f} CPU-s, {energy}; "
+          f"{'the worst suspended each round' if out['suspend'] else 'no suspension'}")
+    return 0
+
+
 COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import,
             "upgrade-db": cmd_upgrade_db, "demo": cmd_demo,
             "tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench, "profile": cmd_profile,
-            "dataset": cmd_dataset, "predictor": cmd_predictor}
+            "dataset": cmd_dataset, "predictor": cmd_predictor, "race": cmd_race}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

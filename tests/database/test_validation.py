@@ -71,7 +71,7 @@ def test_a_bad_value_imports_nothing_and_names_its_line(tmp_path: Path, case: st
 
 
 def test_bad_task_values_are_refused(tmp_path: Path) -> None:
-    for edit in ({"flops": 0.0}, {"flops": -1.0}, {"task_json": "nope"}, {"workload_key": ""}):
+    for edit in ({"flops": float("nan")}, {"flops": -1.0}, {"task_json": "nope"}, {"workload_key": ""}):
         d = {"kind": "task", **task().to_json(), **edit}
         with Database(tmp_path / "a.db") as db, pytest.raises(DatabaseError, match="line 1"):
             import_jsonl(db, io.StringIO(json.dumps(d) + "\n"))
@@ -193,3 +193,13 @@ def test_import_refuses_a_task_key_with_another_definition(tmp_path: Path) -> No
         other = TaskRecord(KEY, "matmul", "matmul", TARGET, 1e9, '{"op": "other"}', 1.0)
         with pytest.raises(DatabaseError, match="line 1: .*another definition"):
             import_jsonl(db, io.StringIO(lines_of([other])))
+
+
+def test_a_task_without_flops_is_stored_and_read_back(tmp_path: Path) -> None:
+    """A model's pure data-movement functions (layout transforms, copies) are tasks with 0 FLOPs:
+    they are tuned, so they must be listed like any other (their trials were invisible before)."""
+    t = task()
+    t.flops = 0.0
+    with Database(tmp_path / "z.db") as db:
+        db.add_task(t)
+        assert [x.flops for x in db.tasks()] == [0.0]

@@ -84,8 +84,8 @@ class TaskRecord:
         """Raise ValueError naming the first bad value (types are checked by :meth:`from_json`)."""
         if not self.workload_key:
             raise ValueError("field 'workload_key': empty")
-        if not (math.isfinite(self.flops) and self.flops > 0):
-            raise ValueError(f"field 'flops': {self.flops!r} is not a positive finite number")
+        if not (math.isfinite(self.flops) and self.flops >= 0):  # 0: a pure data-movement function
+            raise ValueError(f"field 'flops': {self.flops!r} is not a non-negative finite number")
         if not math.isfinite(self.created) or self.created < 0:
             raise ValueError(f"field 'created': {self.created!r} is not a non-negative finite number")
         for name in ("task_json", "target"):

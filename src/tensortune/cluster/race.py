@@ -1,0 +1,302 @@
+"""Tuners raced on a Ray cluster, the worst suspended (Trimmer §V-C, Fig. 14).
+
+Each (model, tuner) pair is a Ray actor (:class:`TunerActor`) with a database of its own
+(``DB_DIR/MODEL-TUNER.db``; its records stay there whatever happens to the actor). A round of an
+actor gives every task of its model one batch of ``batch`` measurements through the task's own
+tuner (kept across rounds), then compiles the model with that database's bests and times it. A
+coordinator (:func:`race`) runs rounds until the shared budget (wall seconds, or joules where the
+machine counts them) is spent or every actor is done; after each round it ranks the actors of a
+model by their latest improvement (the relative latency change of their last round) and, with
+``suspend``, suspends the worst while more than one is left. An actor that dies (killed, or its
+node lost) is reported as such and the race goes on without it.
+
+**One measurement at a time per host.** Every actor's building, running and model timing goes
+through a lock held by a named actor per node (:class:`HostLock`): measurements never overlap on
+one machine, so on 2 cores Ray gives no speed-up; compare the total cost, not the wall time.
+``ray.init()`` starts a local instance unless an address is given (``--ray-address``), in which
+case it joins that cluster.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+#: Trimmer's round size (measurements per task and round).
+RACE_BATCH = 64
+
+
+def lock_name(node_ip: str) -> str:
+    """The host lock actor's name on a node."""
+    return f"tensortune-measure-lock-{node_ip}"
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+def make_lock_actor() -> Any:
+    """The :class:`HostLock` actor class (defined lazily, so importing this module needs no Ray)."""
+    ray = _ray()
+
+    @ray.remote(num_cpus=0)
+    class HostLock:
+        """One measurement at a time on a host: an asyncio lock behind a named actor."""
+
+        def __init__(self) -> None:
+            import asyncio
+
+            self._lock = asyncio.Lock()
+            self.holder = ""
+
+        async def acquire(self, who: str) -> bool:
+            await self._lock.acquire()
+            self.holder = who
+            return True
+
+        def release(self) -> None:
+            self.holder = ""
+            if self._lock.locked():
+                self._lock.release()
+
+    return HostLock
+
+
+class LockedMeasurer:
+    """A measurer whose every measurement holds the host lock (building included: on a small
+    machine a build disturbs another actor's timing)."""
+
+    def __init__(self, measurer: Any, lock: Any, who: str) -> None:
+        self.m, self.lock, self.who = measurer, lock, who
+        self.options = measurer.options
+        self.wait_s = 0.0
+
+    def _held(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        ray = _ray()
+        t0 = time.perf_counter()
+        ray.get(self.lock.acquire.remote(self.who))
+        self.wait_s += time.perf_counter() - t0
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            ray.get(self.lock.release.remote())
+
+    def measure(self, inputs: Any, on_result: Any = None) -> Any:
+        return self._held(self.m.measure, inputs, on_result)
+
+    def measure_rounds(self, inputs: Any, rounds: int, on_result: Any = None) -> Any:
+        return self._held(self.m.measure_rounds, inputs, rounds, on_result)
+
+    def verify(self, inp: Any) -> Any:
+        return self._held(self.m.verify, inp)
+
+    def hold(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn`` (e.g. the model's timing) holding the lock."""
+        return self._held(fn, *args)
+
+
+class Competitor:
+    """What a :class:`TunerActor` does (kept apart from Ray so it can be used and tested directly)."""
+
+    def __init__(self, model: str, tuner: str, db_path: str, seed: int = 0, batch: int = RACE_BATCH,
+                 lock: Any = None) -> None:
+        from ..database import Database
+        from ..measure import MeasureOptions, Measurer
+        from ..models.compile import model_tasks
+        from ..models.importer import load_model
+        from ..tuners import get_tuner
+        from ..utils.options import parse_assignments
+
+        self.model_name, self.spec, self.batch = model, tuner, batch
+        name, *items = tuner.split(":")
+        opts = parse_assignments(items)
+        self.model = load_model(model)
+        self.tasks = [t for t in model_tasks(self.model) if t.tunable]
+        self.db = Database(db_path)
+        measurer = Measurer(MeasureOptions.cold())
+        self.measurer = measurer if lock is None else LockedMeasurer(measurer, lock, f"{model}/{tuner}")
+        self.tuners = {t.task.workload_key: get_tuner(name, t.task, seed=seed, options=opts) for t in self.tasks}
+        self.rounds = 0
+        self.cpu_s = 0.0
+        self.energy_j: float | None = None
+        self.trials = 0
+
+    def latency(self) -> float:
+        """The model compiled with this database's bests, timed (seconds; the lock held)."""
+        from ..models.compile import compile_model
+        from ..models.reference import interleaved_latency, set_threads
+        from ..target import cpu_count
+
+        def timed() -> float:
+            set_threads(cpu_count())
+            cm = compile_model(self.model, self.db)
+            return interleaved_latency({"m": cm.callable(self.model.example_inputs)}, rounds=3,
+                                       min_time_s=0.2)["m"].median_ms / 1e3
+
+        hold = getattr(self.measurer, "hold", None)
+        return hold(timed) if hold is not None else timed()
+
+    def round(self) -> dict[str, Any]:
+        """One batch per task, then the model's latency; returns the round's figures."""
+        t0 = time.perf_counter()
+        measured = 0
+        for t in self.tasks:
+            tuner = self.tuners[t.task.workload_key]
+            have = self.db.count(t.task.workload_key)
+            res = tuner.tune(have + self.batch, self.measurer, database=self.db)
+            measured += res.trials_measured
+            if res.cost is not None:
+                self.cpu_s += res.cost.cpu_s
+                if res.cost.energy_j is not None:
+                    self.energy_j = (self.energy_j or 0.0) + res.cost.energy_j
+        self.rounds += 1
+        self.trials += measured
+        lat = self.latency()
+        return {"round": self.rounds, "latency_s": lat, "measured": measured, "trials": self.trials,
+                "cpu_s": self.cpu_s, "energy_j": self.energy_j, "wall_s": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        self.measurer = getattr(self.measurer, "m", self.measurer)
+        self.measurer.close()
+        self.db.close()
+
+
+def make_tuner_actor() -> Any:
+    """The :class:`TunerActor` class (Ray): a :class:`Competitor` in its own process."""
+    ray = _ray()
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class TunerActor:
+        def __init__(self, model: str, tuner: str, db_path: str, seed: int, batch: int, lock_name_: str) -> None:
+            self.c = Competitor(model, tuner, db_path, seed, batch, ray.get_actor(lock_name_))
+
+        def round(self) -> dict[str, Any]:
+            return self.c.round()
+
+        def close(self) -> None:
+            self.c.close()
+
+    return TunerActor
+
+
+@dataclass
+class Entry:
+    """One raced (model, tuner) pair in the coordinator."""
+
+    model: str
+    tuner: str
+    db: str
+    actor: Any = None
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "running"  # running | suspended | died | done
+    error: str = ""
+
+    @property
+    def improvement(self) -> float:
+        """The relative latency change of the last round (negative: faster); 0 before two rounds."""
+        if len(self.rounds) < 2:
+            return float("-inf") if self.rounds else 0.0
+        a, b = self.rounds[-2]["latency_s"], self.rounds[-1]["latency_s"]
+        return (b - a) / a
+
+    def to_json(self) -> dict[str, Any]:
+        last = self.rounds[-1] if self.rounds else {}
+        return {"model": self.model, "tuner": self.tuner, "db": self.db, "status": self.status, "error": self.error,
+                "rounds": self.rounds, "final_latency_ms": last.get("latency_s", float("nan")) * 1e3 if last else None,
+                "trials": last.get("trials", 0), "cpu_s": last.get("cpu_s", 0.0), "energy_j": last.get("energy_j")}
+
+
+def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_budget: float | None = None,
+         energy_budget: float | None = None, max_rounds: int | None = None, batch: int = RACE_BATCH,
+         suspend: bool = True, address: str | None = None, seed: int = 0, on_round: Any = None,
+         kill_after: dict[str, int] | None = None) -> dict[str, Any]:
+    """Race every tuner on every model (module docstring). ``max_rounds`` per actor at most;
+    ``on_round(entry, row)`` after each finished round; ``kill_after`` ({"MODEL/TUNER": round}) kills
+    an actor after that round (the fault test). Returns the entries and the totals."""
+    if time_budget is None and energy_budget is None and max_rounds is None:
+        raise ValueError("give a time budget, an energy budget or a number of rounds")
+    if energy_budget is not None:
+        from ..measure.energy import require
+
+        require()
+    ray = _ray()
+    started = False
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"address": address} if address else {"include_dashboard": False}
+        ray.init(log_to_driver=False, **kwargs)
+        started = True
+    t0 = time.perf_counter()
+    db_dir = Path(db_dir)
+    db_dir.mkdir(parents=True, exist_ok=True)
+    entries: list[Entry] = []
+    try:
+        node = ray.util.get_node_ip_address()
+        lock = make_lock_actor().options(name=lock_name(node), get_if_exists=True).remote()
+        actor_cls = make_tuner_actor()
+        for model in models:
+            for tuner in tuners:
+                slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{Path(model).stem}-{tuner}")
+                e = Entry(model, tuner, str(db_dir / f"{slug}.db"))
+                e.actor = actor_cls.remote(model, tuner, e.db, seed, batch, lock_name(node))
+                entries.append(e)
+        pending = {e.actor.round.remote(): e for e in entries}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            ref = done[0]
+            e = pending.pop(ref)
+            try:
+                row = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - a dead actor is a result; its records stay
+                e.status = "died"
+                e.error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                continue
+            e.rounds.append(row)
+            if on_round is not None:
+                on_round(e, row)
+            key = f"{e.model}/{e.tuner}"
+            if kill_after and kill_after.get(key) == len(e.rounds):
+                ray.kill(e.actor)
+            elapsed = time.perf_counter() - t0
+            spent_energy = sum((x.rounds[-1].get("energy_j") or 0.0) for x in entries if x.rounds and "latency_s" in x.rounds[-1])
+            if (time_budget is not None and elapsed >= time_budget) or \
+                    (energy_budget is not None and spent_energy >= energy_budget):
+                e.status = "done"
+                continue
+            if max_rounds is not None and len(e.rounds) >= max_rounds:
+                e.status = "done"
+                continue
+            if suspend:
+                _suspend_worst(entries, e.model)
+            if e.status == "running":
+                pending[e.actor.round.remote()] = e
+        for e in entries:
+            if e.status == "running":
+                e.status = "done"
+    finally:
+        for e in entries:
+            if e.status in ("done", "suspended"):
+                try:
+                    ray.get(e.actor.close.remote(), timeout=60)
+                except Exception:  # noqa: BLE001
+                    pass
+        if started:
+            ray.shutdown()
+    live = [e for e in entries if e.rounds and "latency_s" in e.rounds[-1]]
+    return {"entries": [e.to_json() for e in entries], "wall_s": time.perf_counter() - t0,
+            "cpu_s": sum(e.rounds[-1]["cpu_s"] for e in live),
+            "energy_j": (sum(e.rounds[-1]["energy_j"] or 0.0 for e in live)
+                         if any(e.rounds[-1].get("energy_j") is not None for e in live) else None),
+            "suspend": suspend, "batch": batch}
+
+
+def _suspend_worst(entries: list[Entry], model: str) -> None:
+    """Among the running actors of ``model`` that have two rounds, suspend the one whose latest
+    round improved least, while more than one is running."""
+    running = [e for e in entries if e.model == model and e.status == "running"]
+    ranked = [e for e in running if len(e.rounds) >= 2 and "latency_s" in e.rounds[-1]]
+    if len(running) > 1 and len(ranked) == len(running):
+        worst = max(ranked, key=lambda e: e.improvement)
+        worst.status = "suspended"
