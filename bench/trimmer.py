@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from .common import machine_info, write_text
+from .modelruns import latency, run_json
 
 
 def cold_shares(db_path: Path) -> dict[str, Any]:
@@ -57,32 +57,8 @@ def cold_shares(db_path: Path) -> dict[str, Any]:
 
 def tune(model: str, tuner: str, budget: float, out: Path) -> dict[str, Any]:
     """The tuning run (resumed; a finished one is read back from its JSON)."""
-    db, result = out / f"{model}-{tuner}.db", out / f"{model}-{tuner}.tune.json"
-    if result.exists():
-        return json.loads(result.read_text())
-    cmd = [sys.executable, "-m", "tensortune.cli", "tune", model, "--tuner", tuner, "--time-budget", str(budget),
-           "--db", str(db), "--json"]
-    print("$", " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{model} {tuner}: tune failed: {proc.stderr.strip().splitlines()[-1:]}")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    write_text(result, json.dumps(data, indent=1))
-    return data
-
-
-def latency(model: str, db_path: Path) -> dict[str, Any]:
-    """Tuned and untuned latency of ``model`` with ``db_path``'s bests (checked outputs)."""
-    from tensortune.database import Database
-    from tensortune.models.importer import load_model
-    from tensortune.models.bench import bench_model
-
-    with Database(db_path, readonly=True) as db:
-        report = bench_model(load_model(model), db, with_ort=False)
-    rows = {r.name: r for r in report.rows}
-    tuned, untuned = rows["tensortune tuned"], rows["tensortune untuned"]
-    return {"tuned_ms": tuned.latency.median_ms if tuned.latency else None, "tuned_ok": tuned.ok,
-            "untuned_ms": untuned.latency.median_ms if untuned.latency else None}
+    return run_json(["tune", model, "--tuner", tuner, "--time-budget", str(budget), "--db", str(out / f"{model}-{tuner}.db")],
+                    out / f"{model}-{tuner}.tune.json")
 
 
 def main(argv: list[str] | None = None) -> int:

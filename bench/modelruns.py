@@ -1,0 +1,39 @@
+"""Whole-model runs the Trimmer benchmarks share: a ``tensortune`` command whose ``--json`` output
+is kept (and read back instead of running again), and a model's tuned and untuned latency."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .common import write_text
+
+
+def run_json(cmd: list[str], keep: Path) -> dict[str, Any]:
+    """``tensortune CMD --json``; its output is kept in ``keep`` and read back when it exists."""
+    if keep.exists():
+        return json.loads(keep.read_text())
+    full = [sys.executable, "-m", "tensortune.cli", *cmd, "--json"]
+    print("$", " ".join(full), flush=True)
+    proc = subprocess.run(full, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: failed: {proc.stderr.strip().splitlines()[-1:]}")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    write_text(keep, json.dumps(data, indent=1))
+    return data
+
+
+def latency(model: str, db_path: Path) -> dict[str, Any]:
+    """Tuned and untuned latency of ``model`` with ``db_path``'s bests (outputs checked)."""
+    from tensortune.database import Database
+    from tensortune.models.bench import bench_model
+    from tensortune.models.importer import load_model
+
+    with Database(db_path, readonly=True) as db:
+        report = bench_model(load_model(model), db, with_ort=False)
+    rows = {r.name: r for r in report.rows}
+    tuned, untuned = rows["tensortune tuned"], rows["tensortune untuned"]
+    return {"tuned_ms": tuned.latency.median_ms if tuned.latency else None, "tuned_ok": tuned.ok,
+            "untuned_ms": untuned.latency.median_ms if untuned.latency else None}

@@ -1,0 +1,71 @@
+"""Survey tuning against sequential tuning: ``python -m bench.survey``.
+
+    python -m bench.survey [--models resnet18,mobilenet_v2] [--tuner autotvm] [--time-budget 3600]
+                           [--out bench/results/survey]
+
+For each model: ``tensortune tune MODEL --scheduler sequential --time-budget B`` (the full-budget
+reference, its database ``OUT/MODEL-sequential.db``), the model timed with its bests (L); then
+``--scheduler survey --latency-goal 1.02 x L`` with the same tuner and at most the same budget
+(``OUT/MODEL-survey.db``): survey tuning stops when the model is within 2% of the sequential
+result (or when its rounds stop paying). Reported: each run's wall time, CPU-seconds and final
+latency, and survey's rounds. A finished run is not repeated (its ``tune --json`` is kept).
+Writes ``OUT/survey.json`` and ``OUT/survey.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .common import machine_info, write_text
+from .modelruns import latency, run_json as run
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.survey", description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="resnet18,mobilenet_v2")
+    p.add_argument("--tuner", default="autotvm")
+    p.add_argument("--time-budget", type=float, default=3600.0)
+    p.add_argument("--out", default="bench/results/survey")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for model in a.models.split(","):
+        seq_db = out / f"{model}-sequential.db"
+        seq = run(["tune", model, "--tuner", a.tuner, "--scheduler", "sequential", "--time-budget",
+                   str(a.time_budget), "--db", str(seq_db)], out / f"{model}-sequential.tune.json")
+        seq_lat = latency(model, seq_db)
+        goal_ms = 1.02 * seq_lat["tuned_ms"]
+        sur_db = out / f"{model}-survey.db"
+        sur = run(["tune", model, "--tuner", a.tuner, "--scheduler", "survey", "--time-budget", str(a.time_budget),
+                   "--latency-goal", f"{goal_ms:.6f}", "--db", str(sur_db)], out / f"{model}-survey.tune.json")
+        sur_lat = latency(model, sur_db)
+        rep = sur.get("survey", {})
+        row = {"model": model, "tuner": a.tuner, "untuned_ms": seq_lat["untuned_ms"],
+               "sequential_ms": seq_lat["tuned_ms"], "sequential_wall_s": seq["cost"]["wall_s"],
+               "sequential_cpu_s": seq["cost"]["cpu_s"], "goal_ms": goal_ms, "survey_ms": sur_lat["tuned_ms"],
+               "survey_wall_s": sur["cost"]["wall_s"], "survey_cpu_s": sur["cost"]["cpu_s"],
+               "survey_stop": rep.get("stop"), "survey_rounds": [r["latency_ms"] for r in rep.get("rounds", [])],
+               "reached": sur_lat["tuned_ms"] is not None and sur_lat["tuned_ms"] <= goal_ms}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    (out / "survey.json").write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
+    lines = ["# Survey tuning against sequential tuning", "",
+             f"{machine_info().get('cpu_model', '?')}; tuner {a.tuner}; sequential for {a.time_budget:.0f} s, "
+             "survey until within 2% of its result (same budget at most).", "",
+             "| model | untuned ms | sequential ms | wall s | CPU-s | survey ms | wall s | CPU-s | stopped | "
+             "wall ratio | CPU ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['untuned_ms']:.2f} | {r['sequential_ms']:.2f} | {r['sequential_wall_s']:.0f} | "
+                     f"{r['sequential_cpu_s']:.0f} | {r['survey_ms']:.2f} | {r['survey_wall_s']:.0f} | "
+                     f"{r['survey_cpu_s']:.0f} | {r['survey_stop']} | "
+                     f"{r['sequential_wall_s'] / r['survey_wall_s']:.2f}x | {r['sequential_cpu_s'] / r['survey_cpu_s']:.2f}x |")
+    write_text(out / "survey.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
