@@ -12,7 +12,9 @@ node lost) is reported as such and the race goes on without it.
 
 **One measurement at a time per host.** Every actor's building, running and model timing goes
 through a lock held by a named actor per node (:class:`HostLock`): measurements never overlap on
-one machine, so on 2 cores Ray gives no speed-up; compare the total cost, not the wall time.
+one machine, so on 2 cores Ray gives no speed-up; compare the total cost, not the wall time. An
+actor that dies holding the lock (or waiting for it) is forgotten by it when the coordinator
+learns of the death, so the others never wait for a dead holder.
 ``ray.init()`` starts a local instance unless an address is given (``--ray-address``), in which
 case it joins that cluster.
 """
@@ -51,16 +53,29 @@ def make_lock_actor() -> Any:
 
             self._lock = asyncio.Lock()
             self.holder = ""
+            self.dead: set[str] = set()
 
         async def acquire(self, who: str) -> bool:
             await self._lock.acquire()
+            if who in self.dead:  # granted to a request whose caller died meanwhile: pass it on
+                self._lock.release()
+                return False
             self.holder = who
             return True
 
-        def release(self) -> None:
+        def release(self, who: str) -> bool:
+            """Release the lock if ``who`` holds it."""
+            if self.holder != who or not self._lock.locked():
+                return False
             self.holder = ""
-            if self._lock.locked():
-                self._lock.release()
+            self._lock.release()
+            return True
+
+        def forget(self, who: str) -> None:
+            """``who`` died: release the lock if it holds it, and never grant it again (a request
+            it left waiting would otherwise hold the lock forever)."""
+            self.dead.add(who)
+            self.release(who)
 
     return HostLock
 
@@ -82,7 +97,7 @@ class LockedMeasurer:
         try:
             return fn(*args, **kwargs)
         finally:
-            ray.get(self.lock.release.remote())
+            ray.get(self.lock.release.remote(self.who))
 
     def measure(self, inputs: Any, on_result: Any = None) -> Any:
         return self._held(self.m.measure, inputs, on_result)
@@ -169,7 +184,7 @@ def make_tuner_actor() -> Any:
     ray = _ray()
 
     @ray.remote(num_cpus=0, max_restarts=0)
-    class TunerActor:
+    class TunerActor:  # its lock name "MODEL/TUNER" is the coordinator's key of it
         def __init__(self, model: str, tuner: str, db_path: str, seed: int, batch: int, lock_name_: str) -> None:
             self.c = Competitor(model, tuner, db_path, seed, batch, ray.get_actor(lock_name_))
 
@@ -250,6 +265,7 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
             try:
                 row = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - a dead actor is a result; its records stay
+                ray.get(lock.forget.remote(f"{e.model}/{e.tuner}"))  # it may have died holding the lock
                 e.status = "died"
                 e.error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
                 continue
