@@ -15,6 +15,14 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance for the module's races (race() then neither starts nor stops one)."""
+    ray.init(include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
 def onnx_path(tmp_path_factory):
     from tensortune.models.reference import export_onnx
 
@@ -23,7 +31,7 @@ def onnx_path(tmp_path_factory):
 
 
 @pytest.mark.timeout(600)
-def test_race_survives_a_killed_actor_and_keeps_its_records(onnx_path, tmp_path) -> None:
+def test_race_survives_a_killed_actor_and_keeps_its_records(local_ray, onnx_path, tmp_path) -> None:
     from tensortune.cluster.race import race
 
     rows = []
@@ -58,7 +66,7 @@ def test_a_race_needs_a_budget(tmp_path) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_race_command(onnx_path, tmp_path, capsys) -> None:
+def test_race_command(local_ray, onnx_path, tmp_path, capsys) -> None:
     import json
 
     from tensortune.cli import main

@@ -108,15 +108,15 @@ def test_a_server_dying_mid_batch_becomes_errors_and_tuning_goes_on(cluster) -> 
     port, servers = cluster
     kill(servers[1])
     task = Task.from_op("matmul", [48, 48, 48])
-    configs = task.space.sample(__import__("random").Random(1), 5)
-    slow = MeasureOptions(repeat=4, min_repeat_ms=500, rpc=f"127.0.0.1:{port}:{KEY}", run_timeout=90.0)
+    configs = task.space.sample(__import__("random").Random(1), 4)
+    slow = MeasureOptions(repeat=3, min_repeat_ms=400, rpc=f"127.0.0.1:{port}:{KEY}", run_timeout=90.0)
     replacement: list[subprocess.Popen] = []
 
     first = threading.Event()
 
     def crash_and_replace() -> None:
         first.wait(120)
-        time.sleep(1.0)  # inside the second candidate's 2 s of timing
+        time.sleep(0.6)  # inside the second candidate's 1.2 s of timing
         kill(servers[0])
         sport = free_port()
         replacement.append(spawn("tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", KEY,
@@ -130,9 +130,9 @@ def test_a_server_dying_mid_batch_becomes_errors_and_tuning_goes_on(cluster) -> 
             results = m.measure([MeasureInput(task, c) for c in configs], lambda inp, res: first.set())
             killer.join()
             bad = [r for r in results if not r.ok]
-            assert len(results) == 5 and len(bad) >= 1, [(r.error.value, r.error_msg) for r in results]
+            assert len(results) == 4 and len(bad) >= 1, [(r.error.value, r.error_msg) for r in results]
             assert all("rpc" in r.error_msg for r in bad), [r.error_msg for r in bad]
-            assert results[-1].ok and sum(r.ok for r in results) >= 3
+            assert results[-1].ok and sum(r.ok for r in results) >= 2
             res = get_tuner("random", task, seed=3).tune(3, m)  # tuning goes on on the new device
         assert res.trials_measured == 3 and res.best_config is not None
     finally:
