@@ -79,6 +79,11 @@ def cold_mask(costs: Sequence[float], frac: float = LOESS_FRAC) -> np.ndarray:
     return cold
 
 
+def _unit(e: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (cosine similarity is then a dot product)."""
+    return e / (np.linalg.norm(e, axis=1, keepdims=True) + 1e-12)
+
+
 _NETS: dict[tuple[str, int], Any] = {}  # (database path, records) -> trained network, per process
 
 
@@ -137,23 +142,29 @@ class ColdFilter:
         if self.net is None:
             self.net, self.notice = network_for(database, self.options, seed)
 
-    def _keep(self, candidates: Sequence[Config], context: Any, report: ColdReport) -> list[bool]:
+    def _measured(self, context: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The task's measured candidates as unit embeddings, and which of them are cold (once
+        per call: the refill rounds reuse them)."""
+        from ..learn.coldnet import sample_of
+
+        hist = context.history
+        emb = self.net.embed([sample_of(context.task, c) for c in hist.configs])
+        return _unit(emb), cold_mask(hist.costs, self.options.loess_frac)
+
+    def _keep(self, candidates: Sequence[Config], context: Any, report: ColdReport,
+              measured: tuple[np.ndarray, np.ndarray]) -> list[bool]:
         """Per candidate: False when it is checked and its k nearest measured are all cold."""
         from ..learn.coldnet import sample_of
 
         o = self.options
-        hist = context.history
         p = max(o.p_min, o.p_start * o.decay ** report.calls)
         check = [context.rng.random() < p for _ in candidates]
         if not any(check):
             return [True] * len(candidates)
-        measured = list(hist.configs)
-        cold = cold_mask(hist.costs, o.loess_frac)
-        emb_m = self.net.embed([sample_of(context.task, c) for c in measured])
+        emb_m, cold = measured
         emb_c = self.net.embed([sample_of(context.task, c) for c, chk in zip(candidates, check) if chk])
-        unit = lambda e: e / (np.linalg.norm(e, axis=1, keepdims=True) + 1e-12)  # noqa: E731
-        sims = unit(emb_c) @ unit(emb_m).T
-        k = min(o.k, len(measured))
+        sims = _unit(emb_c) @ emb_m.T
+        k = min(o.k, len(emb_m))
         near = np.argsort(-sims, axis=1, kind="stable")[:, :k]
         all_cold = cold[near].all(axis=1)
         keep, j = [], 0
@@ -177,15 +188,17 @@ class ColdFilter:
         pool_scores = np.asarray(scores, dtype=np.float64)
         batch: list[Config] = []
         dropped: set[int] = set()
+        measured = self._measured(context)
         for _ in range(MAX_ROUNDS):
             if len(batch) >= n or not pool:
                 break
             want = n - len(batch)
+            chosen = {b.index for b in batch}
             picked = [c for c in self.inner(pool, pool_scores, want, context)
-                      if c.index not in dropped and c.index not in {b.index for b in batch}]
+                      if c.index not in dropped and c.index not in chosen]
             if not picked:
                 break
-            keep = self._keep(picked, context, report)
+            keep = self._keep(picked, context, report, measured)
             batch += [c for c, k in zip(picked, keep) if k]
             gone = {c.index for c, k in zip(picked, keep) if not k}
             report.filtered += len(gone)
