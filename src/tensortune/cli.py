@@ -308,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
     rc.add_argument("--seed", type=int, default=0)
     rc.add_argument("--json", action="store_true")
+    from .cli_fasor import add_parsers
+
+    add_parsers(sub)
     return p
 
 
@@ -1072,7 +1075,14 @@ def cmd_race(a: argparse.Namespace) -> int:
 COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import,
             "upgrade-db": cmd_upgrade_db, "demo": cmd_demo,
             "tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench, "profile": cmd_profile,
-            "dataset": cmd_dataset, "predictor": cmd_predictor, "race": cmd_race}
+            "dataset": cmd_dataset, "predictor": cmd_predictor, "race": cmd_race,
+            "hardware": lambda a: _fasor_cmd("cmd_hardware", a), "fasor": lambda a: _fasor_cmd("cmd_fasor", a)}
+
+
+def _fasor_cmd(name: str, a: argparse.Namespace) -> int:
+    from . import cli_fasor
+
+    return getattr(cli_fasor, name)(a)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,6 +24,17 @@ def host_target_json(num_cores: int | None = None) -> dict[str, Any]:
     return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": str(cpu), "num-cores": int(num_cores or cpu_count())}
 
 
+def generic_target_json(num_cores: int | None = None) -> dict[str, Any]:
+    """The dict form of an LLVM target for a generic x86-64 CPU (``mcpu`` ``x86-64``: SSE2, no
+    AVX or FMA), with the host's ``mtriple`` and ``num_cores`` (default: the usable CPUs).
+
+    It is the weaker stand-in for "another machine" when only one CPU kind is at hand: code built
+    for it runs here with 128-bit vectors, so profiles, measurements and models can be compared
+    across two targets. It is not a different machine (same caches, memory and clock).
+    """
+    return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64", "num-cores": int(num_cores or cpu_count())}
+
+
 def make_target(spec: dict[str, Any] | str | None = None) -> Any:
     """A ``tvm.target.Target`` from a dict, its JSON text, or None (the host CPU)."""
     import tvm

@@ -27,7 +27,7 @@ def write_training(path: Path, n_tasks: int = 8, rows: int = 60, seed: int = 0, 
              label=np.concatenate(label), task_index=np.array(tidx, dtype=np.int32),
              machine_index=np.zeros(len(tidx), dtype=np.int32))
     summary = {"op": op, "samples": len(tidx), "task_features": ["a", "b", "c"],
-               "tasks": [{"name": f"t{t}"} for t in range(n_tasks)],
+               "tasks": [{"name": f"t{t}", "args": {"t": t}, "best_s": 1e-4 * (1 + t)} for t in range(n_tasks)],
                "machines": [{"cpu_model": "Test CPU", "target": json.dumps({"kind": "llvm", "mcpu": "znver4"}),
                              "threads": 2, "timing": "{}"}], "dropped": 0, "max_slowdown": 20.0}
     Path(str(path) + ".json").write_text(json.dumps(summary))

@@ -33,6 +33,8 @@ def small(name: str) -> dict:
     if name == "oneshot":  # a short search (its predictor, or its fallback's model, as shipped)
         return {"search_options": {"n_chains": 16, "max_steps": 20}, "workers": 1, "distill": 96,
                 "finalists": 64}  # top_k 64 > the budget: the budget ends the run
+    if name == "fasor":  # quality mode runs to the budget (efficiency mode ends after one validation)
+        return {"mode": "quality", "workers": 1, "search_options": {"n_walkers": 16, "max_steps": 12}}
     if not issubclass(TUNERS.get(name).Options, ModelBasedOptions):
         return {}
     opts = {"feature": "knob", "plan_size": 16, "warmup": 8, "n_finalists": 32, "n_random_pool": 16}

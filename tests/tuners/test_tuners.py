@@ -139,7 +139,7 @@ class Recorder:
 # ---------------------------------------------------------------- registry
 def test_get_tuner() -> None:
     task = fake_task(plain_space())
-    assert set(TUNERS) == {"random", "grid", "genetic", "autotvm", "model-based", "oneshot", "chameleon", "trimmer"}
+    assert set(TUNERS) == {"random", "grid", "genetic", "autotvm", "model-based", "oneshot", "chameleon", "trimmer", "fasor"}
     assert isinstance(get_tuner("random", task), RandomTuner)
     assert isinstance(get_tuner("grid", task), GridTuner)
     assert isinstance(get_tuner(GeneticTuner, task, seed=3), GeneticTuner)

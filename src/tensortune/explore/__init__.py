@@ -14,6 +14,7 @@ EXPLORERS: Registry = Registry("explorer", {
     "random": "tensortune.explore.random:RandomSearch",
     "ga": "tensortune.explore.genetic:GeneticSearch",
     "ppo": "tensortune.explore.ppo:PPOSearch",
+    "dqn": "tensortune.explore.dqn:DQNSearch",
 })
 
 __all__ = ["EXPLORERS", "Explorer", "ScoreFn", "make_explorer"]

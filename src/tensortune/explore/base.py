@@ -79,7 +79,7 @@ class PositionSearch:
 
     def random_positions(self, n: int) -> np.ndarray:
         """``n`` rows of positions of random valid configs (repeats when the space is smaller)."""
-        configs = self.space.sample(self.rng, n)
+        configs = self.space.sample(self.rng, n) if n > 0 else []
         if not configs:
             return np.zeros((0, len(self.dims)), dtype=np.int64)
         pts = [self.space.positions(c) for c in configs]

@@ -16,8 +16,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-#: The arrays a training file holds (and their order in the model's flat input row).
-INPUT_PARTS = ("curve", "knob", "task")
+#: The arrays a training file holds (and their order in the model's flat input row); ``hw``
+#: (the measuring machine's hardware features, Fasor) is empty unless added by
+#: :func:`tensortune.learn.fasor.fasor_data`.
+INPUT_PARTS = ("curve", "knob", "task", "hw")
 
 
 @dataclass
@@ -30,12 +32,26 @@ class TrainingData:
     label: np.ndarray  # float32 [n], best cost / cost on the row's machine
     task_index: np.ndarray  # int32 [n]
     summary: dict[str, Any] = field(default_factory=dict)  # the export's JSON sidecar
+    hw: np.ndarray | None = None  # float32 [n, hw_dim]: the measuring machine's features (empty: none)
+    targets: np.ndarray | None = None  # float32 [n, m]: what a multi-output net regresses (None: the label)
+    machine_index: np.ndarray | None = None  # int [n]: the row's machine in ``summary["machines"]``
 
     def __post_init__(self) -> None:
         n = len(self.label)
-        for name in ("curve", "knob", "task", "task_index"):
+        if self.hw is None:
+            self.hw = np.zeros((n, 0), dtype=np.float32)
+        if self.machine_index is None:
+            self.machine_index = np.zeros(n, dtype=np.int64)
+        for name in ("curve", "knob", "task", "task_index", "hw", "machine_index"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"training data: {name} has {len(getattr(self, name))} rows, labels {n}")
+        if self.targets is not None and len(self.targets) != n:
+            raise ValueError(f"training data: targets has {len(self.targets)} rows, labels {n}")
+
+    @property
+    def regression_targets(self) -> np.ndarray:
+        """What a net is trained to output: ``targets`` [n, m] when set, else the label as [n, 1]."""
+        return (self.targets if self.targets is not None else self.label[:, None]).astype(np.float32)
 
     def __len__(self) -> int:
         return int(len(self.label))
@@ -51,8 +67,8 @@ class TrainingData:
         return list(self.summary.get("task_features", []))
 
     def inputs(self) -> np.ndarray:
-        """The flat input rows ``[curve | knob | task]`` (float32)."""
-        return np.concatenate([self.curve, self.knob, self.task], axis=1).astype(np.float32)
+        """The flat input rows ``[curve | knob | task | hw]`` (float32)."""
+        return np.concatenate([self.curve, self.knob, self.task, self.hw], axis=1).astype(np.float32)
 
     def tasks(self) -> np.ndarray:
         """The distinct task indices present."""
@@ -62,7 +78,8 @@ class TrainingData:
         """The rows of the given task indices."""
         mask = np.isin(self.task_index, np.asarray(tasks))
         return TrainingData(self.curve[mask], self.knob[mask], self.task[mask], self.label[mask],
-                            self.task_index[mask], self.summary)
+                            self.task_index[mask], self.summary, self.hw[mask],
+                            None if self.targets is None else self.targets[mask], self.machine_index[mask])
 
     def split(self, fraction: float, seed: int = 0) -> tuple["TrainingData", "TrainingData"]:
         """``(rest, held)``: ``fraction`` of the tasks (at least one, when ``fraction`` > 0 and
@@ -85,7 +102,7 @@ def load_training(path: str | Path) -> TrainingData:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: not a training file ({exc})") from None
-    missing = [k for k in (*INPUT_PARTS, "label", "task_index") if k not in arrays]
+    missing = [k for k in ("curve", "knob", "task", "label", "task_index") if k not in arrays]
     if missing:
         raise ValueError(f"{path}: not a training file (missing {', '.join(missing)})")
     side = Path(str(path) + ".json")
@@ -93,9 +110,12 @@ def load_training(path: str | Path) -> TrainingData:
         summary = json.loads(side.read_text()) if side.exists() else {}
     except json.JSONDecodeError as exc:
         raise ValueError(f"{side}: not valid JSON ({exc})") from None
+    machine = arrays["machine_index"].astype(np.int64) if "machine_index" in arrays else None
+    hw = arrays["hw"].astype(np.float32) if "hw" in arrays else None
+    targets = arrays["targets"].astype(np.float32) if "targets" in arrays else None
     return TrainingData(arrays["curve"].astype(np.float32), arrays["knob"].astype(np.float32),
                         arrays["task"].astype(np.float32), arrays["label"].astype(np.float32),
-                        arrays["task_index"].astype(np.int64), summary)
+                        arrays["task_index"].astype(np.int64), summary, hw, targets, machine)
 
 
 def concat(parts: Sequence[TrainingData]) -> TrainingData:
@@ -109,16 +129,26 @@ def concat(parts: Sequence[TrainingData]) -> TrainingData:
     if any(p.task_features != names for p in parts):
         raise ValueError("training files with different task features")
     width = max(p.knob.shape[1] for p in parts)
-    offset, idx, tasks = 0, [], []
+    if len({p.hw.shape[1] for p in parts}) > 1 or len({None if p.targets is None else p.targets.shape[1] for p in parts}) > 1:
+        raise ValueError("training files with different hardware features or targets")
+    offset, idx, tasks, machines, mach = 0, [], [], [], []
     for p in parts:
         idx.append(p.task_index + offset)
         offset += int(p.task_index.max()) + 1 if len(p) else 0
-        tasks += p.summary.get("tasks", [])
-    summary = {**parts[0].summary, "tasks": tasks, "samples": int(sum(len(p) for p in parts))}
+        remap = []
+        for m in p.summary.get("machines", []) or [{}]:
+            if m not in machines:
+                machines.append(m)
+            remap.append(machines.index(m))
+        mach.append(np.asarray(remap, dtype=np.int64)[np.clip(p.machine_index, 0, len(remap) - 1)])
+        tasks += [{**t, "machine": remap[min(int(t.get("machine", 0)), len(remap) - 1)]} for t in p.summary.get("tasks", [])]
+    summary = {**parts[0].summary, "tasks": tasks, "machines": machines, "samples": int(sum(len(p) for p in parts))}
+    targets = None if parts[0].targets is None else np.concatenate([p.targets for p in parts])
     return TrainingData(np.concatenate([p.curve for p in parts]),
                         np.concatenate([np.pad(p.knob, ((0, 0), (0, width - p.knob.shape[1]))) for p in parts]),
                         np.concatenate([p.task for p in parts]), np.concatenate([p.label for p in parts]),
-                        np.concatenate(idx), summary)
+                        np.concatenate(idx), summary, np.concatenate([p.hw for p in parts]), targets,
+                        np.concatenate(mach))
 
 
 @dataclass

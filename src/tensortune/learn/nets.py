@@ -27,13 +27,14 @@ class TokenLayout:
     kinds: tuple[int, ...]
 
     @classmethod
-    def for_inputs(cls, curve_dim: int, knob_dim: int, task_dim: int, curve_buffers: int, curve_globals: int) -> "TokenLayout":
-        """Curve per buffer, curve globals, knobs, task features (empty parts dropped)."""
+    def for_inputs(cls, curve_dim: int, knob_dim: int, task_dim: int, curve_buffers: int, curve_globals: int,
+                   hw_dim: int = 0) -> "TokenLayout":
+        """Curve per buffer, curve globals, knobs, task features, hardware features (empty parts dropped)."""
         block = (curve_dim - curve_globals) // curve_buffers if curve_buffers else 0
         if block * curve_buffers + curve_globals != curve_dim:
             raise ValueError(f"curve width {curve_dim} is not {curve_buffers} buffers + {curve_globals} globals")
         sizes, kinds = [block] * curve_buffers, [0] * curve_buffers
-        for kind, size in ((1, curve_globals), (2, knob_dim), (3, task_dim)):
+        for kind, size in ((1, curve_globals), (2, knob_dim), (3, task_dim), (4, hw_dim)):
             if size:
                 sizes.append(size)
                 kinds.append(kind)
@@ -84,16 +85,16 @@ class TransformerRegressor(nn.Module):
 
     Config = TransformerConfig
 
-    def __init__(self, layout: TokenLayout, config: TransformerConfig = TransformerConfig()) -> None:
+    def __init__(self, layout: TokenLayout, config: TransformerConfig = TransformerConfig(), outputs: int = 1) -> None:
         super().__init__()
         c = config
         self.tokens = _Tokens(layout, c.d_model)
         layer = nn.TransformerEncoderLayer(c.d_model, c.heads, c.ff, c.dropout, batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, c.layers, enable_nested_tensor=False)
-        self.head = nn.Linear(c.d_model, 1)
+        self.head = nn.Linear(c.d_model, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.tokens(x)).mean(dim=1)).squeeze(-1)
+        return _squeeze(self.head(self.encoder(self.tokens(x)).mean(dim=1)))
 
 
 @dataclass(frozen=True)
@@ -110,16 +111,16 @@ class LSTMRegressor(nn.Module):
 
     Config = LSTMConfig
 
-    def __init__(self, layout: TokenLayout, config: LSTMConfig = LSTMConfig()) -> None:
+    def __init__(self, layout: TokenLayout, config: LSTMConfig = LSTMConfig(), outputs: int = 1) -> None:
         super().__init__()
         c = config
         self.tokens = _Tokens(layout, c.d_model)
         self.lstm = nn.LSTM(c.d_model, c.d_model, c.layers, batch_first=True, dropout=c.dropout if c.layers > 1 else 0.0)
-        self.head = nn.Linear(c.d_model, 1)
+        self.head = nn.Linear(c.d_model, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(self.tokens(x))
-        return self.head(out[:, -1]).squeeze(-1)
+        return _squeeze(self.head(out[:, -1]))
 
 
 @dataclass(frozen=True)
@@ -135,27 +136,44 @@ class MLPRegressor(nn.Module):
 
     Config = MLPConfig
 
-    def __init__(self, layout: TokenLayout, config: MLPConfig = MLPConfig()) -> None:
+    def __init__(self, layout: TokenLayout, config: MLPConfig = MLPConfig(), outputs: int = 1) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         width = layout.width
         for h in config.hidden:
             layers += [nn.Linear(width, h), nn.ReLU(), nn.Dropout(config.dropout)]
             width = h
-        layers.append(nn.Linear(width, 1))
+        layers.append(nn.Linear(width, outputs))
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x).squeeze(-1)
+        return _squeeze(self.net(x))
+
+
+def _squeeze(y: torch.Tensor) -> torch.Tensor:
+    """``[batch]`` for a one-output head, ``[batch, outputs]`` otherwise."""
+    return y.squeeze(-1) if y.shape[-1] == 1 else y
+
+
+def xavier_init(net: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases for every linear layer and every matrix of the
+    attention blocks (Fasor's initialisation); embeddings of positions keep theirs."""
+    for name, p in net.named_parameters():
+        if p.dim() >= 2 and not name.endswith("position"):
+            nn.init.xavier_uniform_(p)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
 
 
 #: Neural predictors by name.
 NETS: dict[str, type[nn.Module]] = {"transformer": TransformerRegressor, "mlp": MLPRegressor, "lstm": LSTMRegressor}
 
 
-def make_net(kind: str, layout: TokenLayout, config: dict[str, Any] | None = None) -> tuple[nn.Module, dict[str, Any]]:
-    """The net ``kind`` for ``layout`` with its hyper-parameters from ``config`` (defaults for the
-    rest), and every hyper-parameter it was built with (JSON-ready, for the schema)."""
+def make_net(kind: str, layout: TokenLayout, config: dict[str, Any] | None = None,
+             outputs: int = 1) -> tuple[nn.Module, dict[str, Any]]:
+    """The net ``kind`` for ``layout`` with ``outputs`` heads and its hyper-parameters from
+    ``config`` (defaults for the rest), and every hyper-parameter it was built with (JSON-ready,
+    for the schema)."""
     if kind not in NETS:
         raise ValueError(f"unknown net {kind!r}; known: {', '.join(NETS)}")
     from ..utils.options import OptionError, make_options
@@ -165,4 +183,4 @@ def make_net(kind: str, layout: TokenLayout, config: dict[str, Any] | None = Non
         cfg = make_options(cls.Config, dict(config or {}), owner=f"net {kind!r}")
     except OptionError as exc:
         raise ValueError(str(exc)) from None
-    return cls(layout, cfg), asdict(cfg)
+    return cls(layout, cfg, outputs), asdict(cfg)

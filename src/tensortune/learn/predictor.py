@@ -40,6 +40,7 @@ class Predictor(ABC):
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
+        self.folder: Path | None = None  # where it was loaded from (files kept beside it live there)
 
     @property
     def op(self) -> str:
@@ -70,9 +71,21 @@ class Predictor(ABC):
         atomic_write(folder / SCHEMA_FILE, json.dumps(self.schema, indent=1))
         return folder
 
-    def rows(self, task: Any, configs: Sequence[Any], curve: np.ndarray | None = None) -> np.ndarray:
+    @property
+    def hw_features(self) -> list[str]:
+        """Names of the hardware-feature inputs (empty: the predictor reads none)."""
+        return list(self.schema["inputs"].get("hw_features", []))
+
+    @property
+    def targets(self) -> list[str]:
+        """What the outputs are, in order (the first is the ranking score: higher is faster)."""
+        return list(self.schema.get("targets", ["normalised_throughput"]))
+
+    def rows(self, task: Any, configs: Sequence[Any], curve: np.ndarray | None = None,
+             hw: np.ndarray | None = None) -> np.ndarray:
         """Input rows of ``task``'s ``configs``; ``curve`` (their curve features) when already
-        extracted, else extracted here."""
+        extracted, else extracted here; ``hw``, the machine's hardware features, for a
+        predictor that reads them (ValueError when missing or of another width)."""
         from ..features import get_extractor
 
         inputs = self.schema["inputs"]
@@ -83,14 +96,26 @@ class Predictor(ABC):
         knob = knob[:, :kw] if knob.shape[1] >= kw else np.pad(knob, ((0, 0), (0, kw - knob.shape[1])))
         feats = task.features
         trow = np.array([feats.get(n, 0.0) for n in inputs["task_features"]], dtype=np.float32)
+        names = self.hw_features
+        hw_row = np.zeros(0, dtype=np.float32)
+        if names:
+            if hw is None or len(hw) != len(names):
+                raise ValueError(f"the {self.op} predictor reads {len(names)} hardware features; "
+                                 f"got {'none' if hw is None else len(hw)}")
+            hw_row = np.asarray(hw, dtype=np.float32)
         return np.concatenate([np.asarray(curve, dtype=np.float32).reshape(len(configs), -1), knob,
-                               np.tile(trow, (len(configs), 1))], axis=1)
+                               np.tile(trow, (len(configs), 1)), np.tile(hw_row, (len(configs), 1))], axis=1)
 
-    def predict(self, task: Any, configs: Sequence[Any], curve: np.ndarray | None = None) -> np.ndarray:
-        """Predicted normalised throughput of ``task``'s ``configs``."""
+    def predict(self, task: Any, configs: Sequence[Any], curve: np.ndarray | None = None,
+                hw: np.ndarray | None = None) -> np.ndarray:
+        """Predicted ranking score (first output) of ``task``'s ``configs``: higher is faster."""
         if not configs:
             return np.zeros(0)
-        return self.predict_rows(self.rows(task, configs, curve))
+        return self.predict_rows(self.rows(task, configs, curve, hw))
+
+    def predict_outputs(self, x: np.ndarray) -> np.ndarray:
+        """Every output for raw input rows, ``[n, len(targets)]`` (one-output kinds: the score)."""
+        return self.predict_rows(x)[:, None]
 
 
 class NeuralPredictor(Predictor):
@@ -101,15 +126,24 @@ class NeuralPredictor(Predictor):
         self.kind = schema["kind"]
         self.net = net.eval()
         self.standardizer = standardizer
+        ts = schema.get("target_standardizer")
+        self.target_standardizer = Standardizer.from_json(ts) if ts else None
 
-    def predict_rows(self, x: np.ndarray) -> np.ndarray:
+    def predict_outputs(self, x: np.ndarray) -> np.ndarray:
         import torch
 
         out = []
         with torch.inference_mode():
             for i in range(0, len(x), 4096):
-                out.append(self.net(torch.from_numpy(self.standardizer(x[i:i + 4096]))).double().numpy())
-        return np.concatenate(out) if out else np.zeros(0)
+                y = self.net(torch.from_numpy(self.standardizer(x[i:i + 4096]))).double().numpy()
+                out.append(y.reshape(len(y), -1))
+        y = np.concatenate(out) if out else np.zeros((0, len(self.targets)))
+        if self.target_standardizer is not None:
+            y = y * self.target_standardizer.std + self.target_standardizer.mean
+        return y
+
+    def predict_rows(self, x: np.ndarray) -> np.ndarray:
+        return self.predict_outputs(x)[:, 0]
 
     def _save_weights(self, folder: Path) -> None:
         import torch
@@ -147,7 +181,7 @@ def layout_of(schema: dict[str, Any]) -> Any:
 
     i = schema["inputs"]
     return TokenLayout.for_inputs(int(i["curve_dim"]), int(i["knob_dim"]), len(i["task_features"]),
-                                  int(i["curve_buffers"]), int(i["curve_globals"]))
+                                  int(i["curve_buffers"]), int(i["curve_globals"]), len(i.get("hw_features", [])))
 
 
 def load_predictor(folder: str | Path) -> Predictor:
@@ -171,14 +205,16 @@ def load_predictor(folder: str | Path) -> Predictor:
             booster.load_model(str(folder / XGB_FILE))
         except xgb.core.XGBoostError as exc:
             raise PredictorError(f"{folder / XGB_FILE}: cannot be read ({str(exc).splitlines()[0]})") from None
-        return XGBPredictor(schema, booster)
+        p = XGBPredictor(schema, booster)
+        p.folder = folder
+        return p
     import torch
 
     from .nets import NETS, make_net
 
     if kind not in NETS:
         raise PredictorError(f"{folder}: unknown predictor kind {kind!r}")
-    net, _ = make_net(kind, layout_of(schema), schema.get("net"))
+    net, _ = make_net(kind, layout_of(schema), schema.get("net"), len(schema.get("targets", [0])))
     try:
         state = torch.load(folder / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         net.load_state_dict(state)
@@ -186,4 +222,6 @@ def load_predictor(folder: str | Path) -> Predictor:
         raise PredictorError(f"{folder}: {WEIGHTS_FILE} is missing") from None
     except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
         raise PredictorError(f"{folder / WEIGHTS_FILE}: cannot be read ({str(exc).splitlines()[0]})") from None
-    return NeuralPredictor(schema, net, Standardizer.from_json(schema["standardizer"]))
+    p = NeuralPredictor(schema, net, Standardizer.from_json(schema["standardizer"]))
+    p.folder = folder
+    return p

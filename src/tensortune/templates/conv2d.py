@@ -37,6 +37,7 @@ class Conv2dTemplate(Template):
     """conv2d NCHW, any stride and padding (batch 1)."""
 
     name = "conv2d"
+    parallel_splits = ("tile_f",)
     version = 2
 
     def space(self, task: Any) -> ConfigSpace:

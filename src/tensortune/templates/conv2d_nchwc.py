@@ -63,6 +63,7 @@ class Conv2dNCHWcTemplate(Template):
     """conv2d ``NCHW{IB}c`` x ``OIHW{IB}i{OB}o`` -> ``NCHW{OB}c``, any stride and padding (batch 1)."""
 
     name = "conv2d_nchwc"
+    parallel_splits = ("tile_f", "tile_y")
 
     def space(self, task: Any) -> ConfigSpace:
         a = task.args

@@ -36,6 +36,7 @@ class DensePackTemplate(Template):
     """C[..., M, N] = A[..., M, K] x W, W packed ``[N/NB, K, NB]``."""
 
     name = "dense_pack"
+    parallel_splits = ("tile_x", "tile_y")
 
     def space(self, task: Any) -> ConfigSpace:
         a = task.args

@@ -13,6 +13,7 @@ class DepthwiseTemplate(Template):
     """Depthwise conv2d (one filter per channel, multiplier 1), any stride and padding."""
 
     name = "depthwise_conv2d"
+    parallel_splits = ("tile_c", "tile_y")
 
     def space(self, task: Any) -> ConfigSpace:
         C, OH, OW = task.args["C"], task.out_shape[2], task.out_shape[3]

@@ -31,6 +31,7 @@ class DepthwiseNCHWcTemplate(Template):
     """Depthwise conv2d in the blocked layout (multiplier 1), any stride and padding."""
 
     name = "depthwise_conv2d_nchwc"
+    parallel_splits = ("tile_c", "tile_y")
     version = 2  # knob pad_at
 
     def space(self, task: Any) -> ConfigSpace:

@@ -37,6 +37,7 @@ class GemmTemplate(Template):
     """C = A x B with an optional batch axis; B as [K, N] (matmul) or [N, K] (dense)."""
 
     name = "gemm"
+    parallel_splits = ("tile_x", "tile_y")
 
     def space(self, task: Any) -> ConfigSpace:
         M, N, K = task.args["M"], task.args["N"], task.args["K"]

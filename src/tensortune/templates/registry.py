@@ -31,6 +31,9 @@ class Template(ABC):
     #: Bumped whenever the space or the schedule changes: it is part of the workload key, so
     #: records of an older space (whose config indices mean other configs) are never reused.
     version: int = 1
+    #: Split knobs whose outermost factors the schedule fuses into its parallel loop (the
+    #: outer-loop parallelism Fasor's option pruning keeps at least as wide as the threads).
+    parallel_splits: tuple[str, ...] = ()
 
     @abstractmethod
     def space(self, task: "Task") -> ConfigSpace:

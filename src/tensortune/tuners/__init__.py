@@ -24,6 +24,7 @@ TUNERS: Registry = Registry("tuner", {
     "oneshot": "tensortune.tuners.oneshot:OneShotTuner",
     "chameleon": "tensortune.tuners.chameleon:ChameleonTuner",
     "trimmer": "tensortune.tuners.trimmer:TrimmerTuner",
+    "fasor": "tensortune.tuners.fasor:FasorTuner",
 })
 
 
@@ -45,11 +46,11 @@ def __getattr__(attr: str) -> Any:
     """The tuner classes, loaded on first access (``from tensortune.tuners import AutoTVMTuner``)."""
     classes = {"RandomTuner": "random", "GridTuner": "grid", "GeneticTuner": "genetic", "AutoTVMTuner": "autotvm",
                "ModelBasedTuner": "model-based", "OneShotTuner": "oneshot",
-               "ChameleonTuner": "chameleon", "TrimmerTuner": "trimmer"}
+               "ChameleonTuner": "chameleon", "TrimmerTuner": "trimmer", "FasorTuner": "fasor"}
     if attr in classes:
         return TUNERS.get(classes[attr])
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-__all__ = ["AutoTVMTuner", "ChameleonTuner", "DEFAULT_BATCH_SIZE", "GeneticTuner", "GridTuner", "ModelBasedTuner", "OneShotTuner", "RandomTuner",
+__all__ = ["AutoTVMTuner", "ChameleonTuner", "DEFAULT_BATCH_SIZE", "FasorTuner", "GeneticTuner", "GridTuner", "ModelBasedTuner", "OneShotTuner", "RandomTuner",
            "TUNERS", "TrimmerTuner", "TuneResult", "Tuner", "TuningSession", "get_tuner", "tuner_options"]

@@ -1,0 +1,149 @@
+"""Fasor's cost model at tuning time: latency, compute- and memory-bound scores of candidates.
+
+It is the shared pre-trained predictor machinery (:class:`~.pretrained.PretrainedCostModel`)
+with the machine's hardware features (:mod:`tensortune.measure.hardware`) appended to every
+input row. Which weights it loads, first found:
+
+1. the folder given (``model=``): one predictor, or one sub-folder per op;
+2. the model transferred to this machine by ``tensortune fasor transfer``, kept under
+   :func:`fasor_home` by the machine's hardware key (CPU model, target, threads);
+3. the weights shipped in the package (``tensortune/learn/pretrained/fasor/<op>/``), pre-trained
+   on the machine kind named in their schema.
+
+Like One-Shot's predictor it is used for inference only: measurements never refit it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..space import Config
+from .pretrained import SHIPPED, PretrainedCostModel, predictor_folder
+
+#: Where the package keeps Fasor's pre-trained models, one folder per op.
+FASOR_SHIPPED = SHIPPED / "fasor"
+
+
+def fasor_home() -> Path:
+    """Where transferred models are kept: ``$TENSORTUNE_CACHE/fasor`` or ``~/.cache/tensortune/fasor``."""
+    root = os.environ.get("TENSORTUNE_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "tensortune") / "fasor"
+
+
+def transferred_folder(profile_key: str) -> Path:
+    """The folder of the models transferred to the machine with hardware key ``profile_key``."""
+    return fasor_home() / hashlib.sha256(profile_key.encode()).hexdigest()[:16]
+
+
+def task_threads(task: Any) -> int:
+    """The threads a task's kernels run with (its target's ``num-cores``)."""
+    return int(task.target_json.get("num-cores") or 1)
+
+
+class FasorCostModel(PretrainedCostModel):
+    """Scores candidates with Fasor's transferable model (see the module)."""
+
+    name = "fasor"
+
+    def __init__(self, model: str | Path | None = None, workers: int | None = None,
+                 profile: Any = None) -> None:
+        """``model``: a folder (see the module) instead of the transferred or shipped weights;
+        ``profile``: the hardware profile to describe the machine with (default: this machine's
+        for each task's target and threads, measured once and cached)."""
+        super().__init__(model, workers)
+        self.model_source = model
+        self.profile = profile
+        self.origin: dict[str, str] = {}  # op -> "given" | "transferred" | "shipped"
+
+    def profile_for(self, task: Any) -> Any:
+        """The hardware profile a task's candidates are scored with."""
+        if self.profile is not None:
+            return self.profile
+        from ..measure.hardware import profile_for
+
+        return profile_for(task.target_json, task_threads(task))
+
+    def folder_for(self, task: Any) -> tuple[Path | None, str]:
+        """``(folder, origin)`` of the weights for ``task`` (see the module); ``(None, "")`` when none."""
+        if self.model_source is not None:
+            return predictor_folder(task.op, self.model_source), "given"
+        if self.profile is not None:
+            key = self.profile.key()
+        else:  # the key, without measuring the profile
+            from ..measure.hardware import profile_key
+            from ..target import cpu_model
+
+            key = profile_key(cpu_model(), task.target_json, task_threads(task))
+        moved = predictor_folder(task.op, transferred_folder(key))
+        if moved is not None:
+            return moved, "transferred"
+        shipped = predictor_folder(task.op, FASOR_SHIPPED)
+        return (shipped, "shipped") if shipped is not None else (None, "")
+
+    def predictor_for(self, task: Any) -> Any:
+        from ..learn.predictor import PredictorError, load_predictor
+
+        op = task.op
+        if op not in self._loaded:
+            folder, origin = self.folder_for(task)
+            if folder is None:
+                where = str(self.model_source) if self.model_source is not None else f"{FASOR_SHIPPED} or {fasor_home()}"
+                raise PredictorError(f"no Fasor model for {op} tasks in {where}; pre-train one with "
+                                     "`tensortune fasor pretrain`")
+            p = load_predictor(folder)
+            if not p.hw_features:
+                raise PredictorError(f"{folder}: not a Fasor model (it reads no hardware features)")
+            self._loaded[op], self.origin[op] = p, origin
+        return self._loaded[op]
+
+    def has_predictor(self, task: Any) -> bool:
+        return task.op in self._loaded or self.folder_for(task)[0] is not None
+
+    def outputs(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+        """``[n, 3]``: predicted ``-ln(seconds)``, compute score and memory score of ``configs``."""
+        if not configs:
+            return np.zeros((0, 3))
+        p = self.predictor_for(task)
+        rows = p.rows(task, configs, self.extractor.extract(task, configs), self.profile_for(task).vector())
+        return p.predict_outputs(rows)
+
+    def predict(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+        """The ranking score, ``-ln`` of the predicted seconds (higher is faster)."""
+        return self.outputs(task, configs)[:, 0] if configs else np.zeros(0)
+
+    def latency(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+        """Predicted seconds of ``configs``."""
+        return np.exp(-self.predict(task, configs))
+
+    def _position_outputs(self, task: Any, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
+        space = space if space is not None else task.space
+        radix = np.concatenate([[1], np.cumprod(np.asarray(space.dims, dtype=np.int64))[:-1]]).astype(np.int64)
+        cache: dict[int, np.ndarray] = {}
+
+        def outputs(positions: np.ndarray) -> np.ndarray:
+            idx = (np.asarray(positions, dtype=np.int64) * radix).sum(axis=1)
+            new = [int(i) for i in np.unique(idx) if int(i) not in cache]
+            if new:
+                for i, row in zip(new, self.outputs(task, [space.get(i) for i in new])):
+                    cache[i] = row
+            return np.stack([cache[int(i)] for i in idx]) if len(idx) else np.zeros((0, 3))
+
+        return outputs
+
+    def position_scorer(self, task: Any, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
+        """Scores rows of knob positions of ``space`` (default ``task.space``; a shrunken view of
+        it works too), memoised per config."""
+        out = self._position_outputs(task, space)
+        return lambda positions: out(positions)[:, 0]
+
+    def position_scorers(self, task: Any, space: Any = None
+                         ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+        """``(score, roofline)`` over knob positions of ``space``, sharing one memo: the ranking
+        score and the compute-over-memory score ratio CS/MS (DQN's roofline reward term)."""
+        out = self._position_outputs(task, space)
+        return (lambda p: out(p)[:, 0],
+                lambda p: (lambda o: np.maximum(o[:, 1], 0.0) / np.maximum(o[:, 2], 1e-3))(out(p)))
