@@ -125,3 +125,16 @@ def test_task_similarity_and_representatives() -> None:
 def test_task_matrix_one_row_per_task(data) -> None:
     ids, rows = task_matrix(data)
     assert list(ids) == list(range(12)) and rows.shape == (12, 3) and rows[3, 0] == 3
+
+
+def test_trainable_prefixes_freeze_the_rest(data) -> None:
+    import torch
+
+    fd = fasor_data(data, [profile(1.0)])
+    p, _ = train_predictor(fd, TrainOptions(kind="transformer", max_epochs=2, oversample=False, **SMALL))
+    before = {n: v.clone() for n, v in p.net.state_dict().items()}
+    tuned, _ = train_predictor(_other_machine(data, 2.0), TrainOptions(
+        kind="transformer", max_epochs=3, oversample=False, val_fraction=0.0, trainable=("head",), **SMALL), init_from=p)
+    after = tuned.net.state_dict()
+    assert not torch.equal(after["head.weight"], before["head.weight"])
+    assert all(torch.equal(after[n], before[n]) for n in before if not n.startswith("head"))

@@ -65,6 +65,7 @@ class TrainOptions:
     lr_schedule: str = "constant"
     fewshot_k: float = 10.0
     init: str = "default"
+    trainable: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in LR_SCHEDULES:
@@ -213,7 +214,10 @@ def _train_net(train: TrainingData, val: TrainingData, schema: dict[str, Any], o
             loader = DataLoader(TensorDataset(xt, yt), batch_size=o.batch_size, sampler=sampler)
         else:
             loader = DataLoader(TensorDataset(xt, yt), batch_size=o.batch_size, shuffle=True, generator=gen)
-        opt = torch.optim.Adam(net.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+        if o.trainable:  # only the parameters named by these prefixes learn (the rest are frozen)
+            for name, prm in net.named_parameters():
+                prm.requires_grad_(any(name.startswith(t) for t in o.trainable))
+        opt = torch.optim.Adam([q for q in net.parameters() if q.requires_grad], lr=o.lr, weight_decay=o.weight_decay)
         steps = max(1, o.max_epochs * len(loader))
         # linear: stepped per batch; fewshot: per epoch
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: lr_factor(o, t, steps)) \
