@@ -15,7 +15,6 @@ Like One-Shot's predictor it is used for inference only: measurements never refi
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -30,8 +29,9 @@ FASOR_SHIPPED = SHIPPED / "fasor"
 
 def fasor_home() -> Path:
     """Where transferred models are kept: ``$TENSORTUNE_CACHE/fasor`` or ``~/.cache/tensortune/fasor``."""
-    root = os.environ.get("TENSORTUNE_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "tensortune") / "fasor"
+    from ..utils.cache import cache_root
+
+    return cache_root() / "fasor"
 
 
 def transferred_folder(profile_key: str) -> Path:
@@ -57,6 +57,7 @@ class FasorCostModel(PretrainedCostModel):
         super().__init__(model, workers)
         self.model_source = model
         self.profile = profile
+        self._profiles: dict[tuple[str, int], Any] = {}
         self.origin: dict[str, str] = {}  # op -> "given" | "transferred" | "shipped"
 
     def profile_for(self, task: Any) -> Any:
@@ -64,8 +65,12 @@ class FasorCostModel(PretrainedCostModel):
         if self.profile is not None:
             return self.profile
         from ..measure.hardware import profile_for
+        from ..target import target_key
 
-        return profile_for(task.target_json, task_threads(task))
+        key = (target_key(task.target_json), task_threads(task))
+        if key not in self._profiles:  # read (or measured) once per model, not per scored batch
+            self._profiles[key] = profile_for(task.target_json, task_threads(task))
+        return self._profiles[key]
 
     def folder_for(self, task: Any) -> tuple[Path | None, str]:
         """``(folder, origin)`` of the weights for ``task`` (see the module); ``(None, "")`` when none."""
@@ -121,11 +126,10 @@ class FasorCostModel(PretrainedCostModel):
 
     def _position_outputs(self, task: Any, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
         space = space if space is not None else task.space
-        radix = np.concatenate([[1], np.cumprod(np.asarray(space.dims, dtype=np.int64))[:-1]]).astype(np.int64)
         cache: dict[int, np.ndarray] = {}
 
         def outputs(positions: np.ndarray) -> np.ndarray:
-            idx = (np.asarray(positions, dtype=np.int64) * radix).sum(axis=1)
+            idx = space.indices(positions)
             new = [int(i) for i in np.unique(idx) if int(i) not in cache]
             if new:
                 for i, row in zip(new, self.outputs(task, [space.get(i) for i in new])):

@@ -119,25 +119,18 @@ def dqn_envs(data: TrainingData, target: dict[str, Any], n_tasks: int = DQN_TASK
 
 def _fit_on_vectors(task: Any, x: np.ndarray, y: np.ndarray, ratio: np.ndarray, seed: int
                     ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+    """Position scorers of ``task.space`` fitted on measured knob encodings ``x``: ``y`` and
+    the CS/MS ``ratio`` (log1p-fitted)."""
     import xgboost as xgb
 
-    space = task.space
+    from ..features.knob import KnobTable
+
+    table = KnobTable(task.space)
     params = {"max_depth": 6, "eta": 0.1, "subsample": 0.9, "seed": seed, "nthread": 1, "objective": "reg:squarederror"}
     b_score = xgb.train(params, xgb.DMatrix(x, label=y), num_boost_round=120)
     b_ratio = xgb.train(params, xgb.DMatrix(x, label=np.log1p(ratio)), num_boost_round=80)
-    cache: dict[int, np.ndarray] = {}
-
-    def vec(positions: np.ndarray) -> np.ndarray:
-        rows = []
-        for p in np.asarray(positions):
-            key = int(space.from_positions(list(p)).index)
-            if key not in cache:
-                cache[key] = space.vectorize(space.get(key))
-            rows.append(cache[key])
-        return np.stack(rows)
-
-    return (lambda p: b_score.predict(xgb.DMatrix(vec(p))).astype(np.float64),
-            lambda p: np.expm1(np.maximum(b_ratio.predict(xgb.DMatrix(vec(p))), 0.0)).astype(np.float64))
+    return (lambda p: b_score.predict(xgb.DMatrix(table.encode(p))).astype(np.float64),
+            lambda p: np.expm1(np.maximum(b_ratio.predict(xgb.DMatrix(table.encode(p))), 0.0)).astype(np.float64))
 
 
 def _nearest_index(task: Any, vector: np.ndarray) -> int | None:

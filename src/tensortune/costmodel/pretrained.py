@@ -117,10 +117,9 @@ class PretrainedCostModel(CostModel):
     def position_scorer(self, task: Any) -> Callable[[np.ndarray], np.ndarray] | None:
         """Scores rows of knob positions (the configs are built for their curve features)."""
         space = task.space
-        radix = np.concatenate([[1], np.cumprod(np.asarray(space.dims, dtype=np.int64))[:-1]]).astype(np.int64)
 
         def score(positions: np.ndarray) -> np.ndarray:
-            idx = (np.asarray(positions, dtype=np.int64) * radix).sum(axis=1)
+            idx = space.indices(positions)
             uniq, inv = np.unique(idx, return_inverse=True)
             return self.predict(task, [space.get(int(i)) for i in uniq])[inv]
 

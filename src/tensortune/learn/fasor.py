@@ -64,12 +64,16 @@ def work_of(curve: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def roofline_scores(curve: np.ndarray, latency_s: np.ndarray, peak_gflops: float,
                     bandwidth_gbs: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(compute score, memory score)`` of candidates that ran in ``latency_s`` (see the module)."""
+    """``(compute score, memory score)`` of candidates that ran in ``latency_s`` (see the module);
+    the ceilings may be per-row arrays (a score against a ceiling of 0 is 0)."""
     flops, nbytes = work_of(curve)
     lat = np.maximum(np.asarray(latency_s, dtype=np.float64), 1e-12)
-    cs = flops / lat / (peak_gflops * 1e9) if peak_gflops > 0 else np.zeros_like(lat)
-    ms = nbytes / lat / (bandwidth_gbs * 1e9) if bandwidth_gbs > 0 else np.zeros_like(lat)
-    return np.clip(cs, 0.0, MAX_SCORE), np.clip(ms, 0.0, MAX_SCORE)
+
+    def score(work: np.ndarray, ceiling: Any) -> np.ndarray:
+        ceiling = np.asarray(ceiling, dtype=np.float64) * 1e9
+        return np.clip(np.divide(work / lat, ceiling, out=np.zeros_like(lat), where=ceiling > 0), 0.0, MAX_SCORE)
+
+    return score(flops, peak_gflops), score(nbytes, bandwidth_gbs)
 
 
 def latencies(data: TrainingData) -> np.ndarray:
@@ -92,11 +96,8 @@ def fasor_data(data: TrainingData, profiles: Sequence[Any]) -> TrainingData:
     vectors = np.stack([p.vector() for p in profiles]).astype(np.float32)
     peak = np.array([p.peak_gflops for p in profiles])[data.machine_index]
     bw = np.array([p.bandwidth_gbs for p in profiles])[data.machine_index]
-    flops, nbytes = work_of(data.curve)
-    lat_c = np.maximum(lat, 1e-12)
-    cs = np.clip(flops / lat_c / (peak * 1e9), 0.0, MAX_SCORE)
-    ms = np.clip(nbytes / lat_c / (bw * 1e9), 0.0, MAX_SCORE)
-    targets = np.stack([-np.log(lat_c), cs, ms], axis=1).astype(np.float32)
+    cs, ms = roofline_scores(data.curve, lat, peak, bw)
+    targets = np.stack([-np.log(np.maximum(lat, 1e-12)), cs, ms], axis=1).astype(np.float32)
     summary = {**data.summary, "hw_features": list(HW_FEATURE_NAMES), "target_names": list(TARGET_NAMES),
                "hardware": [p.to_json() for p in profiles]}
     return TrainingData(data.curve, data.knob, data.task, data.label, data.task_index, summary,

@@ -35,6 +35,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..utils.cache import CACHE_ENV  # noqa: F401  (profiles go to the cache root's ``hardware``)
+
 #: Format of :meth:`HardwareProfile.to_json` (a cached profile of another format is re-measured).
 FORMAT = "tensortune-hardware/1"
 #: Root of the ``/proc`` and ``/sys`` trees :func:`read_spec` reads (tests point it elsewhere).
@@ -89,9 +91,6 @@ EXP_FLOATS = 2**20
 MIN_REPEAT_MS = 10
 #: Seconds :func:`measure_profile` waits for its subprocess.
 MEASURE_TIMEOUT = 120.0
-#: Environment variable overriding the cache's root folder (profiles go to its ``hardware``).
-CACHE_ENV = "TENSORTUNE_CACHE"
-DEFAULT_CACHE_DIR = Path("~/.cache/tensortune/hardware")
 
 
 class HardwareError(RuntimeError):
@@ -630,11 +629,9 @@ def measure_profile(target_json: dict[str, Any], threads: int, timeout: float = 
 
 def cache_folder(cache_dir: str | Path | None = None) -> Path:
     """``cache_dir``, else ``$TENSORTUNE_CACHE/hardware``, else ``~/.cache/tensortune/hardware``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser() / "hardware"
-    return DEFAULT_CACHE_DIR.expanduser()
+    from ..utils.cache import cache_root
+
+    return Path(cache_dir).expanduser() if cache_dir is not None else cache_root() / "hardware"
 
 
 def cache_file(key: str, cache_dir: str | Path | None = None) -> Path:

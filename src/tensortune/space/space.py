@@ -137,6 +137,11 @@ class ConfigSpace:
             mul *= len(k)
         return self.get(idx)
 
+    def indices(self, positions: np.ndarray) -> np.ndarray:
+        """Config indices of rows of knob positions ``[n, n_knobs]`` (mixed radix, vectorised)."""
+        radix = np.concatenate([[1], np.cumprod(np.asarray(self.dims, dtype=np.int64))[:-1]]).astype(np.int64)
+        return (np.asarray(positions, dtype=np.int64) * radix).sum(axis=1)
+
     def index_of(self, knobs: dict[str, Any]) -> int:
         """Index of the config with these knob values."""
         missing = [k.name for k in self.knobs if k.name not in knobs]

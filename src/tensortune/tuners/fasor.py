@@ -206,7 +206,7 @@ class FasorTuner(Tuner):
 
     def _load_dqn(self, predictor: Any) -> None:
         """The explorer's offline pre-trained weights, kept beside the model (DQN only)."""
-        folder = predictor_path(predictor)
+        folder = predictor.folder
         if self.options.search != "dqn" or folder is None or not (folder / DQN_FILE).is_file():
             return
         try:
@@ -363,16 +363,10 @@ def _search_options(o: FasorOptions) -> dict[str, Any]:
     return {**o.search_options, "phi": phi}
 
 
-def predictor_path(predictor: Any) -> Path | None:
-    """The folder a loaded predictor came from (recorded by :func:`read_sensitivity`'s callers)."""
-    where = getattr(predictor, "folder", None)
-    return Path(where) if where else None
-
-
 def read_sensitivity(predictor: Any) -> dict[str, list[str]]:
     """The sensitivity study kept with a Fasor model: ``{"compute": [knobs], "memory": [knobs]}``
     (most sensitive first); {} when there is none."""
-    folder = predictor_path(predictor)
+    folder = predictor.folder
     if folder is None or not (folder / SENSITIVITY_FILE).is_file():
         return {}
     try:
