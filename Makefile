@@ -43,13 +43,15 @@ bench-ppo: setup
 	$(PY) -m bench.ppo_overhead
 
 # One-Shot Tuner's datasets (hours each; every command resumes where it stopped; nothing else
-# should run meanwhile). The conv2d dataset began with 5 x 40 ms repeats; the others time lighter.
+# should run meanwhile). Each finished task is also written to datasets/OP/ (one gzip JSON-lines
+# shard per task, kept in git), and a new checkout restores the shards into $(DATA) first, so
+# a dataset measured over many sessions and machines survives each of them. Depthwise first.
 DATA ?= data
 datasets: setup
 	mkdir -p $(DATA)
-	$(VENV)/bin/tensortune dataset generate --db $(DATA)/conv2d-model.db --op conv2d --tasks 150 --samples 200 --no-progress
-	$(VENV)/bin/tensortune dataset generate --db $(DATA)/depthwise-model.db --op depthwise_conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
-	$(VENV)/bin/tensortune dataset generate --db $(DATA)/dense-model.db --op dense --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
+	$(VENV)/bin/tensortune dataset generate --db $(DATA)/depthwise-model.db --shards datasets/depthwise_conv2d --op depthwise_conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
+	$(VENV)/bin/tensortune dataset generate --db $(DATA)/dense-model.db --shards datasets/dense --op dense --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
+	$(VENV)/bin/tensortune dataset generate --db $(DATA)/conv2d-model.db --shards datasets/conv2d --op conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
 
 # The ablation's smaller conv2d datasets (One-Shot Tuner's Table 4): task sampler x code sampler.
 ABLATION_TASKS ?= 40

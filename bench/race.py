@@ -1,7 +1,7 @@
 """The race with and without suspension: ``python -m bench.race``.
 
     python -m bench.race [--models mobilenet_v2] [--tuners trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy]
-                         [--rounds 8] [--out bench/results/race]
+                         [--rounds 8] [--batch 64] [--out bench/results/race]
 
 ``tensortune race`` twice on the same models and tuners, each into databases of its own: once
 suspending the worst tuner of each model after every round (Trimmer's §V-C), once with
@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="mobilenet_v2")
     p.add_argument("--tuners", default="trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy")
     p.add_argument("--rounds", type=int, default=8, help="rounds of a tuner run to completion")
+    p.add_argument("--batch", type=int, default=64, help="measurements per task and round (Trimmer's 64)")
     p.add_argument("--out", default="bench/results/race")
     a = p.parse_args(argv)
     out = Path(a.out)
@@ -34,14 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     for mode, flags in (("suspend", []), ("all", ["--no-suspend"])):
         runs[mode] = run_json(["race", *models, "--tuners", a.tuners, "--rounds", str(a.rounds),
-                               "--db-dir", str(out / mode), *flags], out / f"race-{mode}.json")
+                               "--batch", str(a.batch), "--db-dir", str(out / mode), *flags], out / f"race-{mode}.json")
     best = {mode: {m: min((e["final_latency_ms"] for e in r["entries"] if e["model"] == m and e["final_latency_ms"]),
                           default=None) for m in models} for mode, r in runs.items()}
     saving = 1 - runs["suspend"]["cpu_s"] / runs["all"]["cpu_s"] if runs["all"]["cpu_s"] else None
     result = {"machine": machine_info(), "runs": runs, "best_ms": best, "cpu_saving": saving}
     (out / "race.json").write_text(json.dumps(result, indent=1))
     lines = ["# Tuners raced with and without suspension", "",
-             f"{machine_info().get('cpu_model', '?')}; tuners {a.tuners}; {a.rounds} rounds to completion.", "",
+             f"{machine_info().get('cpu_model', '?')}; tuners {a.tuners}; {a.rounds} rounds of {a.batch} "
+             "measurements per task to completion.", "",
              "| race | CPU-s | energy J | wall s | " + " | ".join(f"best {m} ms" for m in models) + " |",
              "|---|---:|---:|---:|" + "---:|" * len(models)]
     for mode, r in runs.items():

@@ -262,8 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure the plain NCHW/GEMM ops instead of the forms a compiled model runs "
                          "(conv2d_nchwc, depthwise_conv2d_nchwc, dense_pack)")
     dg.add_argument("--no-progress", action="store_true")
+    shards_help = ("folder of per-task shard files kept under version control (e.g. datasets/conv2d): "
+                   "restored into --db first, and each task's shard written again as it is measured")
+    dg.add_argument("--shards", default=None, help=shards_help)
     dst = dsub.add_parser("status", help="how far a dataset is: tasks complete, samples, measuring hours")
     dst.add_argument("--db", required=True)
+    dst.add_argument("--shards", default=None, help="restore this shard folder into --db first")
     dst.add_argument("--json", action="store_true")
     de = dsub.add_parser("export", help="features and labels of a dataset database, for training")
     de.add_argument("--db", required=True)
@@ -271,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the tasks' op as stored (conv2d_nchwc, depthwise_conv2d_nchwc, dense_pack, conv2d, ...)")
     de.add_argument("-o", "--output", required=True, help=".npz file (a .json summary goes beside it)")
     de.add_argument("--force", action="store_true")
+    de.add_argument("--shards", default=None, help="restore this shard folder into --db first")
     pr = sub.add_parser("predictor", help="pre-trained cost models: train, evaluate, show")
     psub = pr.add_subparsers(dest="predictor_cmd", required=True, parser_class=_Parser)
     pt = psub.add_parser("train", help="train a predictor on exported datasets (tensortune dataset export)")
@@ -856,6 +861,8 @@ def _dataset_db(a: argparse.Namespace) -> int:
     """``tensortune dataset generate|export``."""
     from .dataset import generate as G
 
+    if a.shards:
+        _restore_shards(a)
     if a.dataset_cmd == "export":
         _check_db_path(a.db, must_exist=True)
         _check_output(a.output, a.force, db=a.db)
@@ -915,7 +922,14 @@ def _dataset_db(a: argparse.Namespace) -> int:
     db = _open_db(a.db)
     bar = ProgressBar(len(tasks) * a.samples, desc=f"dataset {a.op}", disable=a.no_progress)
 
+    if a.shards:
+        from .dataset.shards import save_sidecars, save_task
+
+        save_sidecars(a.db, a.shards)
+
     def done(p: Any) -> None:
+        if a.shards and p.measured:
+            save_task(db, a.shards, p.workload_key)
         if a.no_progress:
             print(f"{p.name}: {p.stored} samples stored ({p.measured} this run){'; ' + p.note if p.note else ''}",
                   flush=True)
@@ -929,6 +943,27 @@ def _dataset_db(a: argparse.Namespace) -> int:
     full = sum(p.stored >= a.samples for p in progress)
     print(f"{full}/{len(tasks)} tasks complete, {sum(p.measured for p in progress)} samples measured this run")
     return 0
+
+
+def _restore_shards(a: argparse.Namespace) -> None:
+    """Fill ``a.db`` from the shard folder ``a.shards`` (see :mod:`tensortune.dataset.shards`)."""
+    from .database import DatabaseError
+    from .dataset.shards import restore
+
+    if not Path(a.shards).is_dir():
+        if a.dataset_cmd != "generate":
+            raise UsageError(f"{a.shards}: no such shard folder")
+        return
+    _check_db_path(a.db, must_exist=False)
+    db = _open_db(a.db)
+    try:
+        shards, trials = restore(a.db, db, a.shards)
+    except DatabaseError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        db.close()
+    if shards:
+        print(f"restored {shards} task shard(s), {trials} samples, from {a.shards} into {a.db}", flush=True)
 
 
 def cmd_predictor(a: argparse.Namespace) -> int:

@@ -95,9 +95,12 @@ def test_a_real_run_through_the_command_line(tmp_path, capfd) -> None:
 
     db = tmp_path / "real.db"
     args = ["dataset", "generate", "--db", str(db), "--op", "dense", "--tasks", "1", "--samples", "4",
-            "--code", "random", "--unblocked", "--no-progress"]
+            "--code", "random", "--unblocked", "--shards", str(tmp_path / "shards"), "--no-progress"]
     assert main(args) == 0
     assert "1/1 tasks complete" in capfd.readouterr().out
+    assert len(list((tmp_path / "shards").glob("*.jsonl.gz"))) == 1  # the durable copy
+    assert main(["dataset", "status", "--db", str(tmp_path / "new.db"), "--shards", str(tmp_path / "shards")]) == 0
+    assert "1/1 tasks complete, 4 samples" in capfd.readouterr().out  # a new database, restored
     assert main(args[:-1] + ["--samples", "5"]) == 2  # other settings: refused, nothing measured
     assert "holds a dataset made with samples 4 (asked: 5)" in capfd.readouterr().err
     assert main(["dataset", "status", "--db", str(db)]) == 0

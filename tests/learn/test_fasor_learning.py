@@ -81,7 +81,11 @@ def _other_machine(data, speed: float):
 
 
 def test_few_shot_fine_tuning_moves_the_model_to_the_new_machine(data) -> None:
-    src = fasor_data(data, [profile(1.0)])
+    from tensortune.learn import concat
+
+    # pre-trained on two machines (so the net has seen the hardware token vary; with one, its
+    # response to a new token is arbitrary and a test of it flips with floating-point order)
+    src = concat([fasor_data(data, [profile(1.0)]), _other_machine(data, 2.0)])
     p, _ = train_predictor(src, TrainOptions(kind="transformer", max_epochs=30, patience=30, oversample=False, **SMALL))
     new = _other_machine(data, 4.0)
     ids = new.tasks()
@@ -91,7 +95,7 @@ def test_few_shot_fine_tuning_moves_the_model_to_the_new_machine(data) -> None:
                         lr_schedule="fewshot", **SMALL)
     tuned, report = train_predictor(shots, opts, init_from=p)
     after = evaluate(tuned, rest)["r2_neg_log_latency"]
-    assert after > before + 0.1, (before, after)
+    assert after > max(before + 0.05, 0.9), (before, after)  # here 0.82 -> 0.97
     assert tuned.schema["net"] == p.schema["net"] and report.epochs == 15
     with pytest.raises(ValueError, match="outputs|inputs"):
         train_predictor(data, opts, init_from=p)  # no hardware features, one output

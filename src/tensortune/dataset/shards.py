@@ -1,0 +1,95 @@
+"""Dataset shards: a dataset kept as one gzip JSON-lines file per task, in a folder under version
+control, so that a dataset measured over many sessions (and machines) survives each of them.
+
+A working dataset is a SQLite database (:mod:`.generate`); a shard folder is its durable copy:
+
+- ``dataset.json`` and ``tasks.json``: the dataset's settings and frozen task list (the
+  database's sidecars, see :func:`.generate.spec_path` and :func:`.generate.tasks_path`);
+- ``<hash>.jsonl.gz``: one task's task line and trial lines (the records of
+  :func:`tensortune.database.jsonl.export_jsonl`), each trial with the machine it was measured
+  on, written again each time the generator finishes the task.
+
+:func:`restore` fills a database from a shard folder (sidecars first, then each shard whose task
+the database lacks; every line validated before anything is written), and :func:`save_task`
+writes one task's shard after it is measured. The gzip files carry no timestamp, so the same
+records give the same bytes.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import shutil
+from pathlib import Path
+from typing import Any
+
+#: The sidecar files a shard folder keeps, by the name of the database's sidecar function.
+SIDECARS = {"spec_path": "dataset.json", "tasks_path": "tasks.json"}
+SUFFIX = ".jsonl.gz"
+
+
+def shard_path(folder: str | Path, workload_key: str) -> Path:
+    """The shard file of one task."""
+    return Path(folder) / (hashlib.sha1(workload_key.encode()).hexdigest()[:16] + SUFFIX)
+
+
+def save_task(db: Any, folder: str | Path, workload_key: str) -> Path | None:
+    """Write the task's records in ``db`` to its shard (atomically); None when it has none."""
+    from ..database.jsonl import export_jsonl
+    from ..utils.atomic import atomic_write
+
+    if not db.trials(workload_key):
+        return None
+    text = io.StringIO()
+    export_jsonl(db, text, workload_key)
+    path = shard_path(folder, workload_key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, gzip.compress(text.getvalue().encode(), mtime=0))
+    return path
+
+
+def save_sidecars(db_path: str | Path, folder: str | Path) -> None:
+    """Copy the database's settings and task list into the shard folder (where missing)."""
+    from . import generate as G
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for fn, name in SIDECARS.items():
+        src, dst = getattr(G, fn)(db_path), Path(folder) / name
+        if src.exists() and not dst.exists():
+            shutil.copyfile(src, dst)
+
+
+def restore(db_path: str | Path, db: Any, folder: str | Path) -> tuple[int, int]:
+    """Bring the shard folder's dataset into the database at ``db_path`` (open as ``db``): the
+    settings and task list where the database has none, then every shard whose task the
+    database does not hold yet. Returns (shards imported, trials added); raises
+    :class:`~tensortune.database.DatabaseError` naming the shard and line of a bad record."""
+    from ..database import DatabaseError
+    from ..database.jsonl import import_jsonl, parse_jsonl
+    from . import generate as G
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0, 0
+    for fn, name in SIDECARS.items():
+        src, dst = folder / name, getattr(G, fn)(db_path)
+        if src.exists() and not dst.exists():
+            shutil.copyfile(src, dst)
+    have = {t.workload_key for t in db.tasks()}
+    shards, trials = 0, 0
+    for path in sorted(folder.glob("*" + SUFFIX)):
+        try:
+            text = gzip.decompress(path.read_bytes()).decode()
+        except (OSError, EOFError, UnicodeDecodeError) as exc:
+            raise DatabaseError(f"{path}: not a gzip JSON-lines shard ({exc})") from None
+        stream = io.StringIO(text)
+        stream.name = str(path)  # named in the error of a bad line
+        parsed = parse_jsonl(stream)
+        if all(t.workload_key in have for _, t in parsed.tasks):
+            continue
+        trials += import_jsonl(db, parsed)[1]
+        shards += 1
+    return shards, trials
+
+
+__all__ = ["SIDECARS", "restore", "save_sidecars", "save_task", "shard_path"]
