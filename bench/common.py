@@ -51,6 +51,12 @@ def load_workloads(groups: list[str]) -> list[tuple[str, str, str, dict[str, int
     return out
 
 
+def machine_line(info: dict[str, Any] | None = None) -> str:
+    """``AMD EPYC (znver3, 2 cores)``: the machine of a result, for report headers."""
+    mid = (info or machine_info()).get("machine_id", {})
+    return f"{mid.get('cpu_model', '?')} ({mid.get('llvm_cpu', '?')}, {mid.get('cores', '?')} cores)"
+
+
 def machine_info() -> dict[str, Any]:
     """CPU (``machine_id``: model, LLVM cpu, cores), thread count and library versions recorded with every result."""
     import numpy

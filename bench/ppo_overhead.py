@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .common import machine_info, write_text
+from .common import machine_info, machine_line, write_text
 
 
 def scorer(task: Any, seed: int = 0) -> Callable[[np.ndarray], np.ndarray]:
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = f"{sb3['seconds'] / ours['seconds']:.1f}x" if "seconds" in sb3 else "-"
     write_text(out / "ppo_overhead.md", "\n".join([
         "# PPO explorer: tensortune's compact PPO against stable-baselines3", "",
-        f"{result['machine'].get('cpu_model', '?')}; workload {a.workload} ({op}, {len(task.space):,} configs); "
+        f"{machine_line(result['machine'])}; workload {a.workload} ({op}, {len(task.space):,} configs); "
         f"median of {a.iterations} iterations after a warm-up.", "",
         "| agent | s per iteration | transitions | scoring s |", "|---|---:|---:|---:|",
         f"| tensortune | {ours['seconds']:.2f} | {ours['transitions']} | {ours['scoring_s']:.2f} |",

@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import machine_info, write_text
+from .common import machine_info, machine_line, write_text
 from .modelruns import run_json
 
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"machine": machine_info(), "runs": runs, "best_ms": best, "cpu_saving": saving}
     (out / "race.json").write_text(json.dumps(result, indent=1))
     lines = ["# Tuners raced with and without suspension", "",
-             f"{machine_info().get('cpu_model', '?')}; tuners {a.tuners}; {a.rounds} rounds of {a.batch} "
+             f"{machine_line()}; tuners {a.tuners}; {a.rounds} rounds of {a.batch} "
              "measurements per task to completion.", "",
              "| race | CPU-s | energy J | wall s | " + " | ".join(f"best {m} ms" for m in models) + " |",
              "|---|---:|---:|---:|" + "---:|" * len(models)]

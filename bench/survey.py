@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import machine_info, write_text
+from .common import machine_info, machine_line, write_text
 from .modelruns import latency, run_json as run
 
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
     (out / "survey.json").write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
     lines = ["# Survey tuning against sequential tuning", "",
-             f"{machine_info().get('cpu_model', '?')}; tuner {a.tuner}; sequential for {a.time_budget:.0f} s, "
+             f"{machine_line()}; tuner {a.tuner}; sequential for {a.time_budget:.0f} s, "
              "survey until within 2% of its result (same budget at most).", "",
              "| model | untuned ms | sequential ms | wall s | CPU-s | survey ms | wall s | CPU-s | stopped | "
              "wall ratio | CPU ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]

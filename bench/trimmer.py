@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import machine_info, write_text
+from .common import machine_info, machine_line, write_text
 from .modelruns import latency, run_json
 
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "trimmer.json").write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
     f = lambda x, s=".1f": "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, s)  # noqa: E731
     lines = ["# Trimmer's cold-candidate filter on whole models", "",
-             f"{machine_info().get('cpu_model', '?')}; {a.time_budget:.0f} s of tuning per model and tuner.", "",
+             f"{machine_line()}; {a.time_budget:.0f} s of tuning per model and tuner.", "",
              "| model | tuner | trials | failed | cold (ok) | cold + failed share of build+run time | filtered | "
              "untuned ms | tuned ms | tuning wall s | CPU-s | wall s per ms gained | CPU-s per ms gained |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -54,7 +54,9 @@ def add_parsers(sub: Any) -> None:
     pt.add_argument("--seed", type=int, default=0)
     pt.add_argument("--force", action="store_true", help="replace an existing model of the op")
     tr = fs.add_parser("transfer", help="few-shot transfer of a pre-trained model to this machine")
-    tr.add_argument("--data", required=True, help="the pre-training file .npz (its tasks are clustered)")
+    tr.add_argument("--data", default=None, help="the pre-training file .npz (its tasks are clustered; default: "
+                                                 "the tasks the model's own schema names)")
+    tr.add_argument("--op", default="conv2d_nchwc", help="the model's op, without --data (conv2d_nchwc)")
     tr.add_argument("--db", required=True, help="database for the representative tasks' measurements (resumes)")
     tr.add_argument("--model", default=None, help="pre-trained model folder (default: the shipped one)")
     tr.add_argument("-k", type=_positive_int, default=10, help="representative tasks measured (10)")
@@ -137,12 +139,12 @@ def _pretrain(a: argparse.Namespace) -> int:
 
 def _transfer(a: argparse.Namespace) -> int:
     from .costmodel.fasor import FASOR_SHIPPED
-    from .costmodel.fasor_train import transfer
+    from .costmodel.fasor_train import PretrainingTasks, transfer
     from .learn import load_training
     from .measure import MeasureOptions, Measurer
 
     try:
-        data = load_training(a.data)
+        pretrain = PretrainingTasks.of_data(load_training(a.data)) if a.data else None
     except ValueError as e:
         raise UsageError(str(e)) from None
     _check_db_path(a.db, must_exist=False)
@@ -150,8 +152,8 @@ def _transfer(a: argparse.Namespace) -> int:
     db = _open_db(a.db)
     try:
         with Measurer(MeasureOptions(repeat=3, min_repeat_ms=20, threads=a.threads)) as m:
-            out = transfer(a.model or FASOR_SHIPPED, data, db, m, target, a.threads, k=a.k, samples=a.samples,
-                           seed=a.seed, out=a.output, log=lambda s: print(s, flush=True))
+            out = transfer(a.model or FASOR_SHIPPED, pretrain, db, m, target, a.threads, k=a.k, samples=a.samples,
+                           seed=a.seed, out=a.output, op=a.op, log=lambda s: print(s, flush=True))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:

@@ -9,7 +9,7 @@ import pytest
 from tensortune.cli import main
 from tensortune.models.reference import export_onnx
 
-from tiny import tiny
+from tiny import dense_class, tiny
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def onnx_path(tmp_path_factory):
 def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     assert main(["tasks", onnx_path, "--json"]) == 0
     tasks = json.loads(capsys.readouterr().out)
-    assert {"conv2d_nchwc-add-relu", "depthwise_conv2d_nchwc-add-clip-add", "matmul-add"} <= {t["kernel_class"] for t in tasks}
+    assert {"conv2d_nchwc-add-relu", "depthwise_conv2d_nchwc-add-clip-add", dense_class()} <= {t["kernel_class"] for t in tasks}
     db = str(tmp_path / "m.db")
     assert main(["tune", onnx_path, "--tuner", "random", "--trials-per-task", "2", "--db", db, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

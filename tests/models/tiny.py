@@ -34,3 +34,14 @@ def tiny() -> tuple[nn.Module, list[torch.Tensor]]:
     """The model and one example input."""
     torch.manual_seed(0)
     return Tiny(), [torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))]
+
+
+def dense_class() -> str:
+    """The kernel class of the tiny model's linear layer (4 outputs) on this host: a matmul on a
+    packed weight where the host's lanes (or half of them) divide 4 (AVX2: 8 lanes, block 4),
+    a plain matmul where they do not (AVX-512: 16 lanes)."""
+    from tensortune.models.prepack import weight_block
+    from tensortune.target import host_target_json
+
+    return "dense_pack-add" if weight_block(4, host_target_json()) else "matmul-add"
+

@@ -169,3 +169,21 @@ def test_options_are_checked() -> None:
         with pytest.raises((OptionError, ValueError)):
             get_tuner("fasor", task, options=bad)
     assert np.isclose(get_tuner("fasor", task, options={"model": "/nonexistent"}).options.tau, 0.6)
+
+
+def test_transfer_reads_the_pretraining_tasks_from_the_model_alone(made, tmp_path) -> None:
+    from tensortune.costmodel.fasor_train import transfer
+    from tensortune.learn.predictor import load_predictor
+    from tensortune.learn.trainer import TrainOptions
+
+    folder, _, _ = made
+    small = TrainOptions(kind="mlp", net_options={"hidden": [64, 32]}, lr=1e-3, max_epochs=3, batch_size=32,
+                         threads=1, val_fraction=0.0, oversample=False, lr_schedule="fewshot")
+    m = FakeMeasurer(lambda c: 2.0 * conv_landscape(c))  # "another machine": half as fast
+    with Database(tmp_path / "new.db") as db:
+        out = transfer(folder, None, db, m, ZNVER4, 2, k=1, samples=6, out=tmp_path / "moved", op="conv2d",
+                       options=small, log=lambda s: None)
+    names = load_predictor(folder / "conv2d").schema["dataset"]["task_names"]
+    assert len(out["tasks"]) == 1 and out["tasks"][0] in names and out["records"] > 0 and len(set(m.measured)) == 6
+    moved = load_predictor(tmp_path / "moved" / "conv2d")
+    assert moved.schema["transfer"]["k"] == 1 and (tmp_path / "moved" / "conv2d" / "sensitivity.json").is_file()

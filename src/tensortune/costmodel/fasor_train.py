@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -221,30 +222,103 @@ def measure_tasks(tasks: Sequence[Any], db: Any, measurer: Any, samples: int, op
     return progress, time.perf_counter() - t0
 
 
-def transfer(pretrained: str | Path, pretrain_data: TrainingData, db: Any, measurer: Any, target: dict[str, Any],
-             threads: int, k: int = 10, samples: int = 64, seed: int = 0, out: str | Path | None = None,
-             options: Any = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Few-shot transfer of the model in ``pretrained`` (a folder with ``<op>/``) to the machine
-    ``measurer`` times on (see the module). Resumes: samples already in ``db`` are kept."""
+@dataclass(frozen=True)
+class PretrainingTasks:
+    """The tasks a model was pre-trained on, as transfer needs them: ``op`` as stored (e.g.
+    ``conv2d_nchwc``), the dataset's ``op_class`` (``conv2d``), each task's ``args`` (by task
+    id), their task ``features`` (one row per task, the predictor's task features) and the ids
+    held out at pre-training (never shots, so they stay a fair test)."""
+
+    op: str
+    op_class: str
+    args: list[dict[str, int]]
+    features: np.ndarray
+    heldout: tuple[int, ...] = ()
+
+    @classmethod
+    def of_data(cls, data: TrainingData) -> "PretrainingTasks":
+        """From the pre-training file itself."""
+        from ..learn.fasor import task_matrix
+
+        ids, feats = task_matrix(data)
+        rows = np.zeros((len(data.summary.get("tasks", [])), feats.shape[1]))
+        rows[ids] = feats
+        return cls(data.op, (data.summary.get("spec") or {}).get("op", "conv2d"),
+                   [dict(t["args"]) for t in data.summary.get("tasks", [])], rows)
+
+    @classmethod
+    def of_model(cls, predictor: Any) -> "PretrainingTasks":
+        """From a pre-trained model alone (its schema names every pre-training task and the
+        held-out ones), so a user with the shipped model and no dataset can transfer it; the
+        task features are computed again from the tasks (the generic target: they are shapes)."""
+        from ..target import generic_target_json
+        from ..task import Task
+
+        ds = predictor.schema.get("dataset") or {}
+        names = ds.get("task_names") or []
+        if not names:
+            raise ValueError(f"the {predictor.op} model names no pre-training tasks; give its training file")
+        args = [parse_task_name(n)[1] for n in names]
+        wanted = list(predictor.schema["inputs"]["task_features"])
+        target = generic_target_json(1)
+        feats = np.array([[Task.from_op(predictor.op, a, target=target).features.get(f, 0.0) for f in wanted]
+                          for a in args])
+        held = tuple(int(i) for i in (predictor.schema.get("heldout") or {}).get("task_ids", []))
+        return cls(predictor.op, (ds.get("spec") or {}).get("op", "conv2d"), args, feats, held)
+
+    def representatives(self, k: int) -> list[int]:
+        """Ids of ``k`` representative tasks among those not held out (clusters' medoids)."""
+        from ..learn.fasor import representative_tasks
+
+        pool = [i for i in range(len(self.args)) if i not in set(self.heldout)]
+        return [pool[j] for j in representative_tasks(self.features[pool], k)]
+
+    def tasks(self, ids: Sequence[int], target: dict[str, Any]) -> list[Any]:
+        """The tensortune tasks of ``ids`` for ``target``."""
+        from ..task import Task
+
+        return [Task.from_op(self.op, dict(self.args[int(i)]), target=target) for i in ids]
+
+
+def parse_task_name(name: str) -> tuple[str, dict[str, int]]:
+    """``("conv2d_nchwc", {"H": 28, ...})`` from a task name ``conv2d_nchwc(H=28,...)``;
+    ValueError for anything else."""
+    import re
+
+    m = re.fullmatch(r"(\w+)\(([^()]*)\)", name.strip())
+    if not m:
+        raise ValueError(f"not a task name: {name!r}")
+    try:
+        args = {k.strip(): int(v) for k, v in (part.split("=") for part in m.group(2).split(",") if part)}
+    except ValueError:
+        raise ValueError(f"not a task name: {name!r}") from None
+    return m.group(1), args
+
+
+def transfer(pretrained: str | Path, pretrain: PretrainingTasks | None, db: Any, measurer: Any,
+             target: dict[str, Any], threads: int, k: int = 10, samples: int = 64, seed: int = 0,
+             out: str | Path | None = None, options: Any = None, op: str = "conv2d_nchwc",
+             log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Few-shot transfer of the ``op`` model in ``pretrained`` (a folder with ``<op>/``) to the
+    machine ``measurer`` times on (see the module); ``pretrain``: its pre-training tasks (None:
+    read from the model). Resumes: samples already in ``db`` are kept."""
     from ..dataset.generate import export
     from ..learn.data import load_training
-    from ..learn.fasor import FEWSHOT_TRAIN, fasor_data, representative_tasks, task_matrix
+    from ..learn.fasor import FEWSHOT_TRAIN, fasor_data
     from ..learn.predictor import load_predictor
     from ..learn.trainer import train_predictor
     from ..measure.hardware import profile_for
     from .pretrained import predictor_folder
 
-    op = pretrain_data.op
+    op = pretrain.op if pretrain is not None else op
     src = predictor_folder(op, pretrained)
     if src is None:
         raise ValueError(f"no Fasor {op} model in {pretrained}")
     base = load_predictor(src)
-    ids, feats = task_matrix(pretrain_data)
-    reps = [int(ids[i]) for i in representative_tasks(feats, k)]
-    tasks = tasks_of(pretrain_data, target, reps)
-    log(f"{len(tasks)} representative tasks of {len(ids)}: {', '.join(t.name for t in tasks)}")
-    raw_op = (pretrain_data.summary.get("spec") or {}).get("op", "conv2d")  # the dataset's op class
-    progress, measure_s = measure_tasks(tasks, db, measurer, samples, raw_op, seed, log)
+    pretrain = pretrain or PretrainingTasks.of_model(base)
+    tasks = pretrain.tasks(pretrain.representatives(k), target)
+    log(f"{len(tasks)} representative tasks of {len(pretrain.args)}: {', '.join(t.name for t in tasks)}")
+    progress, measure_s = measure_tasks(tasks, db, measurer, samples, pretrain.op_class, seed, log)
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
