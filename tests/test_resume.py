@@ -67,7 +67,8 @@ def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     assert summary["trials_measured"] == 40 - len(after_kill)
     assert len(rows) == 40
     assert len({i for i, _ in rows}) == 40, "a config stored before the kill was measured again"
-    assert list(confirmation_groups(db).values()) == [9]  # the rerun confirmed its top 3, 3 rounds each
+    # the rerun confirmed its top 3 (and the default when not among them), 3 rounds each
+    assert list(confirmation_groups(db).values()) in ([9], [12])
 
 
 def test_two_tuners_write_one_database_at_once(tmp_path):
@@ -85,4 +86,4 @@ def test_two_tuners_write_one_database_at_once(tmp_path):
     # each writer confirms the top 3 of all stored trials at its end (3 rounds each); the later one
     # skips it when that group already holds its top 3
     groups = confirmation_groups(db)
-    assert 1 <= len(groups) <= 2 and all(n == 9 for n in groups.values())
+    assert 1 <= len(groups) <= 2 and all(n in (9, 12) for n in groups.values())  # top 3 (+ the default) x 3

@@ -177,3 +177,30 @@ def test_real_measurements_confirm_and_a_staged_lucky_trial_is_not_the_best(meas
         confirms = [t for t in db.trials(key) if t.confirmation is not None]
         assert default in {t.config_index for t in confirms}  # the lucky config was re-measured for real
         assert all(t.verified and t.ok for t in confirms)
+
+
+def test_the_default_joins_the_confirmation_and_wins_when_it_is_fastest(tmp_path) -> None:
+    """The default (9) is truly fastest but its one measurement was unlucky; 0-2 were measured
+    once, luckily. Judged alike in the interleaved rounds, the default is the best."""
+    task = stub_task()
+    task.default_config = lambda: task.space.get(9)
+    true = {9: 1e-3}
+    seen: set[int] = set()
+
+    def cost(i: int) -> float:
+        first = i not in seen
+        seen.add(i)
+        if first:
+            return 5e-3 if i == 9 else 0.8e-3
+        return true.get(i, 2e-3)
+
+    with Database(tmp_path / "d.db") as db:
+        m = StubMeasurer(cost=cost)
+        res = GridTuner(task, start_from_default=True).tune(4, m, database=db)
+        assert m.calls[0][0] == 9 and res.trials_measured == 4
+        assert res.confirm_measured == 4 * CONFIRM_ROUNDS  # the top 3 and the default
+        assert res.best_config.index == 9 and res.best_cost == pytest.approx(1e-3)
+    seen.clear()
+    with Database(tmp_path / "e.db") as db:  # not started from the default: it is not confirmed
+        res = GridTuner(task, start_from_default=False).tune(4, StubMeasurer(cost=cost), database=db)
+        assert res.confirm_measured == 3 * CONFIRM_ROUNDS and res.best_cost == pytest.approx(2e-3)

@@ -372,7 +372,8 @@ def test_resume_from_database(name: str, measurer, matmul_task, tmp_path) -> Non
 
     with Database(tmp_path / "tune.db") as db:
         first = get_tuner(name, matmul_task, seed=0, batch_size=4).tune(4, measurer, database=db)
-        assert first.trials_measured == 4 and first.confirm_measured == 9  # its top 3, 3 rounds each
+        # its top 3, and the default when not among them, 3 rounds each
+        assert first.trials_measured == 4 and first.confirm_measured in (9, 12)
         before = searched()
         assert len(before) == 4
 

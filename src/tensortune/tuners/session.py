@@ -11,8 +11,10 @@ With a database, a session that measured anything ends by confirming: the top
 :data:`CONFIRM_TOP` configs of the task in this measure context are measured again,
 interleaved over :data:`CONFIRM_ROUNDS` rounds (A, B, C, then A, B, C again, ...), and every
 re-measurement is stored as a trial marked ``extra["confirm"] = {"group", "round", "of"}``.
-The best is then the config with the lowest median over the rounds of that group, not the one
-lucky measurement (``Database.best``). The top configs are those with the lowest median over
+The template default (where the tuner started from it) joins the group whatever its rank, so a
+tuned result never loses to the untuned one by the luck of a single measurement. The best is
+then the config with the lowest median over the rounds of that group, not the one lucky
+measurement (``Database.best``). The top configs are those with the lowest median over
 their verified trials, confirmations included; when the latest group already holds exactly
 them, in every round, nothing is measured again. Confirmations are no search trials: they never
 count against ``n_trial`` nor in ``trials_measured`` (``TuneResult.confirm_measured`` has them).
@@ -154,7 +156,10 @@ class TuningSession:
         if tuner.confirm_top < 1 or tuner.confirm_rounds < 1:
             return 0
         trials = [t for t in database.trials(tuner.task.workload_key) if t.context == context]
-        top = top_configs(trials, tuner.confirm_top)
+        top = list(top_configs(trials, tuner.confirm_top))
+        incumbent = self.incumbent(trials)
+        if top and incumbent is not None and incumbent not in top:
+            top.append(incumbent)  # the default is re-measured beside them: the rounds judge both alike
         last = latest_confirmation(trials)
         if (top and {t.config_index for t in last} == set(top) and len(last) == len(top) * tuner.confirm_rounds
                 and all(t.confirmation["of"] == tuner.confirm_rounds for t in last)):
@@ -184,6 +189,22 @@ class TuningSession:
             for r in range(1, rounds + 1):
                 self.measurer.measure(inputs, lambda inp, res, r=r: commit(r, inp, res))
         return rounds * len(configs)
+
+    def incumbent(self, trials: Sequence[Any]) -> int | None:
+        """The template default's config index when the tuner starts from it and it has a
+        verified successful trial among ``trials`` (else None). It joins every confirmation
+        group: on a noisy machine the top configs' first measurements are the lucky ones (the
+        winner's curse), and a default measured once, unluckily, must not lose to them unless
+        the interleaved rounds say so: a tuned result is never worse than the untuned one."""
+        tuner = self.tuner
+        make = getattr(tuner.task, "default_config", None)
+        if not tuner.start_from_default or make is None:
+            return None
+        try:
+            index = make().index
+        except Exception:  # noqa: BLE001 - a template without a usable default
+            return None
+        return index if any(t.config_index == index and t.ok and t.verified for t in trials) else None
 
     def adopt_confirmed(self, context: Any) -> dict[str, Any]:
         """Make the database's confirmed best of ``context`` the tuner's best (when the latest
