@@ -75,9 +75,11 @@ def restore(db_path: str | Path, db: Any, folder: str | Path) -> tuple[int, int]
         src, dst = folder / name, getattr(G, fn)(db_path)
         if src.exists() and not dst.exists():
             shutil.copyfile(src, dst)
-    have = {t.workload_key for t in db.tasks()}
+    held = {shard_path(folder, t.workload_key).name for t in db.tasks()}  # a shard is named by its task
     shards, trials = 0, 0
     for path in sorted(folder.glob("*" + SUFFIX)):
+        if path.name in held:  # not decompressed again on every resume
+            continue
         try:
             text = gzip.decompress(path.read_bytes()).decode()
         except (OSError, EOFError, UnicodeDecodeError) as exc:
@@ -85,8 +87,6 @@ def restore(db_path: str | Path, db: Any, folder: str | Path) -> tuple[int, int]
         stream = io.StringIO(text)
         stream.name = str(path)  # named in the error of a bad line
         parsed = parse_jsonl(stream)
-        if all(t.workload_key in have for _, t in parsed.tasks):
-            continue
         trials += import_jsonl(db, parsed)[1]
         shards += 1
     return shards, trials
