@@ -5,13 +5,17 @@ evolutionary search, XGBoost cost model, gradient task scheduler, its build func
 30 s build timeout and its ``LocalRunner`` on all cores), with one change to how its builder
 keeps its processes and three things added that do not change its search:
 
-- its builder's worker processes are started once per benchmark process and import
-  ``tvm.s_tir.tensor_intrin`` when they start (:class:`PersistentBuilder`). MetaSchedule's own
+- its builder's worker processes are started once per benchmark process and register the host
+  CPU's tensor intrinsics when they start (:class:`PersistentBuilder`). MetaSchedule's own
   ``LocalBuilder`` starts a new pool for every batch and imports that module inside the first
   candidate's 30 s build timeout; the import runs TVMScript, which calls ``inspect.stack()``
   hundreds of times, each walking all of ``sys.modules`` (thousands of modules once PyTorch is
   loaded, as tvm-ffi loads it): 161 s here on an AMD EPYC znver3, so every candidate was killed.
-  tensortune's builder keeps its workers too, so this makes the two sides alike;
+  tensortune's builder keeps its workers too, so this makes the two sides alike. Both there and in
+  the tuning process only the host CPU's intrinsics are registered
+  (:func:`tensortune.utils.intrinsics.register_host_intrinsics`: 4 s against 45 s for every
+  backend's on a Zen 3; a CPU target's schedule rules name no others), so that a one-time import
+  of GPU intrinsics is not counted as MetaSchedule's tuning time;
 
 - its builder is wrapped to time the building of each batch (:class:`TimedBuilder`); the
   running is the time from the end of the build to the first measure callback;
@@ -45,7 +49,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import functools
-import importlib
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -55,6 +58,7 @@ from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from tensortune.measure import MeasureOptions
+from tensortune.utils.intrinsics import register_host_intrinsics
 
 #: MetaSchedule's default candidates per search iteration (``num_trials_per_iter``).
 MS_BATCH = 64
@@ -89,12 +93,12 @@ MS_BUILD_TIMEOUT_S = 30.0
 
 @functools.lru_cache(maxsize=None)
 def _build_pool() -> PopenPoolExecutor:
-    """One pool of build workers per process, each importing the tensor intrinsics when it starts
+    """One pool of build workers per process, each registering the host CPU's tensor intrinsics when it starts
     (outside any candidate's timeout)."""
     from tensortune.target import cpu_count
 
     return PopenPoolExecutor(max_workers=cpu_count(), timeout=MS_BUILD_TIMEOUT_S,
-                             initializer=functools.partial(importlib.import_module, "tvm.s_tir.tensor_intrin"))
+                             initializer=register_host_intrinsics)
 
 
 @derived_object
@@ -196,6 +200,7 @@ class MSSession:
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``tune_tir`` / ``tune_relax``."""
         quiet_logs()
+        register_host_intrinsics()  # before MetaSchedule's TuneContext imports every backend's
         callbacks = [BatchRecorder(self.on_batch, self.clock, self.deadline)]
         callbacks += list(ms.measure_callback.MeasureCallback.create("default"))
         # The runner is MetaSchedule's own: wrapping it in a PyRunner made its builds time out here.
