@@ -161,7 +161,11 @@ def lr_factor(o: TrainOptions, t: int, total_steps: int) -> float:
 def evaluate(predictor: Predictor, data: TrainingData) -> dict[str, Any]:
     """Ranking metrics of the predictor's score against the labels (:func:`.metrics.ranking_metrics`)
     and, for data with ``targets``, the R^2 of each output the predictor has
-    (``r2_<target name>``; the first is the regression quality Fasor's Table 8 reports)."""
+    (``r2_<target name>``; the first is the regression quality Fasor's Table 8 reports).
+
+    ``r2`` is the R^2 of what the first output predicts: the label for a one-output predictor,
+    the first target for one with ``targets`` (its first output is, say, -ln latency, on another
+    scale than the normalised-throughput label, so an R^2 against the label means nothing)."""
     from .metrics import r2
 
     x = data.inputs()
@@ -170,6 +174,7 @@ def evaluate(predictor: Predictor, data: TrainingData) -> dict[str, Any]:
     if data.targets is not None:
         for j, name in enumerate(predictor.targets[: out.shape[1]]):
             m[f"r2_{name}"] = r2(data.targets[:, j], out[:, j])
+        m["r2"] = m[f"r2_{predictor.targets[0]}"]
     return m
 
 
