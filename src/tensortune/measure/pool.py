@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import IO, Any, Callable
 
-from tvm.support.popen_pool import PopenWorker
+from tvm.support.popen_pool import PopenWorker, kill_child_processes
 
 from .result import WorkerStartError
 
@@ -84,11 +84,18 @@ class Worker:
     def call(self, fn: Callable[..., Any], args: tuple, timeout: float) -> CallOutcome:
         """Run ``fn(*args)`` in the child with a deadline of ``timeout`` seconds."""
         with self._lock:
-            fired = threading.Event()
+            fired, answered, guard = threading.Event(), threading.Event(), threading.Lock()
 
             def kill() -> None:
-                fired.set()
-                self._w.kill()
+                # Kill the process only: ``PopenWorker.kill`` first closes the reader, whose lock
+                # this call's ``recv`` holds while it waits for the child, so the watchdog hung
+                # with it (a child deadlocked in native code stopped a dataset run for 8 min).
+                # The dead child's pipe gives ``recv`` its EOF, and ``recv`` cleans up.
+                with guard:
+                    if answered.is_set():
+                        return
+                    fired.set()
+                _kill_tree(self._w)
 
             dog = threading.Timer(timeout + KILL_GRACE, kill)
             dog.daemon = True
@@ -96,7 +103,13 @@ class Worker:
             try:
                 self._w.send(fn, args, None, timeout)
                 dog.start()
-                value = self._w.recv()
+                try:
+                    value = self._w.recv()
+                finally:
+                    with guard:
+                        answered.set()
+                    if fired.is_set():  # killed (maybe just after it answered): restart it next call
+                        self._w.kill()
                 after = self.cpu_seconds()
                 # a child started by this call: its start-up is this call's cost too
                 spent = None if after is None else after - (before or 0.0)
@@ -129,6 +142,21 @@ class Worker:
     def close(self) -> None:
         """Stop the child process."""
         self._w.kill()
+
+
+def _kill_tree(worker: PopenWorker) -> None:
+    """SIGKILL a worker's child process and its descendants, touching none of its pipes."""
+    proc = getattr(worker, "_proc", None)
+    if proc is None:
+        return
+    try:
+        kill_child_processes(proc.pid)
+    except (TypeError, OSError):
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
 
 
 def _noop() -> None:
