@@ -93,8 +93,8 @@ MS_BUILD_TIMEOUT_S = 30.0
 
 @functools.lru_cache(maxsize=None)
 def _build_pool() -> PopenPoolExecutor:
-    """One pool of build workers per process, each registering the host CPU's tensor intrinsics when it starts
-    (outside any candidate's timeout)."""
+    """One pool of build workers per process, each registering the host CPU's tensor intrinsics
+    when it starts (outside any candidate's timeout)."""
     from tensortune.target import cpu_count
 
     return PopenPoolExecutor(max_workers=cpu_count(), timeout=MS_BUILD_TIMEOUT_S,
