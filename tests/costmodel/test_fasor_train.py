@@ -6,7 +6,7 @@ import pytest
 
 from tensortune.costmodel.fasor import FASOR_SHIPPED
 from tensortune.costmodel.fasor_train import PretrainingTasks, parse_task_name
-from tensortune.costmodel.pretrained import predictor_folder
+from tensortune.costmodel.pretrained import available_ops, predictor_folder
 from tensortune.learn.predictor import load_predictor
 
 
@@ -18,11 +18,12 @@ def test_task_names_parse_and_bad_ones_are_refused() -> None:
             parse_task_name(bad)
 
 
-def test_the_shipped_model_names_its_pretraining_tasks() -> None:
-    base = load_predictor(predictor_folder("conv2d_nchwc", FASOR_SHIPPED))
+@pytest.mark.parametrize("op", available_ops(FASOR_SHIPPED))
+def test_the_shipped_model_names_its_pretraining_tasks(op) -> None:
+    base = load_predictor(predictor_folder(op, FASOR_SHIPPED))
     pt = PretrainingTasks.of_model(base)
     names = base.schema["dataset"]["task_names"]
-    assert (pt.op, pt.op_class, len(pt.args)) == ("conv2d_nchwc", "conv2d", len(names))
+    assert (pt.op, pt.op_class, len(pt.args)) == (op, op.removesuffix("_nchwc"), len(names))
     assert pt.features.shape == (len(names), len(base.schema["inputs"]["task_features"]))
     assert set(pt.heldout) == set(base.schema["heldout"]["task_ids"]) and pt.heldout
     reps = pt.representatives(10)
