@@ -275,3 +275,17 @@ def test_third_party_warnings_are_quiet_ours_are_not() -> None:
         warnings.warn_explicit("a model input was renamed", UserWarning, "x.py", 1, module="torch.onnx")
         warnings.warn_explicit("ours", FutureWarning, "x.py", 1, module="tensortune.models.importer")
     assert sorted(str(w.message) for w in seen) == ["a model input was renamed", "ours"]
+
+
+def test_fasor_show_names_each_shipped_model_with_its_machine_and_command(capfd, tmp_path, monkeypatch) -> None:
+    from tensortune.costmodel.fasor import FASOR_SHIPPED
+    from tensortune.costmodel.pretrained import available_ops
+
+    monkeypatch.setenv("TENSORTUNE_CACHE", str(tmp_path))
+    rc, out, _ = cli(capfd, "fasor", "show")
+    assert rc == 0
+    lines = out.splitlines()
+    for op in available_ops(FASOR_SHIPPED):
+        line = next(x for x in lines if x.strip().startswith(op + ":"))
+        assert "tasks" in line and "held-out R^2" in line and "znver" in line
+    assert any("made by: tensortune fasor pretrain" in x for x in lines)

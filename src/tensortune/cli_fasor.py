@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,8 @@ def _pretrain(a: argparse.Namespace) -> int:
     print(f"pre-training the Fasor {data.op} model on {len(data)} samples of {len(data.tasks())} tasks "
           f"({len(data.summary.get('machines', []))} machine(s))", flush=True)
     summary = pretrain(data, out, holdout=a.holdout, options=opts, study=not a.no_study,
-                       dqn_epochs=a.dqn_epochs, seed=a.seed, log=lambda s: print(s, flush=True))
+                       dqn_epochs=a.dqn_epochs, seed=a.seed, log=lambda s: print(s, flush=True),
+                       command="tensortune " + " ".join(sys.argv[1:]) if sys.argv[1:3] == ["fasor", "pretrain"] else "")
     h = summary.get("heldout")
     if h:
         print(f"held-out tasks ({h['tasks']}): R^2 of -ln(latency) {h['r2_neg_log_latency']:.3f}, "
@@ -188,6 +190,27 @@ def _pretuned(a: argparse.Namespace) -> int:
     return 0
 
 
+def _model_line(folder: Path) -> str:
+    """One line on a Fasor model folder: op, machines, tasks, held-out R^2, the command."""
+    from .learn.predictor import SCHEMA_FILE
+
+    try:
+        schema = json.loads((folder / SCHEMA_FILE).read_text())
+    except (OSError, ValueError) as e:
+        return f"{folder.name}: unreadable ({e})"
+    ds = schema.get("dataset") or {}
+    cpus = sorted({json.loads(m["target"]).get("mcpu", "?") if isinstance(m.get("target"), str) else "?"
+                   for m in ds.get("machines", [])})
+    held = (schema.get("heldout") or {}).get("r2_neg_log_latency")
+    parts = [f"{schema.get('op', folder.name)}: {'/'.join(cpus) or '?'}, {ds.get('tasks', '?')} tasks, "
+             f"{ds.get('samples', '?')} samples"]
+    if held is not None:
+        parts.append(f"held-out R^2 {held:.3f}")
+    if schema.get("command"):
+        parts.append(f"made by: {schema['command']}")
+    return "; ".join(parts)
+
+
 def _show(a: argparse.Namespace) -> int:
     from .costmodel.fasor import FASOR_SHIPPED, fasor_home
     from .costmodel.pretrained import available_ops
@@ -195,6 +218,8 @@ def _show(a: argparse.Namespace) -> int:
 
     ops = available_ops(FASOR_SHIPPED)
     print(f"shipped Fasor models ({FASOR_SHIPPED}): {', '.join(ops) or 'none'}")
+    for op in ops:
+        print("  " + _model_line(FASOR_SHIPPED / op))
     moved = sorted(p.parent.parent.name + "/" + p.parent.name for p in fasor_home().glob("*/*/predictor.json"))
     print(f"transferred models ({fasor_home()}): {', '.join(moved) or 'none'}")
     t = load_table()

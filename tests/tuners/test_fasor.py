@@ -60,7 +60,8 @@ def made(tmp_path_factory):
     data = fasor_data(load_training(tmp / "d.npz"), [fake_profile()])
     opts = TrainOptions(kind="mlp", net_options={"hidden": [64, 32]}, lr=3e-3, max_epochs=60, batch_size=32,
                         threads=1, val_fraction=0.0, oversample=False)
-    summary = pretrain(data, tmp / "models", holdout=0.0, options=opts, dqn_epochs=2, log=lambda s: None)
+    summary = pretrain(data, tmp / "models", holdout=0.0, options=opts, dqn_epochs=2, log=lambda s: None,
+                       command="tensortune fasor pretrain --data d.npz -o models")
     return tmp / "models", tmp / "d.db", summary
 
 
@@ -81,6 +82,7 @@ def test_pretraining_keeps_the_study_and_the_dqn_beside_the_model(made) -> None:
     assert (op / "dqn.pt").is_file() and summary["dqn"]["epochs"] == 2
     schema = json.loads((op / "predictor.json").read_text())
     assert schema["targets"][0] == "neg_log_latency" and schema["inputs"]["hw_features"]
+    assert schema["command"] == "tensortune fasor pretrain --data d.npz -o models"  # how to remake it
 
 
 def test_efficiency_mode_validates_the_top_few_once(made) -> None:

@@ -151,9 +151,10 @@ def _nearest_index(task: Any, vector: np.ndarray) -> int | None:
 
 def pretrain(data: TrainingData, out: str | Path, holdout: float = 0.1, options: Any = None,
              study: bool = True, dqn_epochs: int = DQN_EPOCHS, seed: int = 0,
-             log: Callable[[str], None] = print) -> dict[str, Any]:
+             log: Callable[[str], None] = print, command: str = "") -> dict[str, Any]:
     """Pre-train the Fasor model of ``data`` (a Fasor training set: :func:`~tensortune.learn.fasor.fasor_data`)
-    into ``out/<op>/`` (see the module); returns the summary written as the schema's ``fasor`` entry."""
+    into ``out/<op>/`` (see the module); returns the summary written as the schema's ``fasor`` entry.
+    ``command``, the command line that made it, is kept in the schema so the model can be remade."""
     from ..learn.fasor import FASOR_TRAIN
     from ..learn.trainer import evaluate, train_predictor
     from ..measure.hardware import HardwareProfile
@@ -192,6 +193,7 @@ def pretrain(data: TrainingData, out: str | Path, holdout: float = 0.1, options:
         summary["dqn"] = pretrain_dqn(train, target, folder, epochs=dqn_epochs, seed=seed)
         log(f"DQN pre-trained: {summary['dqn']}")
     predictor.schema["fasor"] = summary
+    predictor.schema["command"] = command
     predictor.save(folder)
     return summary
 
