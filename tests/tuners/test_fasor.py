@@ -83,6 +83,7 @@ def test_pretraining_keeps_the_study_and_the_dqn_beside_the_model(made) -> None:
     schema = json.loads((op / "predictor.json").read_text())
     assert schema["targets"][0] == "neg_log_latency" and schema["inputs"]["hw_features"]
     assert schema["command"] == "tensortune fasor pretrain --data d.npz -o models"  # how to remake it
+    assert schema["label"].startswith("the targets neg_log_latency, compute_score")
 
 
 def test_efficiency_mode_validates_the_top_few_once(made) -> None:

@@ -106,7 +106,8 @@ def _schema(data: TrainingData, options: TrainOptions) -> dict[str, Any]:
 
     s = data.summary
     return {"format": FORMAT, "kind": options.kind, "op": data.op,
-            "label": "normalised throughput on the measuring machine: best cost / cost",
+            "label": "normalised throughput on the measuring machine: best cost / cost" if data.targets is None
+                     else f"the targets {', '.join(s.get('target_names', []))}; r2 scores the first",
             "inputs": {"curve_dim": int(data.curve.shape[1]), "knob_dim": int(data.knob.shape[1]),
                        "task_features": data.task_features, "curve_buffers": CURVE_BUFFERS,
                        "curve_globals": N_CURVE_GLOBALS, "hw_features": list(s.get("hw_features", []))},
