@@ -67,6 +67,12 @@ def _check_db_path(path: str, must_exist: bool) -> None:
         raise UsageError(f"--db {path}: not writable")
 
 
+def command_line(*subcommand: str) -> str:
+    """This process's command line as ``tensortune ...`` when it runs ``subcommand`` (kept in a
+    trained model's schema so it can be remade), else "" (called from code, not the CLI)."""
+    return "tensortune " + " ".join(sys.argv[1:]) if sys.argv[1:1 + len(subcommand)] == list(subcommand) else ""
+
+
 def _check_output(path: str, force: bool, db: str | None = None, option: str = "-o") -> None:
     """UsageError unless ``path`` may be written: never the database or any SQLite file, and an
     existing file only with ``--force``."""
@@ -1046,7 +1052,7 @@ def _predictor_train(a: argparse.Namespace, data: Any) -> int:
             print(f"  epoch {e}: train loss {tl:.5f}, validation loss {vl:.5f}", flush=True)
 
     predictor, report = train_predictor(train, options, on_epoch=epoch)
-    predictor.schema["command"] = "tensortune " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["predictor"] else ""
+    predictor.schema["command"] = command_line("predictor")
     vm = report.val_metrics
     print(f"{report.epochs} epochs in {report.seconds:.0f} s ({report.stop_reason}); validation tasks: "
           f"R^2 {vm['r2']:.3f}, Spearman {vm['spearman']:.3f}, top-1 {vm['top1_recall']:.2f}, top-5 {vm['top5_recall']:.2f}")

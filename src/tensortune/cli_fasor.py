@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from .cli import UsageError, _check_db_path, _check_output, _open_db, _Parser, _positive_float, _positive_int
+from .cli import (UsageError, _check_db_path, _check_output, _open_db, _Parser, _positive_float, _positive_int,
+                  command_line)
 
 
 def _target(name: str, threads: int) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def _pretrain(a: argparse.Namespace) -> int:
           f"({len(data.summary.get('machines', []))} machine(s))", flush=True)
     summary = pretrain(data, out, holdout=a.holdout, options=opts, study=not a.no_study,
                        dqn_epochs=a.dqn_epochs, seed=a.seed, log=lambda s: print(s, flush=True),
-                       command="tensortune " + " ".join(sys.argv[1:]) if sys.argv[1:3] == ["fasor", "pretrain"] else "")
+                       command=command_line("fasor", "pretrain"))
     h = summary.get("heldout")
     if h:
         print(f"held-out tasks ({h['tasks']}): R^2 of -ln(latency) {h['r2_neg_log_latency']:.3f}, "
@@ -192,22 +192,21 @@ def _pretuned(a: argparse.Namespace) -> int:
 
 def _model_line(folder: Path) -> str:
     """One line on a Fasor model folder: op, machines, tasks, held-out R^2, the command."""
-    from .learn.predictor import SCHEMA_FILE
+    from .database.pretuned import target_type
+    from .learn.predictor import PredictorError, load_predictor
 
     try:
-        schema = json.loads((folder / SCHEMA_FILE).read_text())
-    except (OSError, ValueError) as e:
+        p = load_predictor(folder)
+    except PredictorError as e:
         return f"{folder.name}: unreadable ({e})"
-    ds = schema.get("dataset") or {}
-    cpus = sorted({json.loads(m["target"]).get("mcpu", "?") if isinstance(m.get("target"), str) else "?"
-                   for m in ds.get("machines", [])})
-    held = (schema.get("heldout") or {}).get("r2_neg_log_latency")
-    parts = [f"{schema.get('op', folder.name)}: {'/'.join(cpus) or '?'}, {ds.get('tasks', '?')} tasks, "
-             f"{ds.get('samples', '?')} samples"]
+    ds = p.schema.get("dataset") or {}
+    machines = sorted({target_type(m["target"], m.get("threads", 0)) for m in ds.get("machines", [])})
+    parts = [f"{p.op}: {', '.join(machines) or '?'}, {ds.get('tasks', '?')} tasks, {ds.get('samples', '?')} samples"]
+    held = (p.schema.get("heldout") or {}).get("r2_neg_log_latency")
     if held is not None:
         parts.append(f"held-out R^2 {held:.3f}")
-    if schema.get("command"):
-        parts.append(f"made by: {schema['command']}")
+    if p.schema.get("command"):
+        parts.append(f"made by: {p.schema['command']}")
     return "; ".join(parts)
 
 
