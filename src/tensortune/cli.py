@@ -920,9 +920,13 @@ def _dataset_db(a: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     try:
-        tasks = G.frozen_tasks(spec, a.db)
+        kept = G.frozen_tasks(spec, a.db)
+        tasks = G.frozen_tasks(spec, a.db, extend=True)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if len(tasks) > len(kept):
+        print(f"{a.db}: {len(tasks) - len(kept)} tasks added to the {len(kept)} it kept (today's layer statistics "
+              f"give more distinct {a.op} tasks)", flush=True)
     print(f"dataset {a.db}: {len(tasks)} {a.op} tasks ({a.sampler}), {a.samples} {a.code} samples each; "
           "every trial is committed as it completes: rerun the same command to resume", flush=True)
     db = _open_db(a.db)

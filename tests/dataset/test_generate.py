@@ -138,9 +138,16 @@ def test_the_task_list_is_kept_beside_the_dataset(tmp_path) -> None:
     path = tmp_path / "d.db"
     first = frozen_tasks(SPEC, path, target=ZNVER4)
     assert tasks_path(path).exists() and len(first) == 2
-    kept = json.loads(tasks_path(path).read_text())[:1]  # e.g. made under other layer statistics
+    kept = json.loads(tasks_path(path).read_text())[1:]  # e.g. made under other layer statistics
     tasks_path(path).write_text(json.dumps(kept))
-    assert [t.workload_key for t in frozen_tasks(SPEC, path, target=ZNVER4)] == [first[0].workload_key]
+    assert [t.workload_key for t in frozen_tasks(SPEC, path, target=ZNVER4)] == [first[1].workload_key]
+    # topped up only when asked (dataset generate), kept tasks first and never reordered
+    extended = frozen_tasks(SPEC, path, target=ZNVER4, extend=True)
+    assert [t.workload_key for t in extended] == [first[1].workload_key, first[0].workload_key]
+    assert [t.workload_key for t in frozen_tasks(SPEC, path, target=ZNVER4)] == [t.workload_key for t in extended]
+    more = DatasetSpec("depthwise_conv2d", n_tasks=4, samples=12, seed=0)
+    four = [t.workload_key for t in frozen_tasks(more, path, target=ZNVER4, extend=True)]
+    assert len(set(four)) == 4 and four[:2] == [t.workload_key for t in extended]
     tasks_path(path).write_text("{broken")
     with pytest.raises(ValueError, match="not a dataset task list"):
         frozen_tasks(SPEC, path, target=ZNVER4)

@@ -31,6 +31,11 @@ def test_a_dataset_survives_as_shards_and_resumes_from_them(tmp_path) -> None:
     with Database(first) as db:
         generate(SPEC, db, fake(), tasks[:1])
         save_sidecars(first, folder)
+        tasks_path(first).write_text('[{"topped": "up"}]')  # a task list grows: the shard folder's follows
+        save_sidecars(first, folder)
+        assert (folder / "tasks.json").read_text() == '[{"topped": "up"}]'
+        tasks_path(first).write_text("[]")
+        save_sidecars(first, folder)
         path = save_task(db, folder, tasks[0].workload_key)
         assert path == shard_path(folder, tasks[0].workload_key)
         assert save_task(db, folder, tasks[1].workload_key) is None  # nothing measured: no shard

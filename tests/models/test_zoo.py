@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from tensortune.models.zoo import BERT_SEQ_LEN, BERT_VOCAB, MODELS, UnknownModelError, ZooModel, build_model, model_names
+from tensortune.models.zoo import BERT_SEQ_LEN, BERT_VOCAB, DISTILBERT_SEQ_LEN, MODELS, UnknownModelError, ZooModel, build_model, model_names
 
 # torchvision / HuggingFace (bert-base-uncased BertModel, with pooler) parameter counts.
 PUBLISHED_PARAMS = {
@@ -20,6 +20,7 @@ PUBLISHED_PARAMS = {
     "mobilenet_v3_large": 5_483_032,
     "vit_b16": 86_567_656,
     "bert_base": 109_482_240,
+    "distilbert": 66_362_880,
 }
 CHEAP = ["resnet18", "alexnet", "squeezenet1_0", "mobilenet_v2", "efficientnet_b0"]
 
@@ -39,6 +40,8 @@ def outputs(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[torch.Tensor,
 def expected_shapes(name: str, batch: int) -> list[tuple[int, ...]]:
     if name == "bert_base":
         return [(batch, BERT_SEQ_LEN, 768), (batch, 768)]
+    if name == "distilbert":
+        return [(batch, DISTILBERT_SEQ_LEN, 768)]
     return [(batch, 1000)]
 
 
@@ -57,9 +60,9 @@ def test_parameter_count_and_batch1_forward(built, name: str) -> None:
     assert not model.training and not any(m.training for m in model.modules())
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert not any(getattr(m, "inplace", False) for m in model.modules())
-    if name == "bert_base":
+    if name in ("bert_base", "distilbert"):
         (ids,) = inputs
-        assert ids.dtype == torch.int64 and ids.shape == (1, BERT_SEQ_LEN)
+        assert ids.dtype == torch.int64 and ids.shape == (1, BERT_SEQ_LEN if name == "bert_base" else DISTILBERT_SEQ_LEN)
         assert 0 <= int(ids.min()) and int(ids.max()) < BERT_VOCAB
     else:
         (x,) = inputs

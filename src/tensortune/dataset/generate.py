@@ -167,10 +167,16 @@ def tasks_path(db_path: str | Path) -> Path:
     return Path(str(db_path) + ".tasks.json")
 
 
-def frozen_tasks(spec: DatasetSpec, db_path: str | Path, target: dict[str, Any] | None = None) -> list[Any]:
+def frozen_tasks(spec: DatasetSpec, db_path: str | Path, target: dict[str, Any] | None = None,
+                 extend: bool = False) -> list[Any]:
     """The tasks of the dataset in ``db_path``: the list kept beside it since it was made (so new
     layer statistics never change a dataset half measured), else :func:`dataset_tasks` now,
-    written there."""
+    written there.
+
+    With ``extend``, a kept list shorter than ``spec.n_tasks`` (its sampler ran out of distinct
+    tasks under the statistics of its day) is topped up: the tasks :func:`dataset_tasks` draws
+    now that it lacks are appended, in their order, up to ``spec.n_tasks``. Kept tasks are never
+    dropped or reordered, so every stored sample stays in the dataset."""
     from ..task import Task
     from ..utils.atomic import atomic_write
 
@@ -178,10 +184,18 @@ def frozen_tasks(spec: DatasetSpec, db_path: str | Path, target: dict[str, Any] 
     if p.exists():
         try:
             items = json.loads(p.read_text())
-            return [Task.from_op(t["op"], t["args"], target=target) for t in items]
+            tasks = [Task.from_op(t["op"], t["args"], target=target) for t in items]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{p}: not a dataset task list ({exc}); remove it to sample the tasks again") from None
-    tasks = dataset_tasks(spec, target=target)
+        if not extend or len(tasks) >= spec.n_tasks:
+            return tasks
+        kept = {t.workload_key for t in tasks}
+        new = [t for t in dataset_tasks(spec, target=target) if t.workload_key not in kept]
+        if not new:
+            return tasks
+        tasks += new[:spec.n_tasks - len(tasks)]
+    else:
+        tasks = dataset_tasks(spec, target=target)
     atomic_write(p, "[\n" + ",\n".join(json.dumps({"op": t.op, "args": t.args}) for t in tasks) + "\n]\n")
     return tasks
 

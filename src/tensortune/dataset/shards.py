@@ -49,13 +49,14 @@ def save_task(db: Any, folder: str | Path, workload_key: str) -> Path | None:
 
 
 def save_sidecars(db_path: str | Path, folder: str | Path) -> None:
-    """Copy the database's settings and task list into the shard folder (where missing)."""
+    """Copy the database's settings and task list into the shard folder (where missing, or
+    changed: a task list topped up by :func:`~tensortune.dataset.generate.frozen_tasks`)."""
     from . import generate as G
 
     Path(folder).mkdir(parents=True, exist_ok=True)
     for fn, name in SIDECARS.items():
         src, dst = getattr(G, fn)(db_path), Path(folder) / name
-        if src.exists() and not dst.exists():
+        if src.exists() and (not dst.exists() or dst.read_bytes() != src.read_bytes()):
             shutil.copyfile(src, dst)
 
 

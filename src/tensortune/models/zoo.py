@@ -30,6 +30,8 @@ __all__ = ["BERT_SEQ_LEN", "BERT_VOCAB", "MODELS", "UnknownModelError", "ZooMode
 IMAGE_SHAPE = (3, 224, 224)
 BERT_VOCAB = 30522
 BERT_SEQ_LEN = 128
+#: DistilBERT's sequence length: SQuAD question answering's usual 384 tokens.
+DISTILBERT_SEQ_LEN = 384
 
 
 # --------------------------------------------------------------------------------------------------
@@ -812,6 +814,49 @@ def bert_base(batch: int = 1) -> nn.Module:
 
 
 # --------------------------------------------------------------------------------------------------
+# DistilBERT-base (Sanh et al. 2019): BERT's layer, 6 of them, no token types and no pooler
+# --------------------------------------------------------------------------------------------------
+
+class _DistilBertEmbeddings(nn.Module):
+    def __init__(self, vocab: int, hidden: int, max_positions: int, eps: float) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, hidden)
+        self.position_embeddings = nn.Embedding(max_positions, hidden)
+        self.LayerNorm = nn.LayerNorm(hidden, eps=eps)
+        self.dropout = nn.Dropout(0.1)
+        self.register_buffer("position_ids", torch.arange(max_positions).unsqueeze(0), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.word_embeddings(input_ids) + self.position_embeddings(self.position_ids[:, :input_ids.shape[1]])
+        return self.dropout(self.LayerNorm(x))
+
+
+class DistilBertModel(nn.Module):
+    """DistilBERT encoder (``distilbert-base-uncased``'s dimensions: 6 layers, hidden 768, 12 heads,
+    FFN 3072), no attention mask. ``forward(input_ids)`` takes int64 ids ``(batch, seq)`` and
+    returns the last hidden state ``(batch, seq, hidden)``."""
+
+    def __init__(self, vocab: int = BERT_VOCAB, hidden: int = 768, layers: int = 6, heads: int = 12,
+                 intermediate: int = 3072, max_positions: int = 512, eps: float = 1e-12) -> None:
+        super().__init__()
+        self.embeddings = _DistilBertEmbeddings(vocab, hidden, max_positions, eps)
+        self.transformer = _BertEncoder(layers, hidden, heads, intermediate, eps)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.transformer(self.embeddings(input_ids))
+
+
+def distilbert(batch: int = 1) -> nn.Module:
+    """DistilBERT-base. ``batch`` is unused."""
+    return _finish(DistilBertModel(), None)
+
+
+def _distilbert_inputs(batch: int, seed: int) -> list[torch.Tensor]:
+    """``input_ids`` of SQuAD's sequence length for DistilBERT (384)."""
+    return _bert_inputs(batch, seed, DISTILBERT_SEQ_LEN)
+
+
+# --------------------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------------------
 
@@ -845,6 +890,8 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("vit_b16", "ViT-B/16 (Dosovitskiy et al. 2021), 224x224", vit_b16, _image_inputs),
     ZooModel("bert_base", f"BERT-base encoder + pooler (Devlin et al. 2019), seq {BERT_SEQ_LEN}", bert_base,
              _bert_inputs),
+    ZooModel("distilbert", f"DistilBERT-base encoder (Sanh et al. 2019), seq {DISTILBERT_SEQ_LEN} (SQuAD's)",
+             distilbert, _distilbert_inputs),
 ]}
 
 
