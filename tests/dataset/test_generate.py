@@ -103,6 +103,11 @@ def test_a_real_run_through_the_command_line(tmp_path, capfd) -> None:
     assert "1/1 tasks complete, 4 samples" in capfd.readouterr().out  # a new database, restored
     assert main(args[:-1] + ["--samples", "5"]) == 2  # other settings: refused, nothing measured
     assert "holds a dataset made with samples 4 (asked: 5)" in capfd.readouterr().err
+    Path(str(db) + ".tasks.json").write_text("[]")  # a list its sampler could not fill: topped up
+    assert main(args) == 0
+    out = capfd.readouterr().out
+    assert "1 tasks added to the 0 it kept" in out and "1/1 tasks complete" in out
+    assert len(json.loads((tmp_path / "shards" / "tasks.json").read_text())) == 1
     assert main(["dataset", "status", "--db", str(db)]) == 0
     assert "1/1 tasks complete, 4 samples" in capfd.readouterr().out
     assert main(["dataset", "export", "--db", str(db), "--op", "dense", "-o", str(tmp_path / "x.npz")]) == 0
