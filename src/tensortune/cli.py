@@ -921,7 +921,7 @@ def _dataset_db(a: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     try:
         kept = G.frozen_tasks(spec, a.db)
-        tasks = G.frozen_tasks(spec, a.db, extend=True)
+        tasks = G.top_up(spec, a.db, kept)
     except ValueError as e:
         raise UsageError(str(e)) from None
     if len(tasks) > len(kept):

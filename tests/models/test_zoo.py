@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from tensortune.models.zoo import BERT_SEQ_LEN, BERT_VOCAB, DISTILBERT_SEQ_LEN, MODELS, UnknownModelError, ZooModel, build_model, model_names
+from tensortune.models.zoo import (BERT_SEQ_LEN, BERT_VOCAB, DISTILBERT_SEQ_LEN, MODELS, UnknownModelError, ZooModel,
+                                   build_model, model_names)
 
 # torchvision / HuggingFace (bert-base-uncased BertModel, with pooler) parameter counts.
 PUBLISHED_PARAMS = {

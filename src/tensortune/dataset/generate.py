@@ -171,33 +171,42 @@ def frozen_tasks(spec: DatasetSpec, db_path: str | Path, target: dict[str, Any] 
                  extend: bool = False) -> list[Any]:
     """The tasks of the dataset in ``db_path``: the list kept beside it since it was made (so new
     layer statistics never change a dataset half measured), else :func:`dataset_tasks` now,
-    written there.
-
-    With ``extend``, a kept list shorter than ``spec.n_tasks`` (its sampler ran out of distinct
-    tasks under the statistics of its day) is topped up: the tasks :func:`dataset_tasks` draws
-    now that it lacks are appended, in their order, up to ``spec.n_tasks``. Kept tasks are never
-    dropped or reordered, so every stored sample stays in the dataset."""
+    written there. With ``extend``, a kept list is also :func:`top_up`'d."""
     from ..task import Task
-    from ..utils.atomic import atomic_write
 
     p = tasks_path(db_path)
-    if p.exists():
-        try:
-            items = json.loads(p.read_text())
-            tasks = [Task.from_op(t["op"], t["args"], target=target) for t in items]
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{p}: not a dataset task list ({exc}); remove it to sample the tasks again") from None
-        if not extend or len(tasks) >= spec.n_tasks:
-            return tasks
-        kept = {t.workload_key for t in tasks}
-        new = [t for t in dataset_tasks(spec, target=target) if t.workload_key not in kept]
-        if not new:
-            return tasks
-        tasks += new[:spec.n_tasks - len(tasks)]
-    else:
+    if not p.exists():
         tasks = dataset_tasks(spec, target=target)
-    atomic_write(p, "[\n" + ",\n".join(json.dumps({"op": t.op, "args": t.args}) for t in tasks) + "\n]\n")
+        _write_tasks(p, tasks)
+        return tasks
+    try:
+        items = json.loads(p.read_text())
+        tasks = [Task.from_op(t["op"], t["args"], target=target) for t in items]
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{p}: not a dataset task list ({exc}); remove it to sample the tasks again") from None
+    return top_up(spec, db_path, tasks, target) if extend else tasks
+
+
+def top_up(spec: DatasetSpec, db_path: str | Path, tasks: list[Any], target: dict[str, Any] | None = None) -> list[Any]:
+    """``tasks`` (a dataset's kept list) topped up to ``spec.n_tasks`` where its sampler ran out of
+    distinct tasks under the statistics of its day: the tasks :func:`dataset_tasks` draws now that
+    it lacks are appended, in their order, and the list beside ``db_path`` rewritten. Kept tasks
+    are never dropped or reordered, so every stored sample stays in the dataset."""
+    if len(tasks) >= spec.n_tasks:
+        return tasks
+    kept = {t.workload_key for t in tasks}
+    new = [t for t in dataset_tasks(spec, target=target) if t.workload_key not in kept]
+    if not new:
+        return tasks
+    tasks = tasks + new[:spec.n_tasks - len(tasks)]
+    _write_tasks(tasks_path(db_path), tasks)
     return tasks
+
+
+def _write_tasks(path: Path, tasks: Sequence[Any]) -> None:
+    from ..utils.atomic import atomic_write
+
+    atomic_write(path, "[\n" + ",\n".join(json.dumps({"op": t.op, "args": t.args}) for t in tasks) + "\n]\n")
 
 
 def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | None = None,

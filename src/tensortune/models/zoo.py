@@ -675,7 +675,8 @@ class _BertEmbeddings(nn.Module):
         super().__init__()
         self.word_embeddings = nn.Embedding(vocab, hidden)
         self.position_embeddings = nn.Embedding(max_positions, hidden)
-        self.token_type_embeddings = nn.Embedding(type_vocab, hidden)
+        # type_vocab 0: no token types (DistilBERT)
+        self.token_type_embeddings = nn.Embedding(type_vocab, hidden) if type_vocab else None
         self.LayerNorm = nn.LayerNorm(hidden, eps=eps)
         self.dropout = nn.Dropout(0.1)
         self.register_buffer("position_ids", torch.arange(max_positions).unsqueeze(0), persistent=False)
@@ -683,9 +684,9 @@ class _BertEmbeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         seq = input_ids.shape[1]
         position_ids = self.position_ids[:, :seq]
-        token_type_ids = torch.zeros_like(input_ids)
-        x = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
-             + self.token_type_embeddings(token_type_ids))
+        x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        if self.token_type_embeddings is not None:
+            x = x + self.token_type_embeddings(torch.zeros_like(input_ids))
         return self.dropout(self.LayerNorm(x))
 
 
@@ -817,20 +818,6 @@ def bert_base(batch: int = 1) -> nn.Module:
 # DistilBERT-base (Sanh et al. 2019): BERT's layer, 6 of them, no token types and no pooler
 # --------------------------------------------------------------------------------------------------
 
-class _DistilBertEmbeddings(nn.Module):
-    def __init__(self, vocab: int, hidden: int, max_positions: int, eps: float) -> None:
-        super().__init__()
-        self.word_embeddings = nn.Embedding(vocab, hidden)
-        self.position_embeddings = nn.Embedding(max_positions, hidden)
-        self.LayerNorm = nn.LayerNorm(hidden, eps=eps)
-        self.dropout = nn.Dropout(0.1)
-        self.register_buffer("position_ids", torch.arange(max_positions).unsqueeze(0), persistent=False)
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        x = self.word_embeddings(input_ids) + self.position_embeddings(self.position_ids[:, :input_ids.shape[1]])
-        return self.dropout(self.LayerNorm(x))
-
-
 class DistilBertModel(nn.Module):
     """DistilBERT encoder (``distilbert-base-uncased``'s dimensions: 6 layers, hidden 768, 12 heads,
     FFN 3072), no attention mask. ``forward(input_ids)`` takes int64 ids ``(batch, seq)`` and
@@ -839,7 +826,7 @@ class DistilBertModel(nn.Module):
     def __init__(self, vocab: int = BERT_VOCAB, hidden: int = 768, layers: int = 6, heads: int = 12,
                  intermediate: int = 3072, max_positions: int = 512, eps: float = 1e-12) -> None:
         super().__init__()
-        self.embeddings = _DistilBertEmbeddings(vocab, hidden, max_positions, eps)
+        self.embeddings = _BertEmbeddings(vocab, hidden, max_positions, 0, eps)
         self.transformer = _BertEncoder(layers, hidden, heads, intermediate, eps)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
