@@ -23,7 +23,8 @@ def test_the_shipped_model_names_its_pretraining_tasks(op) -> None:
     base = load_predictor(predictor_folder(op, FASOR_SHIPPED))
     pt = PretrainingTasks.of_model(base)
     names = base.schema["dataset"]["task_names"]
-    assert (pt.op, pt.op_class, len(pt.args)) == (op, op.removesuffix("_nchwc"), len(names))
+    op_class = {"conv2d_nchwc": "conv2d", "depthwise_conv2d_nchwc": "depthwise_conv2d", "dense_pack": "dense"}[op]
+    assert (pt.op, pt.op_class, len(pt.args)) == (op, op_class, len(names))  # the dataset's op
     assert pt.features.shape == (len(names), len(base.schema["inputs"]["task_features"]))
     assert set(pt.heldout) == set(base.schema["heldout"]["task_ids"]) and pt.heldout
     reps = pt.representatives(10)
