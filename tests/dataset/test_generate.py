@@ -138,7 +138,7 @@ def test_a_dataset_made_before_blocked_forms_resumes_unblocked(tmp_path) -> None
 
 
 def test_the_task_list_is_kept_beside_the_dataset(tmp_path) -> None:
-    from tensortune.dataset.generate import frozen_tasks, tasks_path
+    from tensortune.dataset.generate import frozen_tasks, tasks_path, top_up
 
     path = tmp_path / "d.db"
     first = frozen_tasks(SPEC, path, target=ZNVER4)
@@ -147,11 +147,11 @@ def test_the_task_list_is_kept_beside_the_dataset(tmp_path) -> None:
     tasks_path(path).write_text(json.dumps(kept))
     assert [t.workload_key for t in frozen_tasks(SPEC, path, target=ZNVER4)] == [first[1].workload_key]
     # topped up only when asked (dataset generate), kept tasks first and never reordered
-    extended = frozen_tasks(SPEC, path, target=ZNVER4, extend=True)
+    extended = top_up(SPEC, path, frozen_tasks(SPEC, path, target=ZNVER4), target=ZNVER4)
     assert [t.workload_key for t in extended] == [first[1].workload_key, first[0].workload_key]
     assert [t.workload_key for t in frozen_tasks(SPEC, path, target=ZNVER4)] == [t.workload_key for t in extended]
     more = DatasetSpec("depthwise_conv2d", n_tasks=4, samples=12, seed=0)
-    four = [t.workload_key for t in frozen_tasks(more, path, target=ZNVER4, extend=True)]
+    four = [t.workload_key for t in top_up(more, path, frozen_tasks(more, path, target=ZNVER4), target=ZNVER4)]
     assert len(set(four)) == 4 and four[:2] == [t.workload_key for t in extended]
     tasks_path(path).write_text("{broken")
     with pytest.raises(ValueError, match="not a dataset task list"):

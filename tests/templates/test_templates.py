@@ -242,10 +242,10 @@ def test_dense_default_register_tile_leaves_room_for_weights() -> None:
     as many accumulators but fills all 16 registers, and ran at a quarter of the best), a
     register-file fit on AVX-512, and every tile inside the space's row and column limits."""
     from tensortune.templates.dense_pack import default_register_tile
-    assert default_register_tile(384, 384, 1, 12, False) == (6, 2)
-    assert default_register_tile(384, 125, 1, 12, False) == (12, 1)  # N = 1000: 125 blocks
-    assert default_register_tile(128, 96, 1, 12, False) == (4, 2)
-    assert default_register_tile(197, 96, 1, 12, False) == (1, 4)  # a prime row count
+    assert default_register_tile(384, 384, 1, 12, 16) == (6, 2)
+    assert default_register_tile(384, 125, 1, 12, 16) == (12, 1)  # N = 1000: 125 blocks
+    assert default_register_tile(128, 96, 1, 12, 16) == (4, 2)
+    assert default_register_tile(197, 96, 1, 12, 16) == (1, 4)  # a prime row count
     for M, blocks, wide in [(384, 384, True), (128, 96, True), (1, 512, True), (1, 512, False)]:
-        yi, xb = default_register_tile(M, blocks, 1, 28 if wide else 12, wide)
+        yi, xb = default_register_tile(M, blocks, 1, 28 if wide else 12, 32 if wide else 16)
         assert (yi + 1) * xb + 2 <= (32 if wide else 16) and yi <= 16 and xb <= (4 if M >= 4 else 8)

@@ -167,11 +167,10 @@ def tasks_path(db_path: str | Path) -> Path:
     return Path(str(db_path) + ".tasks.json")
 
 
-def frozen_tasks(spec: DatasetSpec, db_path: str | Path, target: dict[str, Any] | None = None,
-                 extend: bool = False) -> list[Any]:
+def frozen_tasks(spec: DatasetSpec, db_path: str | Path, target: dict[str, Any] | None = None) -> list[Any]:
     """The tasks of the dataset in ``db_path``: the list kept beside it since it was made (so new
     layer statistics never change a dataset half measured), else :func:`dataset_tasks` now,
-    written there. With ``extend``, a kept list is also :func:`top_up`'d."""
+    written there (:func:`top_up` grows a kept list)."""
     from ..task import Task
 
     p = tasks_path(db_path)
@@ -184,7 +183,7 @@ def frozen_tasks(spec: DatasetSpec, db_path: str | Path, target: dict[str, Any] 
         tasks = [Task.from_op(t["op"], t["args"], target=target) for t in items]
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{p}: not a dataset task list ({exc}); remove it to sample the tasks again") from None
-    return top_up(spec, db_path, tasks, target) if extend else tasks
+    return tasks
 
 
 def top_up(spec: DatasetSpec, db_path: str | Path, tasks: list[Any], target: dict[str, Any] | None = None) -> list[Any]:

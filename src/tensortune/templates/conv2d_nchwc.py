@@ -18,10 +18,15 @@ from .base import (Template, annotate_unroll, inline_prologue, output_stage, pic
 from .conv2d import UNROLL_STEPS, schedule_padding
 
 
+def vector_registers(target_json: dict[str, Any]) -> int:
+    """The target's vector register file: 32 registers with AVX-512, 16 with AVX2."""
+    return 32 if target_lanes(target_json) == 16 else 16
+
+
 def max_accumulators(target_json: dict[str, Any]) -> int:
-    """Vector registers a register tile may hold as accumulators (32 registers with AVX-512, 16
-    with AVX2), leaving room for the weight vectors and the broadcast input."""
-    return 28 if target_lanes(target_json) == 16 else 12
+    """Vector registers a register tile may hold as accumulators, leaving 4 of the register file
+    for the weight vectors and the broadcast input."""
+    return vector_registers(target_json) - 4
 
 
 def block_vectors(task: Any, block: int) -> int:

@@ -17,13 +17,13 @@ from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
 from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, output_stage,
                    schedule_of, vector_lanes, vectorize_own_loop)
-from .conv2d_nchwc import max_accumulators
+from .conv2d_nchwc import max_accumulators, vector_registers
 
 
-def default_register_tile(M: int, blocks: int, vec: int, acc: int, wide: bool) -> tuple[int, int]:
+def default_register_tile(M: int, blocks: int, vec: int, acc: int, regs: int) -> tuple[int, int]:
     """``(yi, xb)``: the untuned register tile of ``yi`` rows x ``xb`` column blocks.
 
-    It must fit the register file (16 vector registers, 32 with AVX-512): the ``yi * xb * vec``
+    It must fit the ``regs`` vector registers (16, 32 with AVX-512): the ``yi * xb * vec``
     accumulators (at most ``acc``), the tile's weight vectors and two more (the broadcast row value
     and one the compiler keeps spare). Among those it takes the most accumulators, then the fewest
     loads per step (``yi + xb * vec``), then more rows. Rows are at most 16 (the space's limit),
@@ -31,7 +31,6 @@ def default_register_tile(M: int, blocks: int, vec: int, acc: int, wide: bool) -
     independent accumulators to hide the FMA latency). Measured on Zen 3 (AVX2), 34 dense tasks
     with 384 rows, 200 configs each: the 6 x 2 tile this picks ran at a median 0.87 of each task's
     best config, the 4 x 3 tile (as many accumulators, but all 16 registers taken) at 0.28."""
-    regs = 32 if wide else 16
     xmax = 4 if M >= 4 else 8
     cands = [(yi, xb) for yi in divisors(M) if yi <= 16 for xb in divisors(blocks)
              if xb <= xmax and yi * xb * vec <= acc and (yi + 1) * xb * vec + 2 <= regs]
@@ -60,9 +59,9 @@ class DensePackTemplate(Template):
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         a = task.args
         M, K, blocks = a["M"], a["K"], a["N"] // a["NB"]
-        lanes = vector_lanes(task)
-        vec = -(-a["NB"] // lanes)
-        yi, xb = default_register_tile(M, blocks, vec, max_accumulators(task.target_json), lanes == 16)
+        vec = -(-a["NB"] // vector_lanes(task))
+        tj = task.target_json
+        yi, xb = default_register_tile(M, blocks, vec, max_accumulators(tj), vector_registers(tj))
         ki = largest_divisor_le(K, 4)
         return {"tile_y": (M // yi, 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K // ki, ki),
                 "auto_unroll_max_step": 64, "unroll_explicit": 1}
