@@ -905,7 +905,8 @@ def _dataset_db(a: argparse.Namespace) -> int:
             print(json.dumps(st))
         else:
             print(f"{a.db}: {spec.op} ({spec.task_sampler}/{spec.code_sampler}); {st['complete']}/{st['tasks']} tasks "
-                  f"complete, {st['samples']} samples, {st['measuring_hours']:.2f} h of measuring")
+                  f"complete{_exhausted_text(st['exhausted'], spec.samples)}, {st['samples']} samples, "
+                  f"{st['measuring_hours']:.2f} h of measuring")
             for name, m in st["machines"].items():
                 print(f"  {name}: {m['tasks']} tasks, {m['samples']} samples, {m['seconds'] / 3600:.2f} h")
         return 0
@@ -950,9 +951,16 @@ def _dataset_db(a: argparse.Namespace) -> int:
     finally:
         bar.close()
         db.close()
-    full = sum(p.stored >= a.samples for p in progress)
-    print(f"{full}/{len(tasks)} tasks complete, {sum(p.measured for p in progress)} samples measured this run")
+    exhausted = sum(p.stored < a.samples and p.note == "space_exhausted" for p in progress)
+    full = sum(p.stored >= a.samples for p in progress) + exhausted
+    print(f"{full}/{len(tasks)} tasks complete{_exhausted_text(exhausted, a.samples)}, "
+          f"{sum(p.measured for p in progress)} samples measured this run")
     return 0
+
+
+def _exhausted_text(exhausted: int, samples: int) -> str:
+    """The status line's note on tasks whose whole space was smaller than the samples asked for."""
+    return f" ({exhausted} of them with every config of a space smaller than {samples} measured)" if exhausted else ""
 
 
 def _restore_shards(a: argparse.Namespace) -> None:

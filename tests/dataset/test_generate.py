@@ -67,6 +67,26 @@ def test_generate_stores_each_task_resumes_and_exports(tasks, tmp_path) -> None:
     assert side["machines"][0]["cpu_model"] and len(side["tasks"]) == 2 and "log_flops" in side["task_features"]
 
 
+def test_a_space_smaller_than_the_samples_completes_when_every_config_is_measured(tmp_path) -> None:
+    from tensortune.dataset.generate import space_measured, status
+    from tensortune.task import Task
+
+    spec = DatasetSpec("depthwise_conv2d", n_tasks=1, samples=20, seed=0)
+    tiny = Task.from_op("depthwise_conv2d_nchwc", dict(H=1, W=1, C=8, K=1, S=1, P=0, B=8), target=ZNVER4)
+    n = sum(tiny.space.is_valid(c) for c in tiny.space)
+    assert n < spec.samples  # 12 configs
+    with Database(tmp_path / "d.db") as db:
+        assert status(spec, db, [tiny])["complete"] == 0
+        half = generate(DatasetSpec("depthwise_conv2d", n_tasks=1, samples=n // 2, seed=0), db, FakeMeasurer(), [tiny])
+        assert [p.stored for p in half] == [n // 2] and not space_measured(tiny, n // 2)
+        st = status(spec, db, [tiny])
+        assert (st["complete"], st["exhausted"], st["samples"]) == (0, 0, n // 2)  # half of the space: not done
+        rest = generate(spec, db, FakeMeasurer(), [tiny])
+        assert [(p.stored, p.note) for p in rest] == [(n, "space_exhausted")] and space_measured(tiny, n)
+        st = status(spec, db, [tiny])
+        assert (st["tasks"], st["complete"], st["exhausted"], st["samples"]) == (1, 1, 1, n)
+
+
 def test_settings_are_kept_and_other_settings_refused(tmp_path) -> None:
     path = tmp_path / "d.db"
     check_spec(SPEC, path)

@@ -244,12 +244,27 @@ def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | N
     return out
 
 
+def space_measured(task: Any, stored: int) -> bool:
+    """Whether ``stored`` samples cover every valid config of the task's space: a space with fewer
+    configs than the samples asked for is done once all of them are measured."""
+    space = task.space
+    if stored >= len(space):
+        return True
+    valid = 0
+    for config in space:
+        valid += space.is_valid(config)
+        if valid > stored:
+            return False
+    return True
+
+
 def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
-    """How far the dataset is: tasks complete, samples stored, and the measuring time spent
-    (per task, the span from its first to its last stored sample plus one mean gap, summed; the
-    one-time cost of the dataset), per machine."""
+    """How far the dataset is: tasks complete (``spec.samples`` stored, or, counted apart as
+    ``exhausted``, every valid config of a smaller space), samples stored, and the measuring time
+    spent (per task, the span from its first to its last stored sample plus one mean gap, summed;
+    the one-time cost of the dataset), per machine."""
     tuner_name, _ = CODE_SAMPLERS[spec.code_sampler]
-    complete, samples, seconds = 0, 0, 0.0
+    complete, exhausted, samples, seconds = 0, 0, 0, 0.0
     machines: dict[str, dict[str, float]] = {}
     for task in tasks:
         trials = sorted((t for t in db.trials(task.workload_key) if t.tuner == tuner_name and t.confirmation is None),
@@ -257,7 +272,10 @@ def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
         if not trials:
             continue
         samples += len(trials)
-        complete += len(trials) >= spec.samples
+        if len(trials) >= spec.samples:
+            complete += 1
+        elif space_measured(task, len(trials)):
+            exhausted += 1
         span = trials[-1].timestamp - trials[0].timestamp
         span += span / max(len(trials) - 1, 1)
         seconds += span
@@ -265,8 +283,8 @@ def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
         m["tasks"] += 1
         m["samples"] += len(trials)
         m["seconds"] += span
-    return {"tasks": len(tasks), "complete": complete, "samples": samples, "measuring_hours": seconds / 3600,
-            "machines": machines}
+    return {"tasks": len(tasks), "complete": complete + exhausted, "exhausted": exhausted, "samples": samples,
+            "measuring_hours": seconds / 3600, "machines": machines}
 
 
 def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN,

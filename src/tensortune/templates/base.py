@@ -27,6 +27,14 @@ def inline_prologue(sch: Any, pattern: Any) -> None:
         sch.compute_inline(sch.get_sblock(name))
 
 
+def anchored_schedule(task: "Task") -> tuple[Any, Any]:
+    """``(schedule, anchor block)``: a fresh schedule of the task (:func:`schedule_of`) with its
+    fused prologue inlined, and the block of the op the template schedules."""
+    sch = schedule_of(task)
+    inline_prologue(sch, task.pattern)
+    return sch, sch.get_sblock(task.pattern.anchor)
+
+
 def fuse_epilogue(sch: Any, pattern: Any) -> Any | None:
     """Inline a fused function's elementwise epilogue chain into its last block and return
     that block (None without an epilogue).
@@ -48,6 +56,12 @@ def output_stage(sch: Any, block: Any, pattern: Any) -> Any:
     """The stage that writes the anchor's tile out: the fused epilogue, else a cache-write."""
     out = fuse_epilogue(sch, pattern)
     return out if out is not None else sch.cache_write(block, 0, "global")
+
+
+def unroll_knobs(step: int) -> dict[str, int]:
+    """Default values of the unroll knobs (:meth:`ConfigSpace.define_unroll`): explicit unrolling
+    up to ``step`` statements."""
+    return {"auto_unroll_max_step": step, "unroll_explicit": 1}
 
 
 def annotate_unroll(sch: Any, loop: Any, config: Config) -> None:

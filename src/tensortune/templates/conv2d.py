@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, output_stage, pick_entity,
-                   schedule_of, vector_lanes, vectorize_own_loop)
+from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, output_stage, pick_entity,
+                   unroll_knobs, vector_lanes, vectorize_own_loop)
 
 MAX_ACCUMULATORS = 28
 #: auto_unroll_max_step choices: 512 unrolls whole reduction nests of big register tiles
@@ -71,15 +71,12 @@ class Conv2dTemplate(Template):
             "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == xi,)),
             "tile_rc": pick_entity(space, "tile_rc", lambda e: (e[1] == rci,)),
             "unroll_kw": 0,
-            "auto_unroll_max_step": 16,
-            "unroll_explicit": 1,
+            **unroll_knobs(16),
         }
 
     def apply(self, task: Any, config: Config) -> Any:
         pat = task.pattern
-        sch = schedule_of(task)
-        inline_prologue(sch, pat)
-        block = sch.get_sblock(pat.anchor)
+        sch, block = anchored_schedule(task)
         n, f, y, x, rc, ry, rx = sch.get_loops(block)
         fo, fm, fi = sch.split(f, list(config["tile_f"]))
         yo, yi = sch.split(y, list(config["tile_y"]))

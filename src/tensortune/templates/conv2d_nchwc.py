@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, annotate_unroll, inline_prologue, output_stage, pick_entity,
-                   schedule_of, target_lanes, vectorize_own_loop)
+from .base import (Template, anchored_schedule, annotate_unroll, output_stage, pick_entity, target_lanes,
+                   unroll_knobs, vectorize_own_loop)
 from .conv2d import UNROLL_STEPS, schedule_padding
 
 
@@ -95,15 +95,12 @@ class Conv2dNCHWcTemplate(Template):
             "tile_x": (-(-OW // xi), xi),
             "tile_rc": (ICo, 1),
             "unroll_kw": int(fm == 1),
-            "auto_unroll_max_step": 16,
-            "unroll_explicit": 1,
+            **unroll_knobs(16),
         }
 
     def apply(self, task: Any, config: Config) -> Any:
         pat = task.pattern
-        sch = schedule_of(task)
-        inline_prologue(sch, pat)
-        block = sch.get_sblock(pat.anchor)
+        sch, block = anchored_schedule(task)
         n, f, y, x, fi, rc, ry, rx, rci = sch.get_loops(block)
         fo, fm = sch.split(f, list(config["tile_f"]))
         yo, yi = sch.split(y, list(config["tile_y"]))

@@ -15,8 +15,8 @@ from typing import Any
 
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
-from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, output_stage,
-                   schedule_of, vector_lanes, vectorize_own_loop)
+from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, output_stage, unroll_knobs,
+                   vector_lanes, vectorize_own_loop)
 from .conv2d_nchwc import max_accumulators, vector_registers
 
 
@@ -64,14 +64,12 @@ class DensePackTemplate(Template):
         yi, xb = default_register_tile(M, blocks, vec, max_accumulators(tj), vector_registers(tj))
         ki = largest_divisor_le(K, 4)
         return {"tile_y": (M // yi, 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K // ki, ki),
-                "auto_unroll_max_step": 64, "unroll_explicit": 1}
+                **unroll_knobs(64)}
 
     def apply(self, task: Any, config: Config) -> Any:
         pat = task.pattern
         NB = task.args["NB"]
-        sch = schedule_of(task)
-        inline_prologue(sch, pat)
-        block = sch.get_sblock(pat.anchor)
+        sch, block = anchored_schedule(task)
         loops = sch.get_loops(block)
         lead, (i, j, k) = loops[:-3], loops[-3:]
         jo, jn = sch.split(j, [None, NB])

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, annotate_unroll, inline_prologue, output_stage, pick_entity, schedule_of,
+from .base import (Template, anchored_schedule, annotate_unroll, output_stage, pick_entity, unroll_knobs,
                    vectorize_own_loop)
 from .conv2d import schedule_padding
 
@@ -31,15 +31,12 @@ class DepthwiseTemplate(Template):
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
             "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == 16, e[1])),
             "unroll_kw": 1,
-            "auto_unroll_max_step": 16,
-            "unroll_explicit": 1,
+            **unroll_knobs(16),
         }
 
     def apply(self, task: Any, config: Config) -> Any:
         pat = task.pattern
-        sch = schedule_of(task)
-        inline_prologue(sch, pat)
-        block = sch.get_sblock(pat.anchor)
+        sch, block = anchored_schedule(task)
         n, c, y, x, *red = sch.get_loops(block)  # a model's group conv has a unit rc loop too
         co, ci = sch.split(c, list(config["tile_c"]))
         yo, yi = sch.split(y, list(config["tile_y"]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, annotate_unroll, inline_prologue, pick_entity, schedule_of
+from .base import Template, anchored_schedule, annotate_unroll, pick_entity, unroll_knobs
 from .conv2d import UNROLL_STEPS, schedule_padding
 from .conv2d_nchwc import block_vectors, max_accumulators, write_tile_and_parallelise
 
@@ -64,15 +64,12 @@ class DepthwiseNCHWcTemplate(Template):
             "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == xi,)),
             "unroll_kw": 1,
             **({"pad_at": pad_at} if task.args["P"] > 0 else {}),
-            "auto_unroll_max_step": 16,
-            "unroll_explicit": 1,
+            **unroll_knobs(16),
         }
 
     def apply(self, task: Any, config: Config) -> Any:
         pat = task.pattern
-        sch = schedule_of(task)
-        inline_prologue(sch, pat)
-        block = sch.get_sblock(pat.anchor)
+        sch, block = anchored_schedule(task)
         n, c, y, x, ci, ry, rx = sch.get_loops(block)
         co, cm = sch.split(c, list(config["tile_c"]))
         yo, yi = sch.split(y, list(config["tile_y"]))

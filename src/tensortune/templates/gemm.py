@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, annotate_unroll, inline_prologue, largest_divisor_le, largest_multiple_divisor,
-                   output_stage, pick_entity, schedule_of, vector_lanes, vectorize_own_loop)
+from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, largest_multiple_divisor,
+                   output_stage, pick_entity, unroll_knobs, vector_lanes, vectorize_own_loop)
 
 #: Register budget: yi * ceil(xi / lanes) accumulators at most.
 MAX_ACCUMULATORS = 28
@@ -65,15 +65,12 @@ class GemmTemplate(Template):
             "tile_x": pick_entity(space, "tile_x", lambda e: (e[2] == largest_multiple_divisor(N, lanes, 4 * lanes), e[1] == 1)),
             "tile_k": pick_entity(space, "tile_k", lambda e: (e[1] == largest_divisor_le(K, 4),)),
             "pack_b": 1,
-            "auto_unroll_max_step": 64,
-            "unroll_explicit": 1,
+            **unroll_knobs(64),
         }
 
     def apply(self, task: Any, config: Config) -> Any:
         pat = task.pattern
-        sch = schedule_of(task)
-        inline_prologue(sch, pat)
-        block = sch.get_sblock(pat.anchor)
+        sch, block = anchored_schedule(task)
         loops = sch.get_loops(block)
         batch, (i, j, k) = loops[:-3], loops[-3:]
         yo, ym, yi = sch.split(i, list(config["tile_y"]))
