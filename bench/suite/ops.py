@@ -64,6 +64,32 @@ class Curve:
         out["other_s"] = max(0.0, self.wall_s - sum(out.values()))
         return out
 
+    def to_json(self) -> dict[str, Any]:
+        """The curve as JSON, its best kernel included: a tensortune config as its knob values, a
+        MetaSchedule module as TVM's JSON of the IRModule (never pickled)."""
+        import tvm
+
+        best: dict[str, Any] | None = None
+        if isinstance(self.best, tvm.IRModule):
+            best = {"irmodule": tvm.ir.save_json(self.best)}
+        elif self.best is not None:
+            best = {"config": self.best.to_json()}
+        return {"tuner": self.tuner, "rows": self.rows, "wall_s": self.wall_s,
+                "best_s": self.best_s if self.best_s < float("inf") else None, "best": best,
+                "errors": self.errors, "note": self.note, "search": self.search}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], task: Task) -> "Curve":
+        """The curve :meth:`to_json` wrote, its best kernel rebuilt against ``task``."""
+        import tvm
+
+        best = d.get("best") or {}
+        kernel = (tvm.ir.load_json(best["irmodule"]) if "irmodule" in best
+                  else task.space.config_from_json(best["config"]) if "config" in best else None)
+        return cls(d["tuner"], list(d["rows"]), float(d["wall_s"]),
+                   float("inf") if d.get("best_s") is None else float(d["best_s"]), kernel,
+                   int(d["errors"]), d.get("note", ""), dict(d.get("search") or {}))
+
 
 class TimedMeasurer:
     """A :class:`Measurer` that adds up the wall time of building and of running."""
@@ -269,6 +295,13 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
         order = tuners[i % len(tuners):] + tuners[:i % len(tuners)]
         curves = []
         for tuner in order:
+            kept = run.tuner_done(name, tuner)
+            if kept is not None:  # finished by an earlier invocation that stopped within this workload
+                c = Curve.from_json(kept, task)
+                curves.append(c)
+                print(f"{name} {tuner:12} done already ({c.rows[-1]['trials'] if c.rows else 0} trials), kept",
+                      flush=True)
+                continue
             if tuner == METASCHEDULE:
                 c = run_metaschedule(task, budget, seed, options, progress, ms_batch)
             elif keeps_history(tuner):
@@ -279,6 +312,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
             else:
                 c = run_tensortune(tuner, task, budget, seed, options, progress, start_from_default, early_stopping)
             curves.append(c)
+            run.keep_tuner(name, tuner, c.to_json())
             best = f"{task.flops / c.best_s / 1e9:.1f} GFLOPS" if c.best_s < float("inf") else "-"
             print(f"{name} {tuner:12} {c.rows[-1]['trials'] if c.rows else 0:4d} trials {c.wall_s:7.1f} s  "
                   f"best {best} {c.note}", flush=True)
@@ -299,6 +333,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
                                         **({"search": c.search} if c.search else {}), **final[c.tuner]}
                               for c in curves}}
         run.add_ops(name, rows, summary)
+        run.drop_tuners(name)
         on_step()
 
 

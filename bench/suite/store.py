@@ -8,7 +8,8 @@
     RESULTS/energy.json        RAPL energy, or why it is not available
 
 A workload's rows and summary are written together when all its tuners are done, so an
-interrupted run resumes at the first unfinished workload (``run.ops_done()``). Each stored
+interrupted run resumes at the first unfinished workload (``run.ops_done()``), and within it at the
+first unfinished tuner (finished tuners wait in ``RESULTS/partial/``). Each stored
 result names the invocation that measured it (``"run"``: its index in ``meta.json``'s
 ``runs``; a workload's summary stands for its CSV rows too); see ``provenance.py``.
 """
@@ -111,6 +112,37 @@ class RunDir:
     def ops_done(self) -> set[str]:
         """Workloads whose every tuner is done."""
         return set(self.ops_summary())
+
+    # A workload's rows and summary are written once all its tuners are done; each finished tuner's
+    # curve waits in ``partial/`` meanwhile, so that a run stopped within a workload (the end of a
+    # session) resumes at its first unfinished tuner.
+    def _partial(self, workload: str, tuner: str | None = None) -> Path:
+        from .specs import slug
+
+        folder = self.path / "partial" / slug(workload)
+        return folder if tuner is None else folder / f"{slug(tuner)}.json"
+
+    def keep_tuner(self, workload: str, tuner: str, curve: dict[str, Any]) -> None:
+        """Keep one finished tuner's curve of an unfinished workload (with the invocation that ran it)."""
+        p = self._partial(workload, tuner)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(p, json.dumps(self.stamp(curve), default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+    def tuner_done(self, workload: str, tuner: str) -> dict[str, Any] | None:
+        """The curve :meth:`keep_tuner` kept for ``tuner`` on ``workload``, else None."""
+        p = self._partial(workload, tuner)
+        if not p.exists():
+            return None
+        try:
+            return json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"{p}: not valid JSON ({e}); delete it to run that tuner again") from None
+
+    def drop_tuners(self, workload: str) -> None:
+        """Remove the kept curves of a workload once its rows and summary are stored."""
+        import shutil
+
+        shutil.rmtree(self._partial(workload), ignore_errors=True)
 
     def add_ops(self, workload: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         """Store one finished workload: its batch rows (replacing any earlier ones) and summary."""

@@ -377,3 +377,55 @@ def test_tuner_specs_history_and_start_setting(tmp_path: Path, monkeypatch: pyte
     assert run.read_json("meta")["runs"][0]["settings"]["start_from_default"] is False
     assert cli.main(["report", str(out)]) == 0
     assert "started without their template's default config" in (out / "report.md").read_text()
+
+
+def test_curve_round_trips_through_json_with_its_best_kernel() -> None:
+    import tvm
+
+    from tensortune.task import Task
+
+    task = Task.from_op("matmul", {"M": 32, "N": 32, "K": 32})
+    tuned = Curve("random", rows=[{"trials": 2, "best_ms": 0.5}], wall_s=3.0, best_s=5e-4,
+                  best=task.space.get(7), errors=1, note="n", search={"steps": 3})
+    back = Curve.from_json(json.loads(json.dumps(tuned.to_json())), task)
+    assert back == tuned and back.best.index == 7
+    ms = Curve(METASCHEDULE, best=tvm.IRModule({"main": task.prim_func().with_attr("global_symbol", "main")}))
+    again = Curve.from_json(json.loads(json.dumps(ms.to_json())), task)
+    tvm.ir.assert_structural_equal(again.best, ms.best)
+    assert again.best_s == float("inf")
+    assert Curve.from_json(Curve("none").to_json(), task).best is None
+
+
+def test_a_run_stopped_within_a_workload_resumes_at_its_first_unfinished_tuner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.suite import ops
+
+    _workloads(tmp_path, monkeypatch)
+    out = tmp_path / "results"
+    args = ["run", "--suite", "ops", "--tuners", "random,genetic", "--budget", "2", "--workloads", "MMT",
+            "--rounds", "1", "--no-library", "--out", str(out), "--no-progress"]
+    real, ran = ops.run_tensortune, []
+
+    def stop_at_genetic(tuner: str, *a: Any, **k: Any) -> Any:
+        if tuner == "genetic":
+            raise RuntimeError("the session ended")
+        ran.append(tuner)
+        return real(tuner, *a, **k)
+
+    monkeypatch.setattr(ops, "run_tensortune", stop_at_genetic)
+    with pytest.raises(RuntimeError, match="session ended"):
+        cli.main(args)
+    run = RunDir(out)
+    assert ran == ["random"] and not run.ops_summary() and run.tuner_done("MMT", "random")["run"] == 0
+
+    def record(tuner: str, *a: Any, **k: Any) -> Any:
+        ran.append(tuner)
+        return real(tuner, *a, **k)
+
+    monkeypatch.setattr(ops, "run_tensortune", record)
+    assert cli.main(args) == 0
+    assert ran == ["random", "genetic"]  # random was kept, not run again
+    s = run.ops_summary()["MMT"]
+    assert set(s["tuners"]) == {"random", "genetic"} and all(v["verified"] for v in s["tuners"].values())
+    assert {r["tuner"] for r in run.ops_rows()} == {"random", "genetic"}
+    assert not (out / "partial").exists() or not any((out / "partial").iterdir())
