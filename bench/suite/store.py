@@ -31,6 +31,16 @@ OPS_COLUMNS = ("workload", "group", "op", "tuner", "seed", "batch", "trials", "e
 RESULT_FILES = ("ops_batches.csv", "ops_summary.json", "models.json", "peak.json")
 
 
+def _load_json(p: Path, default: Any, remedy: str) -> Any:
+    """The JSON file ``p`` (``default`` when absent); a corrupt one stops the run with ``remedy``."""
+    if not p.exists():
+        return default
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{p}: not valid JSON ({e}); {remedy}") from None
+
+
 class RunDir:
     """Reads and writes the files of one results folder.
 
@@ -58,13 +68,7 @@ class RunDir:
     # ------------------------------------------------------------ JSON files
     def read_json(self, name: str, default: Any = None) -> Any:
         """``NAME.json`` of the folder (``default`` when absent)."""
-        p = self.path / f"{name}.json"
-        if not p.exists():
-            return default
-        try:
-            return json.loads(p.read_text())
-        except json.JSONDecodeError as e:
-            raise SystemExit(f"{p}: not valid JSON ({e}); move it away to start that part again") from None
+        return _load_json(self.path / f"{name}.json", default, "move it away to start that part again")
 
     def write_json(self, name: str, payload: Any) -> Path:
         """Write ``NAME.json`` atomically."""
@@ -130,13 +134,7 @@ class RunDir:
 
     def tuner_done(self, workload: str, tuner: str) -> dict[str, Any] | None:
         """The curve :meth:`keep_tuner` kept for ``tuner`` on ``workload``, else None."""
-        p = self._partial(workload, tuner)
-        if not p.exists():
-            return None
-        try:
-            return json.loads(p.read_text())
-        except json.JSONDecodeError as e:
-            raise SystemExit(f"{p}: not valid JSON ({e}); delete it to run that tuner again") from None
+        return _load_json(self._partial(workload, tuner), None, "delete it to run that tuner again")
 
     def drop_tuners(self, workload: str) -> None:
         """Remove the kept curves of a workload once its rows and summary are stored."""
