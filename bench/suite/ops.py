@@ -58,6 +58,11 @@ class Curve:
                           "build_s": d_build, "run_s": d_run})
         last.update(elapsed=elapsed, build=build_s, run=run_s)
 
+    @property
+    def trials(self) -> int:
+        """Trials measured so far (the last row's running count)."""
+        return self.rows[-1]["trials"] if self.rows else 0
+
     def totals(self) -> dict[str, float]:
         """Wall time split: search/model, building, running, and other (start-up, final check)."""
         out = {k: sum(r[k] for r in self.rows) for k in ("search_s", "build_s", "run_s")}
@@ -131,7 +136,7 @@ def run_tensortune(spec: str, task: Task, budget: int, seed: int, options: Measu
         def on_batch(tuner: Any, inputs: Any, results: Any) -> None:
             bar(tuner, inputs, results)
             ok = [r.cost for r in results if r.ok]
-            trials = (curve.rows[-1]["trials"] if curve.rows else 0) + len(results)
+            trials = curve.trials + len(results)
             curve.add(trials, time.perf_counter() - t0, min(ok) if ok else None, len(ok), len(results) - len(ok),
                       tm.build_s, tm.run_s, last)
 
@@ -161,7 +166,7 @@ def run_metaschedule(task: Task, budget: int, seed: int, options: MeasureOptions
 
     def on_batch(task_id: int, costs: list[float], errors: int) -> None:
         n = len(costs) + errors
-        trials = (curve.rows[-1]["trials"] if curve.rows else 0) + n
+        trials = curve.trials + n
         curve.add(trials, time.perf_counter() - t0, min(costs) if costs else None, len(costs), errors,
                   session.clock.build_s, session.clock.run_s, last)
         gf = (lambda s: task.flops / s / 1e9 if s and s < float("inf") else 0.0)
@@ -299,7 +304,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
             if kept is not None:  # finished by an earlier invocation that stopped within this workload
                 c = Curve.from_json(kept, task)
                 curves.append(c)
-                print(f"{name} {tuner:12} done already ({c.rows[-1]['trials'] if c.rows else 0} trials), kept",
+                print(f"{name} {tuner:12} done already ({c.trials} trials), kept",
                       flush=True)
                 continue
             if tuner == METASCHEDULE:
@@ -314,7 +319,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
             curves.append(c)
             run.keep_tuner(name, tuner, c.to_json())
             best = f"{task.flops / c.best_s / 1e9:.1f} GFLOPS" if c.best_s < float("inf") else "-"
-            print(f"{name} {tuner:12} {c.rows[-1]['trials'] if c.rows else 0:4d} trials {c.wall_s:7.1f} s  "
+            print(f"{name} {tuner:12} {c.trials:4d} trials {c.wall_s:7.1f} s  "
                   f"best {best} {c.note}", flush=True)
         final = remeasure(task, curves, rounds, options, library)
         lib = final.pop(LIBRARY, None)
@@ -327,7 +332,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
                 rows.append({"workload": name, "group": group, "op": op, "seed": seed, "flops": task.flops, **r})
         summary = {"group": group, "op": op, "shape": shape, "flops": task.flops, "order": order,
                    "bytes": task_bytes(task), "library": lib,
-                   "tuners": {c.tuner: {"trials": c.rows[-1]["trials"] if c.rows else 0, "wall_s": c.wall_s,
+                   "tuners": {c.tuner: {"trials": c.trials, "wall_s": c.wall_s,
                                         "search_best_ms": c.best_s * 1e3 if c.best_s < float("inf") else None,
                                         "errors": c.errors, "note": c.note, "split": c.totals(),
                                         **({"search": c.search} if c.search else {}), **final[c.tuner]}
