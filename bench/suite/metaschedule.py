@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -256,12 +257,24 @@ def fuse_for_metaschedule(mod: Any, target: Any) -> Any:
 def tune_relax_db(fused: Any, target: Any, trials: int, seed: int, session: MSSession, work_dir: str,
                   batch: int = MS_BATCH) -> Any:
     """``tune_relax`` on a model's module fused by :func:`fuse_for_metaschedule` (given an unfused
-    one it finds no tasks); returns its database (also kept as JSON in ``work_dir``)."""
+    one it finds no tasks); returns its database (also kept as JSON in ``work_dir``). What an
+    earlier, interrupted attempt left in ``work_dir`` is removed first: MetaSchedule would load
+    it and start warm, with more than its budget."""
     from tvm.s_tir.meta_schedule import relax_integration as ri
 
+    shutil.rmtree(work_dir, ignore_errors=True)
     os.makedirs(work_dir, exist_ok=True)
     return ri.tune_relax(fused, {}, target, work_dir, max_trials_global=trials,
                          num_trials_per_iter=min(batch, trials), seed=seed, **session.kwargs())
+
+
+def load_relax_db(work_dir: str) -> Any | None:
+    """The database :func:`tune_relax_db` kept in ``work_dir`` (a finished tuning, read back for a
+    resumed run), or None when it holds no tuning records."""
+    records = os.path.join(work_dir, "database_tuning_record.json")
+    if not os.path.isfile(records) or os.path.getsize(records) == 0:
+        return None
+    return ms.database.JSONDatabase(work_dir=work_dir, allow_missing=False)
 
 
 def tasks_applied(database: Any, fused: Any, target: Any) -> tuple[int, int]:

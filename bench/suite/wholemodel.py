@@ -15,7 +15,8 @@ terminated, so its wall time is at least that pass, whatever the budget (its C++
 ``GradientBasedNode::NextTaskId``); the report shows the wall time it actually took.
 
 Progress is saved per system in ``models.json``: an interrupted run tunes only the systems not
-done yet (a half-tuned tensortune database is discarded, so every system gets its budget once).
+done yet (a half-tuned tensortune or MetaSchedule database is discarded, so every system gets its
+budget once; a finished MetaSchedule's database is read back from its folder and compiled).
 Each system's entry and each model's (for its benchmark) carry ``"run"``, the invocation that
 measured them.
 """
@@ -103,7 +104,7 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
     from tensortune.models.bench import bench_model
     from tensortune.models.compile import CompiledModel, compile_model
     from tensortune.models.importer import load_model
-    from tensortune.target import host_target_json
+    from tensortune.target import host_target_json, make_target
 
     out_dir = run.path / "models"
     out_dir.mkdir(exist_ok=True)
@@ -130,11 +131,16 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
             run.write_json("models", saved)
             on_step()
         ms_ex = None
-        if METASCHEDULE in tuners:
+        ms_dir = out_dir / f"{key}-metaschedule"
+        ms_db = msa.load_relax_db(str(ms_dir)) if entry["systems"].get(METASCHEDULE, {}).get("ok") else None
+        if METASCHEDULE in tuners and ms_db is not None:
+            print(f"{key}: MetaSchedule tuned before; its database in {ms_dir.name} is compiled", flush=True)
+            ms_ex = msa.compile_model(ms_db, model.mod, make_target(host_target_json()))
+        elif METASCHEDULE in tuners:
             print(f"{key}: MetaSchedule tune_relax for {budget_s:.0f} s", flush=True)
             try:
                 entry["systems"][METASCHEDULE], ms_ex = tune_metaschedule(
-                    model, budget_s, seed, MeasureOptions(), out_dir / f"{key}-metaschedule", ms_batch)
+                    model, budget_s, seed, MeasureOptions(), ms_dir, ms_batch)
             except Exception as e:  # noqa: BLE001 - a failed peer is a recorded result
                 msg = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
                 entry["systems"][METASCHEDULE] = {"ok": False, "note": f"MetaSchedule failed: {msg}"}

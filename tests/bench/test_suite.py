@@ -347,6 +347,16 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
         caption = next(x for x in md.splitlines() if x.startswith(f"{png}: "))
         assert caption.count(where) == (2 if png == "roofline.png" else 1), caption
     assert not list(out.glob(".*.tmp*")), "temporary files of atomic writes left behind"
+    # a run stopped after every system tuned but before the benchmark: MetaSchedule is not tuned
+    # again (its database is read back from its folder), and its model is benchmarked with the rest
+    saved_models = run.read_json("models")
+    del saved_models["tiny"]["bench"]
+    run.write_json("models", saved_models)
+    assert cli.main(["run", "--suite", "models", *same]) == 0
+    again = run.read_json("models")["tiny"]
+    assert again["systems"] == models["systems"] and again["run"] == 2
+    names = {r["name"]: r for r in again["bench"]["rows"]}
+    assert names["metaschedule"]["outputs_match"] and names["tensortune random"]["outputs_match"]
     # last, so that everything above is checked whether or not it worked: MetaSchedule must have
     # produced a kernel that the suite verified (it never checks its own) and tuned part of the model
     ms_op = s["tuners"]["metaschedule"]
