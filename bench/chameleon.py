@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import save_figure, write_text
+from .common import geomean, save_figure, write_text
 from .suite.provenance import measured_on
 from .suite.report import curves
 from .suite.store import RunDir
@@ -93,11 +93,6 @@ def workload_table(name: str, summary: dict[str, Any], work: dict[str, list[dict
                       "run_share": (split.get("run_s") or 0.0) / wall if wall else None,
                       "stop": search.get("stop_reason"), "check": s.get("check")}
     return out
-
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def compare(tables: dict[str, dict[str, Any]], cv: dict[str, Any]) -> dict[str, Any]:

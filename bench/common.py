@@ -7,6 +7,7 @@ one, never a truncated one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -74,6 +75,12 @@ def machine_info() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+def geomean(xs: list[float | None]) -> float | None:
+    """Geometric mean of the positive, finite values of ``xs`` (None when there are none)."""
+    ok = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in ok) / len(ok)) if ok else None
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
