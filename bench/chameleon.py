@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import geomean, save_figure, write_text
+from .common import fmt as _f, geomean, gflops, save_figure, write_text
 from .suite.provenance import measured_on
 from .suite.report import curves
 from .suite.store import RunDir
@@ -82,7 +82,7 @@ def workload_table(name: str, summary: dict[str, Any], work: dict[str, list[dict
         own = sum((search.get("timings") or {}).values())
         out[tuner] = {"settled_trials": st["trials"], "settled_s": st["seconds"], "search_best_ms": st["best_ms"],
                       "final_ms": s.get("median_ms"),
-                      "final_gflops": summary["flops"] / (s["median_ms"] * 1e-3) / 1e9 if s.get("median_ms") else None,
+                      "final_gflops": gflops(summary["flops"], s.get("median_ms")),
                       "trials": s.get("trials"), "wall_s": wall,
                       "steps_per_search": per_search_steps(s), "steps": stats.get("steps"),
                       "scored": stats.get("scored"), "searches": stats.get("calls"),
@@ -129,10 +129,6 @@ def compare(tables: dict[str, dict[str, Any]], cv: dict[str, Any]) -> dict[str, 
                    "geomean_final_ratio": geomean([v["final_ratio"] for v in per.values() if v["final_ratio"]]),
                    "geomean_wall_ratio": geomean([v["wall_ratio"] for v in per.values() if v["wall_ratio"]])}
     return out
-
-
-def _f(x: Any, spec: str = ".1f") -> str:
-    return "-" if x is None else format(x, spec)
 
 
 def markdown(tables: dict[str, dict[str, Any]], cmp: dict[str, Any], provenance: str) -> str:

@@ -83,6 +83,16 @@ def geomean(xs: list[float | None]) -> float | None:
     return math.exp(sum(math.log(x) for x in ok) / len(ok)) if ok else None
 
 
+def gflops(flops: float, ms: float | None) -> float | None:
+    """GFLOP/s of ``flops`` done in ``ms`` milliseconds (None without a time)."""
+    return flops / (ms * 1e-3) / 1e9 if ms else None
+
+
+def fmt(x: Any, spec: str = ".1f") -> str:
+    """``x`` formatted for a table cell; "-" for a missing value (None or NaN)."""
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write a result file (Markdown, CSV, JSON text) atomically."""
     from tensortune.utils.atomic import atomic_write

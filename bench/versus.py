@@ -20,15 +20,10 @@ import json
 import sys
 from typing import Any
 
-from .common import geomean, write_text
+from .common import fmt as _f, geomean, gflops, write_text
 from .suite.provenance import measured_on
 from .suite.specs import slug
 from .suite.store import RunDir
-
-
-def _gflops(summary: dict[str, Any], side: dict[str, Any] | None) -> float | None:
-    ms = (side or {}).get("median_ms")
-    return summary["flops"] / (ms * 1e-3) / 1e9 if ms else None
 
 
 def compare(summaries: dict[str, dict[str, Any]], tuner: str, baseline: str, within: float,
@@ -39,14 +34,14 @@ def compare(summaries: dict[str, dict[str, Any]], tuner: str, baseline: str, wit
         t, b = s["tuners"].get(tuner), s["tuners"].get(baseline)
         if t is None or b is None:
             continue
-        tg, bg = _gflops(s, t), _gflops(s, b)
+        tg, bg = gflops(s["flops"], t.get("median_ms")), gflops(s["flops"], b.get("median_ms"))
         lib = s.get("library") or {}
         ratio = tg / bg if tg and bg else None
         wall = b["wall_s"] / t["wall_s"] if t.get("wall_s") else None
         rows[w] = {"tuner_gflops": tg, "baseline_gflops": bg, "gflops_ratio": ratio,
                    "tuner_trials": t.get("trials"), "baseline_trials": b.get("trials"),
                    "tuner_wall_s": t.get("wall_s"), "baseline_wall_s": b.get("wall_s"), "wall_ratio": wall,
-                   "library": lib.get("name"), "library_gflops": _gflops(s, lib),
+                   "library": lib.get("name"), "library_gflops": gflops(s["flops"], lib.get("median_ms")),
                    "met": bool(ratio and wall and ratio >= 1 - within and wall >= less_wall)}
     ratios = [r["gflops_ratio"] for r in rows.values() if r["gflops_ratio"]]
     return {"tuner": tuner, "baseline": baseline, "within": within, "less_wall": less_wall, "workloads": rows,
@@ -56,10 +51,6 @@ def compare(summaries: dict[str, dict[str, Any]], tuner: str, baseline: str, wit
                                  / sum(r["tuner_wall_s"] for r in rows.values())) if rows else None,
             "within_target": sum(1 for r in ratios if r >= 1 - within),
             "met": sum(1 for r in rows.values() if r["met"])}
-
-
-def _f(x: Any, spec: str = ".1f") -> str:
-    return "-" if x is None else format(x, spec)
 
 
 def markdown(cmp: dict[str, Any], provenance: str) -> str:

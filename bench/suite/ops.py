@@ -304,8 +304,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
             if kept is not None:  # finished by an earlier invocation that stopped within this workload
                 c = Curve.from_json(kept, task)
                 curves.append(c)
-                print(f"{name} {tuner:12} done already ({c.trials} trials), kept",
-                      flush=True)
+                print(f"{name} {tuner:12} done already ({c.trials} trials), kept", flush=True)
                 continue
             if tuner == METASCHEDULE:
                 c = run_metaschedule(task, budget, seed, options, progress, ms_batch)

@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..common import save_figure, write_text
+from ..common import fmt as _fmt, gflops, save_figure, write_text
 from .config import METASCHEDULE
 from tensortune.measure.peak import roofline
 from .provenance import commit_text, machine_of, measured_on
@@ -56,10 +56,6 @@ def time_to_quality(work: dict[str, list[dict[str, Any]]], quality: float) -> tu
         hit = next((r for r in rs if r["best_ms"] and r["best_ms"] <= target * (1 + 1e-12)), None)
         out[tuner] = {"seconds": hit["elapsed_s"] if hit else None, "trials": hit["trials"] if hit else None}
     return best, out
-
-
-def _fmt(x: float | None, spec: str = ".1f", none: str = "-") -> str:
-    return none if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 def _cell(text: str) -> str:
@@ -278,7 +274,7 @@ def write_report(path: Path) -> Path:
             for t in tuners:
                 v = s["tuners"].get(t)
                 ms = v.get("median_ms") if v else None
-                gf = s["flops"] / (ms * 1e-3) / 1e9 if ms else None
+                gf = gflops(s["flops"], ms)
                 cells.append(_fmt(gf) if gf else (f"({v['check'][:40]})" if v else "-"))
                 if gf:
                     best_gf = max(best_gf, gf)
@@ -287,7 +283,7 @@ def write_report(path: Path) -> Path:
             frac = roofline(best_gf, s["flops"] / s["bytes"], peak)["fraction"] if peak and best_gf else None
             if has_lib:
                 lib = s.get("library")
-                lib_gf = s["flops"] / (lib["median_ms"] * 1e-3) / 1e9 if lib else None
+                lib_gf = gflops(s["flops"], lib["median_ms"]) if lib else None
                 if lib_gf and best_gf:
                     lib_ratios.append(best_gf / lib_gf)
                 cells += [f"{_fmt(lib_gf)} ({lib['name']})" if lib_gf else "-",

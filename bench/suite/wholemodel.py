@@ -132,8 +132,9 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
             on_step()
         ms_ex = None
         ms_dir = out_dir / f"{key}-metaschedule"
-        ms_db = msa.load_relax_db(str(ms_dir)) if entry["systems"].get(METASCHEDULE, {}).get("ok") else None
-        if METASCHEDULE in tuners and ms_db is not None:
+        ms_done = METASCHEDULE in tuners and entry["systems"].get(METASCHEDULE, {}).get("ok")
+        ms_db = msa.load_relax_db(str(ms_dir)) if ms_done else None
+        if ms_db is not None:
             print(f"{key}: MetaSchedule tuned before; its database in {ms_dir.name} is compiled", flush=True)
             ms_ex = msa.compile_model(ms_db, model.mod, make_target(host_target_json()))
         elif METASCHEDULE in tuners:

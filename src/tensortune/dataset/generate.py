@@ -247,15 +247,10 @@ def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | N
 def space_measured(task: Any, stored: int) -> bool:
     """Whether ``stored`` samples cover every valid config of the task's space: a space with fewer
     configs than the samples asked for is done once all of them are measured."""
-    space = task.space
-    if stored >= len(space):
-        return True
-    valid = 0
-    for config in space:
-        valid += space.is_valid(config)
-        if valid > stored:
-            return False
-    return True
+    import itertools
+
+    # iterating a space yields its valid configs only: is there one beyond the first ``stored``?
+    return stored >= len(task.space) or next(itertools.islice(task.space, stored, None), None) is None
 
 
 def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
