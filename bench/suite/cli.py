@@ -4,7 +4,7 @@
                         [--budget 200] [--workloads resnet18_conv2d|C1,C6,...] [--models resnet18]
                         [--model-tuners autotvm,metaschedule] [--model-budget 1800] [--rounds 5]
                         [--no-default-start] [--no-library] [--blocked] [--early-stopping N]
-                        [--seed 0] [--threads N] [--quick] [--out RESULTS]
+                        [--seed 0] [--threads N] [--quick] [--out RESULTS] [--stop-after MINUTES]
     python -m bench report RESULTS
 
 A tuner is ``NAME[:KEY=VALUE...]``: ``autotvm:objective=reg``, ``autotvm:cost_model=treegru``,
@@ -23,6 +23,7 @@ scripts measured is a run of this harness:
     cost-model variants     --suite ops --tuners autotvm,autotvm:objective=reg,autotvm:cost_model=treegru
                             --workloads C7,C8,C9 --no-default-start
     whole models            --suite peak,models --models resnet18,mobilenet_v2,bench:shufflenet_v2
+                            --model-tuners oneshot,fasor,fasor:mode=quality,autotvm,metaschedule
 
 ``run`` writes CSV and JSON into RESULTS (default ``bench/results/suite`` or, with ``--quick``,
 ``bench/results/quick``) and resumes what an interrupted run left there, if that was measured on
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import FULL, METASCHEDULE, QUICK, SUITES, Settings
+from .deadline import Deadline
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "bench" / "results" / "suite"
@@ -77,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
                    help="tune convolutions in their blocked (NCHWc) form, as inside a model")
     r.add_argument("--early-stopping", type=int, help="a tuner stops after N trials without improvement")
     r.add_argument("--out", help="results folder")
+    r.add_argument("--stop-after", type=float, metavar="MINUTES",
+                   help="end cleanly before a step (a tuner on a workload, a model's system or benchmark) that "
+                        "would not finish within MINUTES; the same command resumes")
     r.add_argument("--no-progress", action="store_true")
     p = sub.add_parser("report", help="plots and report.md from a results folder")
     p.add_argument("results")
@@ -106,8 +111,6 @@ def check(s: Settings) -> None:
     for t in s.tuners:
         specs.check(t)
     for t in s.model_tuners:
-        if specs.parse(t)[1]:
-            raise SystemExit(f"model tuner {t!r}: the whole-model suite runs tuners with their defaults")
         specs.check(t)
     if s.early_stopping is not None and s.early_stopping < 1:
         raise SystemExit("--early-stopping must be positive")
@@ -151,6 +154,8 @@ def meta(s: Settings, threads: int, out: Path) -> dict[str, Any]:
 
 def cmd_run(a: argparse.Namespace) -> int:
     s = settings(a)
+    if a.stop_after is not None and a.stop_after <= 0:
+        raise SystemExit("--stop-after must be positive")
     from tensortune.target import cpu_count
 
     threads = a.threads or cpu_count()
@@ -174,6 +179,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     m["started"] = m["runs"][0]["date"]
     t0 = time.perf_counter()
     progress = not a.no_progress
+    deadline = Deadline(a.stop_after)
 
     def save_wall() -> None:
         """This invocation's measuring time so far, kept current so that a stopped run still shows it."""
@@ -195,13 +201,17 @@ def cmd_run(a: argparse.Namespace) -> int:
 
         run_ops(run, work, list(s.tuners), s.budget, s.seed, MeasureOptions(threads=threads), s.rounds, progress,
                 ms_batch=s.ms_batch, on_step=save_wall, start_from_default=s.start_from_default, library=s.library,
-                blocked=s.blocked, early_stopping=s.early_stopping)
+                blocked=s.blocked, early_stopping=s.early_stopping, deadline=deadline)
     if "models" in s.suites:
         from .wholemodel import run_models
 
         run_models(run, list(s.models), list(s.model_tuners), s.model_budget_s, s.seed, s.rounds, progress,
-                   ms_batch=s.ms_batch, on_step=save_wall)
+                   ms_batch=s.ms_batch, on_step=save_wall, deadline=deadline)
     save_wall()
+    if deadline.stopped:
+        print(f"stopped before {deadline.stopped} after {(time.perf_counter() - t0) / 60:.1f} min (--stop-after); "
+              f"results so far in {out}; the same command goes on", flush=True)
+        return 0
     print(f"done in {(time.perf_counter() - t0) / 60:.1f} min; results in {out}; "
           f"`python -m bench report {out}` makes the plots and report.md", flush=True)
     return 0

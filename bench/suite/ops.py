@@ -27,6 +27,7 @@ from tensortune.utils.progress import ProgressBar
 
 from . import metaschedule as msa
 from .config import METASCHEDULE
+from .deadline import Deadline
 from .store import RunDir
 
 
@@ -274,18 +275,25 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
 def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], tuners: list[str], budget: int,
             seed: int, options: MeasureOptions, rounds: int, progress: bool = True, ms_batch: int = msa.MS_BATCH,
             on_step: Callable[[], None] = lambda: None, start_from_default: bool = True, library: bool = True,
-            blocked: bool = False, early_stopping: int | None = None) -> None:
+            blocked: bool = False, early_stopping: int | None = None, deadline: Deadline | None = None) -> None:
     """The operator suite; workloads already complete in ``run`` are skipped (resume).
 
     ``on_step`` is called after each workload's results are stored. A tuner spec with
     ``transfer=true`` tunes with its own database in ``RESULTS/history/``, which keeps the
     trials of the run's earlier workloads (resumed with the folder); the others start empty.
-    With ``blocked`` convolution workloads are tuned in their blocked (NCHWc) form.
+    With ``blocked`` convolution workloads are tuned in their blocked (NCHWc) form. With a
+    ``deadline`` a tuner does not start on a workload unless 1.5x its longest earlier wall time
+    in this folder is left (the final re-measurement: 2 minutes).
     """
     from tensortune.database import Database
 
     from .specs import keeps_history, slug
 
+    deadline = deadline or Deadline(None)
+    walls: dict[str, list[float]] = {}  # tuner -> wall seconds of its finished workloads here
+    for v in run.ops_summary().values():
+        for t, r in v.get("tuners", {}).items():
+            walls.setdefault(t, []).append(r["wall_s"])
     done = run.ops_done()
     for i, (group, name, op, shape) in enumerate(workloads):
         if name in done:
@@ -304,8 +312,11 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
             if kept is not None:  # finished by an earlier invocation that stopped within this workload
                 c = Curve.from_json(kept, task)
                 curves.append(c)
+                walls.setdefault(tuner, []).append(c.wall_s)
                 print(f"{name} {tuner:12} done already ({c.trials} trials), kept", flush=True)
                 continue
+            if not deadline.allows(f"{name} {tuner}", 1.5 * max(walls[tuner]) if tuner in walls else None):
+                return
             if tuner == METASCHEDULE:
                 c = run_metaschedule(task, budget, seed, options, progress, ms_batch)
             elif keeps_history(tuner):
@@ -316,10 +327,13 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
             else:
                 c = run_tensortune(tuner, task, budget, seed, options, progress, start_from_default, early_stopping)
             curves.append(c)
+            walls.setdefault(tuner, []).append(c.wall_s)
             run.keep_tuner(name, tuner, c.to_json())
             best = f"{task.flops / c.best_s / 1e9:.1f} GFLOPS" if c.best_s < float("inf") else "-"
             print(f"{name} {tuner:12} {c.trials:4d} trials {c.wall_s:7.1f} s  "
                   f"best {best} {c.note}", flush=True)
+        if not deadline.allows(f"{name}'s final measurements", 120.0):
+            return
         final = remeasure(task, curves, rounds, options, library)
         lib = final.pop(LIBRARY, None)
         print(f"{name} re-measured ({rounds} interleaved rounds): " + ", ".join(

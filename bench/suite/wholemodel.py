@@ -32,10 +32,14 @@ from typing import Any
 
 from . import metaschedule as msa
 from .config import METASCHEDULE
+from .deadline import Deadline
+from .specs import parse, slug
 from .store import RunDir
 
 #: Upper bound of MetaSchedule's trials when it is stopped by time (it needs a trial count).
 MS_MAX_TRIALS = 100_000
+#: Seconds a model's final benchmark (compiling every system's model, interleaved rounds) may take.
+BENCH_ESTIMATE_S = 1200.0
 
 
 def _tensortune_exe() -> str:
@@ -44,11 +48,15 @@ def _tensortune_exe() -> str:
 
 
 def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path, log: Path) -> dict[str, Any]:
-    """``tensortune tune MODEL --tuner T --time-budget S --json`` in its own process."""
+    """``tensortune tune MODEL --tuner T [--tuner-option K=V ...] --time-budget S --json`` in its own
+    process; ``tuner`` is a suite spec (``fasor:mode=quality``)."""
     if db.exists():
         db.unlink()  # a half-done earlier attempt: start again so the budget is spent once
-    cmd = [_tensortune_exe(), "tune", model, "--tuner", tuner, "--time-budget", str(budget_s), "--db", str(db),
+    name, options = parse(tuner)
+    cmd = [_tensortune_exe(), "tune", model, "--tuner", name, "--time-budget", str(budget_s), "--db", str(db),
            "--seed", str(seed), "--json"]
+    for k, v in options.items():
+        cmd += ["--tuner-option", f"{k}={v}"]
     t0 = time.perf_counter()
     with open(log, "a") as err:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -95,10 +103,30 @@ def tune_metaschedule(model: Any, budget_s: float, seed: int, options: Any, work
              "measure": "MetaSchedule LocalRunner, " + ("cold" if options.flush_cache else "hot")}, ex)
 
 
+def system_estimate_s(saved: dict[str, Any], tuner: str, budget_s: float) -> float:
+    """Seconds one system may take on the next model, for ``--stop-after``: its budget (1.1x and
+    5 minutes; MetaSchedule's first pass and compilation: 1.15x and 10 minutes), or 3x the longest
+    wall time the same tuner took on an earlier model of ``saved`` (``models.json``) where that is
+    less (a tuner that ends before its budget, like ``oneshot``)."""
+    if tuner == METASCHEDULE:
+        return 1.15 * budget_s + 600.0
+    cap = 1.1 * budget_s + 300.0
+    before = [e["systems"][tuner]["wall_s"] for e in saved.values() if e.get("systems", {}).get(tuner, {}).get("ok")]
+    return min(cap, 3.0 * max(before)) if before else cap
+
+
+def _db_path(out_dir: Path, key: str, tuner: str) -> Path:
+    """The database of one tensortune system (``resnet18-fasor_mode_quality.db``)."""
+    return out_dir / f"{key}-{slug(tuner)}.db"
+
+
 def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: float, seed: int, rounds: int,
                progress: bool = True, ms_batch: int = msa.MS_BATCH,
-               on_step: Callable[[], None] = lambda: None) -> None:
-    """The whole-model suite (resumes per system); ``on_step`` is called after each stored result."""
+               on_step: Callable[[], None] = lambda: None, deadline: Deadline | None = None) -> None:
+    """The whole-model suite (resumes per system); ``on_step`` is called after each stored result.
+
+    With a ``deadline`` a system starts only when ``system_estimate_s`` is left, and a model's
+    benchmark when ``BENCH_ESTIMATE_S`` is."""
     from tensortune.database import Database
     from tensortune.measure import MeasureOptions
     from tensortune.models.bench import bench_model
@@ -109,6 +137,7 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
     out_dir = run.path / "models"
     out_dir.mkdir(exist_ok=True)
     saved = run.read_json("models", {}) or {}
+    deadline = deadline or Deadline(None)
     from .netdefs import resolve
 
     for name in models:
@@ -124,9 +153,11 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
         for tuner in ours:
             if entry["systems"].get(tuner, {}).get("ok"):
                 continue
+            if not deadline.allows(f"{key} {tuner}", system_estimate_s(saved, tuner, budget_s)):
+                return
             print(f"{key}: tensortune {tuner} for {budget_s:.0f} s", flush=True)
             entry["systems"][tuner] = run.stamp(tune_tensortune(name, tuner, budget_s, seed,
-                                                                out_dir / f"{key}-{tuner}.db", out_dir / f"{key}.log"))
+                                                                _db_path(out_dir, key, tuner), out_dir / f"{key}.log"))
             print(f"{key}: tensortune {tuner}: {entry['systems'][tuner]}", flush=True)
             run.write_json("models", saved)
             on_step()
@@ -138,6 +169,8 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
             print(f"{key}: MetaSchedule tuned before; its database in {ms_dir.name} is compiled", flush=True)
             ms_ex = msa.compile_model(ms_db, model.mod, make_target(host_target_json()))
         elif METASCHEDULE in tuners:
+            if not deadline.allows(f"{key} {METASCHEDULE}", system_estimate_s(saved, METASCHEDULE, budget_s)):
+                return
             print(f"{key}: MetaSchedule tune_relax for {budget_s:.0f} s", flush=True)
             try:
                 entry["systems"][METASCHEDULE], ms_ex = tune_metaschedule(
@@ -149,10 +182,12 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
             print(f"{key}: MetaSchedule: {entry['systems'][METASCHEDULE]}", flush=True)
             run.write_json("models", saved)
             on_step()
+        if not deadline.allows(f"{key}'s benchmark", BENCH_ESTIMATE_S):
+            return
         tj = host_target_json()
         compiled = {}
         for tuner in ours:
-            db_path = out_dir / f"{key}-{tuner}.db"
+            db_path = _db_path(out_dir, key, tuner)
             if entry["systems"][tuner].get("ok") and db_path.exists():
                 with Database(str(db_path), readonly=True) as db:
                     compiled[f"tensortune {tuner}"] = compile_model(model, db, tj)

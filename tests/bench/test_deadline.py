@@ -1,0 +1,105 @@
+"""``python -m bench run --stop-after``: an invocation ends between steps, never inside one, and
+the same command goes on; and whole-model systems given as tuner specs with options."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.suite import cli, ops, wholemodel  # noqa: E402
+from bench.suite.deadline import Deadline  # noqa: E402
+from bench.suite.store import RunDir  # noqa: E402
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_step_starts_only_when_its_estimate_fits_and_a_refusal_is_final(capsys: pytest.CaptureFixture) -> None:
+    clock = Clock()
+    d = Deadline(10.0, clock)  # 600 s
+    assert Deadline(None).allows("anything", 1e9) and Deadline(None).left_s() == float("inf")
+    assert d.allows("C1 autotvm", 500.0) and d.allows("C1 oneshot", None)
+    clock.t += 200.0
+    assert not d.allows("C2 autotvm", 500.0)  # 400 s left
+    assert d.stopped == "C2 autotvm" and "stopping before C2 autotvm (it takes about 8 min) with 7 min left" \
+        in capsys.readouterr().out
+    assert not d.allows("C2 oneshot", 1.0)  # a later, shorter step does not jump the queue
+    clock.t += 1000.0
+    late = Deadline(1.0, clock)  # a deadline counts from when it is made
+    assert late.allows("at once", 59.0)
+    clock.t += 61.0
+    assert not late.allows("after the end", None)  # an unknown estimate needs some time left
+
+
+def test_a_whole_model_system_estimate_follows_its_budget_or_its_earlier_walls() -> None:
+    saved = {"resnet18": {"systems": {"oneshot": {"ok": True, "wall_s": 400.0},
+                                      "autotvm": {"ok": True, "wall_s": 3650.0},
+                                      "fasor": {"ok": False, "wall_s": 5.0}}}}
+    assert wholemodel.system_estimate_s(saved, "oneshot", 3600.0) == 1200.0  # 3x its earlier wall
+    assert wholemodel.system_estimate_s(saved, "autotvm", 3600.0) == pytest.approx(1.1 * 3600 + 300)
+    assert wholemodel.system_estimate_s(saved, "fasor", 3600.0) == pytest.approx(1.1 * 3600 + 300)  # failed: no wall
+    assert wholemodel.system_estimate_s({}, "metaschedule", 100.0) == pytest.approx(1.15 * 100 + 600)
+
+
+def test_a_model_tuner_with_options_runs_as_tune_with_tuner_options(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess:
+        seen.append(cmd)
+        out = {"wall_s": 1.0, "tasks": [{"trials": 3}], "tasks_measured": 1, "measure": "cold"}
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(out) + "\n")
+
+    monkeypatch.setattr(wholemodel.subprocess, "run", fake_run)
+    db = wholemodel._db_path(tmp_path, "resnet18", "fasor:mode=quality")
+    assert db.name == "resnet18-fasor_mode_quality.db"
+    r = wholemodel.tune_tensortune("resnet18", "fasor:mode=quality", 60.0, 0, db, tmp_path / "log")
+    assert r["ok"] and r["trials"] == 3
+    cmd = seen[0]
+    assert cmd[cmd.index("--tuner") + 1] == "fasor" and cmd[cmd.index("--tuner-option") + 1] == "mode=quality"
+    with pytest.raises(SystemExit, match="unknown option 'nope'"):
+        cli.check(cli.settings(cli.parser().parse_args(["run", "--model-tuners", "fasor:nope=1"])))
+    cli.check(cli.settings(cli.parser().parse_args(["run", "--model-tuners", "fasor:mode=quality,oneshot"])))
+
+
+def test_an_operator_run_stops_before_a_step_that_does_not_fit_and_resumes(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    wl = tmp_path / "workloads.json"
+    wl.write_text(json.dumps({"square_matmul": {"MMT": {"M": 64, "N": 64, "K": 64}}}))
+    monkeypatch.setenv("TENSORTUNE_WORKLOADS", str(wl))
+    clock = Clock()
+    monkeypatch.setattr(cli, "Deadline", lambda minutes: Deadline(minutes, clock))
+    real, ran = ops.run_tensortune, []
+
+    def timed(tuner: str, *a: Any, **k: Any) -> Any:
+        ran.append(tuner)
+        clock.t += 100.0  # each tuner takes 100 s of the test's clock
+        return real(tuner, *a, **k)
+
+    monkeypatch.setattr(ops, "run_tensortune", timed)
+    out = tmp_path / "results"
+    args = ["run", "--suite", "ops", "--tuners", "random,genetic", "--budget", "2", "--workloads", "MMT",
+            "--rounds", "1", "--no-library", "--out", str(out), "--no-progress"]
+    # 240 s: both tuners start (their times are not known yet), the final 120 s do not fit in 40
+    assert cli.main([*args, "--stop-after", "4"]) == 0
+    run = RunDir(out)
+    assert ran == ["random", "genetic"] and not run.ops_summary()
+    assert run.tuner_done("MMT", "random") and run.tuner_done("MMT", "genetic")
+    assert cli.main(args) == 0  # the same command without a limit: only the final measurements
+    assert ran == ["random", "genetic"] and run.ops_summary()["MMT"]["tuners"]["genetic"]["verified"]
+    with pytest.raises(SystemExit, match="--stop-after must be positive"):
+        cli.main([*args, "--stop-after", "0"])
