@@ -282,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("-o", "--output", required=True, help=".npz file (a .json summary goes beside it)")
     de.add_argument("--force", action="store_true")
     de.add_argument("--shards", default=None, help="restore this shard folder into --db first")
+    de.add_argument("--max-tasks", type=_positive_int, default=None,
+                    help="only the first N tasks (in the generator's order, kept beside the database)")
+    de.add_argument("--max-samples", type=_positive_int, default=None,
+                    help="only the first N samples measured of each task (a shorter trajectory, as if generated so)")
     pr = sub.add_parser("predictor", help="pre-trained cost models: train, evaluate, show")
     psub = pr.add_subparsers(dest="predictor_cmd", required=True, parser_class=_Parser)
     pt = psub.add_parser("train", help="train a predictor on exported datasets (tensortune dataset export)")
@@ -878,7 +882,10 @@ def _dataset_db(a: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         db = _open_db(a.db, readonly=True)
         try:
-            summary = G.export(db, a.op, a.output, spec=spec)
+            kept = G.tasks_path(a.db)  # the generator's task order, for --max-tasks
+            order = json.loads(kept.read_text()) if a.max_tasks and kept.exists() else None
+            summary = G.export(db, a.op, a.output, spec=spec, max_tasks=a.max_tasks, max_samples=a.max_samples,
+                               order=order)
         except ValueError as e:
             raise UsageError(str(e)) from None
         finally:

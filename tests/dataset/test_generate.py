@@ -57,6 +57,16 @@ def test_generate_stores_each_task_resumes_and_exports(tasks, tmp_path) -> None:
         assert m.measured[0] != default  # ebs starts without the template default
         assert {t.op for t in tasks} == {"depthwise_conv2d_nchwc"}  # the form a model runs
         summary = export(db, tasks[0].op, tmp_path / "d.npz")
+        # a cut: the first task, and its first 5 samples as measured (labels against their own best)
+        cut = export(db, tasks[0].op, tmp_path / "cut.npz", max_tasks=1, max_samples=5)
+        first5 = [t for t in db.trials(cut["tasks"][0]["workload_key"])][:5]
+        assert len(cut["tasks"]) == 1 and cut["tasks"][0]["workload_key"] == summary["tasks"][0]["workload_key"]
+        assert cut["tasks"][0]["best_s"] == min(t.cost for t in first5 if t.ok)
+        assert cut["samples"] <= 5 and cut["cut"] == {"max_tasks": 1, "max_samples": 5}
+        # the first task of a given order (the generator's kept list), not of the database
+        second = export(db, tasks[0].op, tmp_path / "o.npz", max_tasks=1,
+                        order=[{"op": t.op, "args": t.args} for t in reversed(tasks)])
+        assert [t["args"] for t in second["tasks"]] == [tasks[1].args]
     with np.load(tmp_path / "d.npz", allow_pickle=False) as z:
         n = len(z["label"])
         assert z["curve"].shape == (n, 488) and z["knob"].shape[0] == n and z["task"].shape[0] == n
@@ -132,6 +142,9 @@ def test_a_real_run_through_the_command_line(tmp_path, capfd) -> None:
     assert "1/1 tasks complete, 4 samples" in capfd.readouterr().out
     assert main(["dataset", "export", "--db", str(db), "--op", "dense", "-o", str(tmp_path / "x.npz")]) == 0
     assert "samples of 1 dense tasks" in capfd.readouterr().out
+    assert main(["dataset", "export", "--db", str(db), "--op", "dense", "-o", str(tmp_path / "y.npz"),
+                 "--max-tasks", "1", "--max-samples", "2"]) == 0  # a cut, in the kept list's order
+    assert "2 samples of 1 dense tasks" in capfd.readouterr().out
 
 
 def test_model_form_is_what_a_compiled_model_runs() -> None:

@@ -282,12 +282,24 @@ def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
             "measuring_hours": seconds / 3600, "machines": machines}
 
 
+def _task_key(item: dict[str, Any]) -> str:
+    """A task as text from its ``op`` and ``args`` (a kept task list's item or a stored task's JSON)."""
+    return json.dumps([item["op"], item["args"]], sort_keys=True)
+
+
 def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN,
-           workers: int | None = None, spec: DatasetSpec | None = None) -> dict[str, Any]:
+           workers: int | None = None, spec: DatasetSpec | None = None, max_tasks: int | None = None,
+           max_samples: int | None = None, order: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write the features-and-labels file of every ``op`` task in ``db`` (see the module);
     returns its summary (also in the JSON sidecar ``OUT.json``). Curve features are extracted
     in ``workers`` processes (default: one per core); ``spec``, the dataset's settings, goes
-    into the summary."""
+    into the summary.
+
+    ``max_tasks`` keeps the first tasks with samples, in the order of ``order`` (the dataset's
+    kept task list, ``{"op", "args"}`` items; else as stored), and ``max_samples`` the first
+    samples measured of each task and machine. A sampler's first tasks and an EBS trajectory's
+    first samples do not depend on how many are asked, so such a cut is the smaller dataset
+    that generating it with those numbers would store: the ablation reuses the main dataset."""
     from ..features import get_extractor
     from ..features.parallel import ParallelExtractor
     from ..task import Task
@@ -298,13 +310,17 @@ def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN
     tasks_out, machines = [], []
     task_feature_names: list[str] | None = None
     dropped = 0
-    for rec in db.tasks():
-        if rec.op != op:
-            continue
+    records = [r for r in db.tasks() if r.op == op]
+    if order is not None:
+        rank = {_task_key(t): i for i, t in enumerate(order)}
+        records.sort(key=lambda r: rank.get(_task_key(json.loads(r.task_json)), len(rank)))
+    for rec in records:
+        if max_tasks is not None and len({t["workload_key"] for t in tasks_out}) >= max_tasks:
+            break
         task = Task.from_json(json.loads(rec.task_json))
         stored = [t for t in db.trials(rec.workload_key) if t.confirmation is None]
         for ctx, _ in db.contexts(rec.workload_key):
-            every = [t for t in stored if t.context == ctx]
+            every = [t for t in stored if t.context == ctx][:max_samples]
             trials = [t for t in every if t.ok and t.verified]
             if not trials:
                 continue
@@ -347,6 +363,7 @@ def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN
     summary = {"op": op, "samples": int(len(arrays["label"])), "tasks": tasks_out, "machines": machines,
                "task_features": task_feature_names, "dropped": dropped, "max_slowdown": max_slowdown,
                "arrays": {k: list(v.shape) for k, v in arrays.items()},
-               "spec": asdict(spec) if spec is not None else None}
+               "spec": asdict(spec) if spec is not None else None,
+               "cut": {"max_tasks": max_tasks, "max_samples": max_samples}}
     atomic_write(str(out) + ".json", json.dumps(summary, indent=1))
     return summary
