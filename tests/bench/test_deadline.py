@@ -50,8 +50,8 @@ def test_a_whole_model_system_estimate_follows_its_budget_or_its_earlier_walls()
                                       "autotvm": {"ok": True, "wall_s": 3650.0},
                                       "fasor": {"ok": False, "wall_s": 5.0}}}}
     assert wholemodel.system_estimate_s(saved, "oneshot", 3600.0) == 1200.0  # 3x its earlier wall
-    assert wholemodel.system_estimate_s(saved, "autotvm", 3600.0) == pytest.approx(1.1 * 3600 + 300)
-    assert wholemodel.system_estimate_s(saved, "fasor", 3600.0) == pytest.approx(1.1 * 3600 + 300)  # failed: no wall
+    assert wholemodel.system_estimate_s(saved, "autotvm", 3600.0) == pytest.approx(1.02 * 3600 + 120)
+    assert wholemodel.system_estimate_s(saved, "fasor", 3600.0) == pytest.approx(1.02 * 3600 + 120)  # failed: no wall
     assert wholemodel.system_estimate_s({}, "metaschedule", 100.0) == pytest.approx(1.15 * 100 + 600)
 
 
