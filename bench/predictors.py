@@ -10,8 +10,11 @@ scored on the held-out tasks and on every ``--eval`` file (e.g. an export of a s
 the C1-C12 or a model's tasks measured by autotvm): R^2, mean per-task Spearman, top-1 / top-5
 recall of each task's measured best, and the best label among the predicted top 64 (One-Shot
 Tuner's §6.3.4 comparison; with several ``--train`` sets, its Table 4 ablation). Results go to
-``OUT/predictors.json`` as each model finishes (a rerun skips what is there), ``OUT/report.md``
-and ``OUT/predictors.png``. Training runs on every core: run nothing else meanwhile.
+``OUT/predictors.json`` as each model finishes, and each model into ``OUT/models/TRAIN-KIND/``
+(a predictor folder, no pickles). A rerun trains nothing that is there: it scores the kept
+models on any ``--eval`` file they were not scored on yet (an export made after the training).
+Then ``OUT/report.md`` and ``OUT/predictors.png``. Training runs on every core: run nothing else
+meanwhile.
 """
 from __future__ import annotations
 
@@ -44,9 +47,15 @@ def evaluate(predictor: Any, data: Any) -> dict[str, Any]:
     return ranking_metrics(data.label, predictor.predict_rows(data.inputs()), data.task_index)
 
 
+def _score(predictor: Any, train: Any, data: Any) -> dict[str, Any]:
+    """:func:`evaluate` on ``data`` where it holds the op ``train`` was (else no scores)."""
+    return evaluate(predictor, data) if data.op == train.op else {}
+
+
 def run(a: argparse.Namespace) -> dict[str, Any]:
     """Train and score every (training set, kind); returns the results (also saved)."""
     from tensortune.learn import load_training
+    from tensortune.learn.predictor import load_predictor
     from tensortune.learn.trainer import TrainOptions, train_predictor
 
     out = Path(a.out)
@@ -61,8 +70,19 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         rest, held = data.split(a.holdout, seed=a.seed)
         for kind in a.kinds.split(","):
             key = f"{tname}/{kind}"
+            kept = out / "models" / f"{tname}-{kind}"
             if key in results["runs"]:
-                print(f"{key}: done before, kept", flush=True)
+                row = results["runs"][key]
+                missing = [e for e in evals if e not in row["scores"]]
+                if missing and kept.exists():
+                    predictor = load_predictor(kept)
+                    for ename in missing:
+                        row["scores"][ename] = _score(predictor, data, evals[ename])
+                    write_text(path, json.dumps(results, indent=1))
+                    print(f"{key}: done before, kept; scored on {', '.join(missing)}", flush=True)
+                else:
+                    print(f"{key}: done before, kept" + (f" (no model kept to score {', '.join(missing)})"
+                                                         if missing else ""), flush=True)
                 continue
             opts = TrainOptions(kind=kind, max_epochs=a.epochs, time_budget=a.time_budget, seed=a.seed,
                                 lr=a.lr if kind != "xgb" else TrainOptions.lr)
@@ -73,7 +93,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                    "epochs": trained.epochs, "stop_reason": trained.stop_reason,
                    "scores": {"held-out": evaluate(predictor, held) if len(held) else {}}}
             for ename, edata in evals.items():
-                row["scores"][ename] = evaluate(predictor, edata) if edata.op == data.op else {}
+                row["scores"][ename] = _score(predictor, data, edata)
+            predictor.save(kept)
+            row["model"] = str(kept.relative_to(out))
             results["runs"][key] = row
             write_text(path, json.dumps(results, indent=1))
             s = row["scores"]["held-out"]

@@ -25,3 +25,11 @@ def test_trains_scores_and_resumes(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert main(args) == 0  # a rerun keeps what is there
     assert capsys.readouterr().out.count("done before, kept") == 2
+    # an eval file made after the training: the kept models are scored on it, nothing is trained
+    late = write_training(tmp_path / "late.npz", n_tasks=2, rows=40, seed=7)
+    assert main([*args, "--eval", f"late={late}"]) == 0
+    assert capsys.readouterr().out.count("scored on late") == 2
+    again = json.loads((tmp_path / "out" / "predictors.json").read_text())["runs"]["syn/xgb"]
+    assert again["seconds"] == row["seconds"] and again["scores"]["other"] == row["scores"]["other"]
+    assert again["scores"]["late"]["tasks"] == 2 and "| syn/xgb | 4 | " in (tmp_path / "out" / "report.md").read_text()
+    assert (tmp_path / "out" / again["model"] / "predictor.json").exists()
