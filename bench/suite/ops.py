@@ -97,26 +97,6 @@ class Curve:
                    int(d["errors"]), d.get("note", ""), dict(d.get("search") or {}))
 
 
-class TimedMeasurer:
-    """A :class:`Measurer` that adds up the wall time of building and of running."""
-
-    def __init__(self, measurer: Measurer) -> None:
-        self.m, self.options = measurer, measurer.options
-        self.build_s = self.run_s = 0.0
-
-    def measure(self, inputs: Any, on_result: Any = None) -> list:
-        t0 = time.perf_counter()
-        builds = self.m.builder.build(inputs)
-        t1 = time.perf_counter()
-        out = self.m.runner.run(inputs, builds, on_result)
-        self.build_s += t1 - t0
-        self.run_s += time.perf_counter() - t1
-        return out
-
-    def verify(self, inp: MeasureInput) -> Any:
-        return self.m.verify(inp)
-
-
 def run_tensortune(spec: str, task: Task, budget: int, seed: int, options: MeasureOptions,
                    progress: bool = True, start_from_default: bool = True, early_stopping: int | None = None,
                    database: Any = None) -> Curve:
@@ -131,7 +111,6 @@ def run_tensortune(spec: str, task: Task, budget: int, seed: int, options: Measu
     t0 = time.perf_counter()
     last = {"elapsed": 0.0, "build": 0.0, "run": 0.0}
     with Measurer(options) as m:
-        tm = TimedMeasurer(m)
         bar = ProgressBar(budget, desc=f"{task.name[:24]} {spec}", disable=not progress)
 
         def on_batch(tuner: Any, inputs: Any, results: Any) -> None:
@@ -139,10 +118,10 @@ def run_tensortune(spec: str, task: Task, budget: int, seed: int, options: Measu
             ok = [r.cost for r in results if r.ok]
             trials = curve.trials + len(results)
             curve.add(trials, time.perf_counter() - t0, min(ok) if ok else None, len(ok), len(results) - len(ok),
-                      tm.build_s, tm.run_s, last)
+                      m.build_s, m.run_s, last)
 
         tuner = get_tuner(tuner_name, task, seed=seed, start_from_default=start_from_default, options=tuner_options)
-        res = tuner.tune(budget, tm, early_stopping=early_stopping, callbacks=[on_batch], database=database)
+        res = tuner.tune(budget, m, early_stopping=early_stopping, callbacks=[on_batch], database=database)
         bar.close()
         if hasattr(tuner, "search_report"):
             curve.search = {**tuner.search_report(), "stop_reason": res.stop_reason}

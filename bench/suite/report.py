@@ -388,6 +388,20 @@ def write_report(path: Path) -> Path:
                        + (f" Its compiled model found a tuned schedule for {ms['tasks_applied']} of its {ms['tasks']} "
                           "tasks; `compile_relax` builds the others unscheduled." if "tasks_applied" in ms else ""),
                        ""]
+        timed = [(m, name, v) for m, entry in models.items() for name, v in entry["systems"].items()
+                 if v.get("ok") and v.get("tune_wall_s") and "build_s" in v and "run_s" in v]
+        if timed:
+            md += ["### Where each system's tuning time went", "",
+                   "Building and running: wall time in the measurer (MetaSchedule: in its builder and runner); "
+                   "search/model: the rest (search, cost-model updates, bookkeeping).", "",
+                   "| model | system | tuning wall (min) | search/model | building | running |",
+                   "|---|---|---:|---:|---:|---:|"]
+            for m, name, v in timed:
+                wall = v["tune_wall_s"]
+                search = v.get("search_s", max(0.0, wall - v["build_s"] - v["run_s"]))
+                md.append(f"| {m} | {name} | {wall / 60:.1f} | "
+                          + " | ".join(f"{x / wall:.0%}" for x in (search, v["build_s"], v["run_s"])) + " |")
+            md.append("")
         figures.append(plot_models(models, path))
         captions["models.png"] = models_on
     if figures:

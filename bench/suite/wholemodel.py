@@ -64,9 +64,10 @@ def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path
     if proc.returncode != 0:
         return {"ok": False, "wall_s": wall, "note": f"tensortune tune exited {proc.returncode} (see {log.name})"}
     out = json.loads(proc.stdout.strip().splitlines()[-1])
+    split = {k: out["cost"][k] for k in ("build_s", "run_s", "search_s") if k in out.get("cost", {})}
     return {"ok": True, "wall_s": wall, "tune_wall_s": out["wall_s"], "trials": sum(t["trials"] for t in out["tasks"]),
             "tasks": len(out["tasks"]), "tasks_measured": out["tasks_measured"], "measure": out.get("measure", ""),
-            "db": db.name}
+            "db": db.name, **split}
 
 
 def tune_metaschedule(model: Any, budget_s: float, seed: int, options: Any, work_dir: Path,

@@ -303,6 +303,8 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     models = run.read_json("models")["tiny"]
     ms = models["systems"]["metaschedule"]
     assert models["systems"]["random"]["ok"] and ms["candidates_per_round"] == 2
+    rnd = models["systems"]["random"]  # where its time went: the measurer's building and running, the rest
+    assert rnd["build_s"] > 0 and rnd["run_s"] > 0 and rnd["search_s"] >= 0
     # the model MetaSchedule tuned is the one compile_relax builds: its tuned tasks are found again
     assert ms["tasks"] >= 1 and ms["tasks_applied"] == ms["tasks_measured"] >= 1
     names = {r["name"]: r for r in models["bench"]["rows"]}
@@ -334,6 +336,7 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     md = (out / "report.md").read_text()
     assert "## Operators" in md and "| MMT |" in md and "## Whole models" in md and "Energy:" in md
     assert "best / library" in md and "measured their template's default config first" in md
+    assert "### Where each system's tuning time went" in md and "| tiny | random | " in md
     _check_report_numbers(md, run)
     # each table and figure says where it was measured: this machine, this commit, invocation 1
     where = f"Measured on {provenance.machine_text(machine_id())}; from invocation 1 ({first['date']}, " \

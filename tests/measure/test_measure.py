@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import sys
+import time
 from typing import Iterator
 
 import pytest
@@ -67,7 +68,12 @@ def faulty(fault: str) -> MeasureInput:
 def test_real_configs_measure_and_verify(measurer):
     task = Task.from_op("matmul", [64, 64, 64])
     configs = [task.default_config()] + task.space.sample(random.Random(0), 3)
+    build0, run0 = measurer.build_s, measurer.run_s
+    t0 = time.perf_counter()
     results = measurer.measure([MeasureInput(task, c) for c in configs])
+    # the measurer adds up its wall time of building and of running (the split of a tuning run)
+    assert measurer.build_s > build0 and measurer.run_s > run0
+    assert (measurer.build_s - build0) + (measurer.run_s - run0) <= time.perf_counter() - t0
     assert len(results) == 4
     r = results[0]
     assert r.ok and r.error is ErrorKind.NONE and r.extra["verified"]

@@ -230,3 +230,7 @@ def test_cpu_budget_caps_the_whole_run(tmp_path) -> None:
     assert seen == pytest.approx([10.0, 6.0, 2.0])  # the third call spends past 10: no fourth
     cost = s.cost()
     assert cost["cpu_s"] == pytest.approx(12.0) and cost["stopped_by"] == "cpu_budget" and cost["energy_j"] is None
+    assert "build_s" not in cost  # a measurer that keeps no split: none is reported
+    s.measurer = SimpleNamespace(options=MeasureOptions.cold(), build_s=0.0, run_s=0.0)
+    cost = s.cost()  # one that does: the rest of the wall time is the search's
+    assert cost["build_s"] == cost["run_s"] == 0.0 and cost["search_s"] == pytest.approx(cost["wall_s"], abs=1e-3)

@@ -206,12 +206,32 @@ def parse_rpc(text: str) -> tuple[str, int, str]:
 
 
 class Measurer:
-    """Builder + runner pair: ``measure(batch)`` builds all in parallel, then runs one by one."""
+    """Builder + runner pair: ``measure(batch)`` builds all in parallel, then runs one by one.
+
+    ``build_s`` and ``run_s`` add up the wall time it has spent building and running (every
+    call: searches' batches, repeated rounds, correctness checks), so a tuning run's wall time
+    splits into building, running and the rest (search, cost-model updates, bookkeeping)."""
 
     def __init__(self, options: MeasureOptions | None = None) -> None:
         self.options = options or MeasureOptions()
         self.builder = LocalBuilder(self.options)
         self.runner = RPCRunner(self.options) if self.options.rpc else LocalRunner(self.options)
+        self.build_s = 0.0
+        self.run_s = 0.0
+
+    def _build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        t0 = time.perf_counter()
+        try:
+            return self.builder.build(inputs)
+        finally:
+            self.build_s += time.perf_counter() - t0
+
+    def _run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult], *args: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return self.runner.run(inputs, builds, *args, **kw)
+        finally:
+            self.run_s += time.perf_counter() - t0
 
     def start(self) -> None:
         """Start all worker processes."""
@@ -221,19 +241,19 @@ class Measurer:
     def measure(self, inputs: Sequence[MeasureInput],
                 on_result: Callable[[MeasureInput, MeasureResult], None] | None = None) -> list[MeasureResult]:
         """Build then run ``inputs`` (``on_result`` as each completes)."""
-        return self.runner.run(inputs, self.builder.build(inputs), on_result)
+        return self._run(inputs, self._build(inputs), on_result)
 
     def measure_rounds(self, inputs: Sequence[MeasureInput], rounds: int,
                        on_result: Callable[[int, MeasureInput, MeasureResult], None] | None = None) -> list[list[MeasureResult]]:
         """Build ``inputs`` once, then run them all ``rounds`` times in turn (round 1: A B C, round 2:
         A B C, ...), so drift of the machine hits every candidate alike; ``on_result(round, inp, res)``
         as each run completes. Returns one list of results per round."""
-        builds = self.builder.build(inputs)
+        builds = self._build(inputs)
         out = []
         try:
             for r in range(1, rounds + 1):
                 cb = None if on_result is None else (lambda inp, res, r=r: on_result(r, inp, res))
-                out.append(self.runner.run(inputs, builds, cb, keep_artifacts=r < rounds))
+                out.append(self._run(inputs, builds, cb, keep_artifacts=r < rounds))
         finally:
             for b in builds:
                 if b.artifact and os.path.exists(b.artifact):
@@ -242,7 +262,7 @@ class Measurer:
 
     def verify(self, inp: MeasureInput) -> MeasureResult:
         """Build and run one candidate with the correctness check forced on."""
-        return self.runner.run([inp], self.builder.build([inp]), check_correctness=True)[0]
+        return self._run([inp], self._build([inp]), check_correctness=True)[0]
 
     def close(self) -> None:
         """Stop every worker process."""

@@ -127,10 +127,16 @@ class TaskScheduler:
         return self.budget_stop
 
     def cost(self) -> dict[str, Any]:
-        """The run's wall time, CPU-seconds and energy (None, with the reason, without a counter)."""
+        """The run's wall time, CPU-seconds and energy (None, with the reason, without a counter),
+        and, with a measurer that keeps them (:class:`~tensortune.measure.Measurer`), the wall
+        time's split: ``build_s``, ``run_s`` and ``search_s``, the rest (search, cost-model
+        updates, bookkeeping, and a survey's whole-model timing)."""
         wall = time.perf_counter() - self._start if self._start else 0.0
         out = {"wall_s": round(wall, 3), "cpu_s": round(self.cpu_s, 3),
                "energy_j": None if self.energy_j is None else round(self.energy_j, 3)}
+        build, run = getattr(self.measurer, "build_s", None), getattr(self.measurer, "run_s", None)
+        if build is not None and run is not None:
+            out.update(build_s=round(build, 3), run_s=round(run, 3), search_s=round(max(0.0, wall - build - run), 3))
         if self.energy_j is None and self.energy_note:
             out["energy"] = self.energy_note
         if self.budget_stop:
