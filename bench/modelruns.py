@@ -3,18 +3,31 @@ is kept (and read back instead of running again), and a model's tuned and untune
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .common import write_text
 
 
-def run_json(cmd: list[str], keep: Path) -> dict[str, Any]:
-    """``tensortune CMD --json``; its output is kept in ``keep`` and read back when it exists."""
+def run_json(cmd: list[str], keep: Path, fresh: Sequence[Path] = ()) -> dict[str, Any]:
+    """``tensortune CMD --json``; its output is kept in ``keep`` and read back when it exists.
+
+    ``fresh``: the run's databases (files, with their ``-wal``/``-shm``) and database folders.
+    Without a kept output they are from an interrupted attempt and are removed first, so a
+    budget is spent once, from the start (a tuning run would otherwise go on from them with
+    its whole budget again)."""
     if keep.exists():
         return json.loads(keep.read_text())
+    for path in fresh:
+        if path.is_dir():
+            shutil.rmtree(path)
+        for f in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            if f.is_file():
+                f.unlink()
     full = [sys.executable, "-m", "tensortune.cli", *cmd, "--json"]
     print("$", " ".join(full), flush=True)
     proc = subprocess.run(full, capture_output=True, text=True)

@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     for mode, flags in (("suspend", []), ("all", ["--no-suspend"])):
         runs[mode] = run_json(["race", *models, "--tuners", a.tuners, "--rounds", str(a.rounds),
-                               "--batch", str(a.batch), "--db-dir", str(out / mode), *flags], out / f"race-{mode}.json")
+                               "--batch", str(a.batch), "--db-dir", str(out / mode), *flags], out / f"race-{mode}.json",
+                               fresh=[out / mode])
     best = {mode: {m: min((e["final_latency_ms"] for e in r["entries"] if e["model"] == m and e["final_latency_ms"]),
                           default=None) for m in models} for mode, r in runs.items()}
     saving = 1 - runs["suspend"]["cpu_s"] / runs["all"]["cpu_s"] if runs["all"]["cpu_s"] else None

@@ -8,7 +8,8 @@ reference, its database ``OUT/MODEL-sequential.db``), the model timed with its b
 ``--scheduler survey --latency-goal 1.02 x L`` with the same tuner and at most the same budget
 (``OUT/MODEL-survey.db``): survey tuning stops when the model is within 2% of the sequential
 result (or when its rounds stop paying). Reported: each run's wall time, CPU-seconds and final
-latency, and survey's rounds. A finished run is not repeated (its ``tune --json`` is kept).
+latency, and survey's rounds. A finished run is not repeated (its ``tune --json`` is kept); an
+interrupted one starts again from an empty database.
 Writes ``OUT/survey.json`` and ``OUT/survey.md``.
 """
 from __future__ import annotations
@@ -35,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     for model in a.models.split(","):
         seq_db = out / f"{model}-sequential.db"
         seq = run(["tune", model, "--tuner", a.tuner, "--scheduler", "sequential", "--time-budget",
-                   str(a.time_budget), "--db", str(seq_db)], out / f"{model}-sequential.tune.json")
+                   str(a.time_budget), "--db", str(seq_db)], out / f"{model}-sequential.tune.json", fresh=[seq_db])
         seq_lat = latency(model, seq_db)
         goal_ms = 1.02 * seq_lat["tuned_ms"]
         sur_db = out / f"{model}-survey.db"
         sur = run(["tune", model, "--tuner", a.tuner, "--scheduler", "survey", "--time-budget", str(a.time_budget),
-                   "--latency-goal", f"{goal_ms:.6f}", "--db", str(sur_db)], out / f"{model}-survey.tune.json")
+                   "--latency-goal", f"{goal_ms:.6f}", "--db", str(sur_db)], out / f"{model}-survey.tune.json",
+                  fresh=[sur_db])
         sur_lat = latency(model, sur_db)
         rep = sur.get("survey", {})
         row = {"model": model, "tuner": a.tuner, "untuned_ms": seq_lat["untuned_ms"],

@@ -4,8 +4,8 @@
                             [--time-budget 1800] [--out bench/results/trimmer]
 
 For each model and tuner, ``tensortune tune MODEL --tuner T --time-budget S`` runs into a
-database of its own (``OUT/MODEL-T.db``; a rerun resumes it and a finished run is not repeated:
-its ``tune --json`` output is kept beside it), then the model is compiled with that database's
+database of its own (``OUT/MODEL-T.db``; a finished run is not repeated: its ``tune --json``
+output is kept beside it; an interrupted one starts again from an empty database), then the model is compiled with that database's
 bests and timed against its untuned build (``tensortune``'s model bench, outputs checked against
 PyTorch). From each database, per task and in trial order, the candidates that failed or lie
 above the LOESS trend of their task's latencies (:func:`tensortune.select.cold.cold_mask`) are
@@ -57,8 +57,9 @@ def cold_shares(db_path: Path) -> dict[str, Any]:
 
 def tune(model: str, tuner: str, budget: float, out: Path) -> dict[str, Any]:
     """The tuning run (resumed; a finished one is read back from its JSON)."""
-    return run_json(["tune", model, "--tuner", tuner, "--time-budget", str(budget), "--db", str(out / f"{model}-{tuner}.db")],
-                    out / f"{model}-{tuner}.tune.json")
+    db = out / f"{model}-{tuner}.db"
+    return run_json(["tune", model, "--tuner", tuner, "--time-budget", str(budget), "--db", str(db)],
+                    out / f"{model}-{tuner}.tune.json", fresh=[db])
 
 
 def main(argv: list[str] | None = None) -> int:
