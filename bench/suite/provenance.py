@@ -15,12 +15,13 @@ Resuming (:func:`check_resume`) is allowed only where the folder's figures stay 
 - for each part the new run measures (``peak``, ``ops``, ``models``), the settings that shape
   that part's figures (:func:`part_settings`: threads; for ``ops`` the tuners, trial budget,
   seed, rounds, quality, start-from-default, library anchor, blocked layouts, early stopping
-  and, with MetaSchedule, its batch; for ``models`` the model tuners,
-  tuning seconds, seed, rounds and, with MetaSchedule, its batch) equal those of every earlier
-  invocation that measured that part.
+  and, with MetaSchedule, its batch; for ``models`` the tuning seconds, seed, rounds and, where
+  both ran MetaSchedule, its batch) equal those of every earlier invocation that measured that
+  part.
 
-So a run may add workloads, models or parts that the folder lacks (their numbers come from
-the same machine and settings as the rest), and may resume after a code change: the commit is
+So a run may add workloads, models, parts, or a model's systems (a model tuner it lacks: the
+model is then benchmarked again with all its systems) that the folder lacks (their numbers
+come from the same machine and settings as the rest), and may resume after a code change: the commit is
 recorded per result, not compared, and the report names it. Anything else must go to a new
 folder (``--out NEW_FOLDER``).
 """
@@ -84,11 +85,9 @@ def part_settings(run: dict[str, Any], part: str) -> dict[str, Any]:
                    early_stopping=st.get("early_stopping"))
         if METASCHEDULE in tuners:
             out["ms_batch"] = st.get("ms_batch")
-    elif part == "models":
-        tuners = sorted(st.get("model_tuners", []))
-        out.update(model_tuners=tuners, model_budget_s=st.get("model_budget_s"), seed=st.get("seed"),
-                   rounds=st.get("rounds"))
-        if METASCHEDULE in tuners:
+    elif part == "models":  # which tuners is not compared: a model's systems are all those tuned on it
+        out.update(model_budget_s=st.get("model_budget_s"), seed=st.get("seed"), rounds=st.get("rounds"))
+        if METASCHEDULE in st.get("model_tuners", []):
             out["ms_batch"] = st.get("ms_batch")
     return out
 
@@ -125,7 +124,8 @@ def check_resume(folder: Path, runs: list[dict[str, Any]], has_results: bool, ne
             if part not in r.get("settings", {}).get("suites", []):
                 continue
             old, now = part_settings(r, part), part_settings(new, part)
-            diff = [f"{k} {old.get(k)} (asked: {now.get(k)})" for k in now if old.get(k) != now.get(k)]
+            diff = [f"{k} {old.get(k)} (asked: {now.get(k)})" for k in now if old.get(k) != now.get(k)
+                    and (k != "ms_batch" or k in old)]  # MetaSchedule's batch, where both ran it
             if diff:
                 raise SystemExit(f"{folder}: its {part} figures were measured with {', '.join(diff)}; resuming would "
                                  f"mix them: run with the folder's settings or {NEW_FOLDER}")

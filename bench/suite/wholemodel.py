@@ -127,6 +127,9 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
                on_step: Callable[[], None] = lambda: None, deadline: Deadline | None = None) -> None:
     """The whole-model suite (resumes per system); ``on_step`` is called after each stored result.
 
+    A model's systems are the tuners any invocation tuned on it: one that lists a tuner the
+    model lacks tunes it and benchmarks the model again with every system it has.
+
     With a ``deadline`` a system starts only when ``system_estimate_s`` is left, and a model's
     benchmark when ``BENCH_ESTIMATE_S`` is."""
     from tensortune.database import Database
@@ -146,54 +149,53 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
         name = resolve(name, out_dir)  # bench:NAME -> its ONNX file, exported once
         key = Path(name).stem if name.endswith(".onnx") else name
         entry = saved.setdefault(key, {"systems": {}})
-        if "bench" in entry:
+        todo = sorted((t for t in tuners if not entry["systems"].get(t, {}).get("ok")), key=lambda t: t == METASCHEDULE)
+        if "bench" in entry and not todo:
             print(f"{key}: done already, skipped", flush=True)
             continue
         entry.update(budget_s=budget_s, seed=seed, source=name)
         model = load_model(name)
-        ours = [t for t in tuners if t != METASCHEDULE]
-        for tuner in ours:
-            if entry["systems"].get(tuner, {}).get("ok"):
-                continue
-            if not deadline.allows(f"{key} {tuner}", system_estimate_s(saved, tuner, budget_s)):
-                return
-            print(f"{key}: tensortune {tuner} for {budget_s:.0f} s", flush=True)
-            entry["systems"][tuner] = run.stamp(tune_tensortune(name, tuner, budget_s, seed,
-                                                                _db_path(out_dir, key, tuner), out_dir / f"{key}.log"))
-            print(f"{key}: tensortune {tuner}: {entry['systems'][tuner]}", flush=True)
-            run.write_json("models", saved)
-            on_step()
         ms_ex = None
         ms_dir = out_dir / f"{key}-metaschedule"
-        ms_done = METASCHEDULE in tuners and entry["systems"].get(METASCHEDULE, {}).get("ok")
-        ms_db = msa.load_relax_db(str(ms_dir)) if ms_done else None
-        if ms_db is not None:
-            print(f"{key}: MetaSchedule tuned before; its database in {ms_dir.name} is compiled", flush=True)
-            ms_ex = msa.compile_model(ms_db, model.mod, make_target(host_target_json()))
-        elif METASCHEDULE in tuners:
-            if not deadline.allows(f"{key} {METASCHEDULE}", system_estimate_s(saved, METASCHEDULE, budget_s)):
+        for tuner in todo:  # MetaSchedule last
+            if not deadline.allows(f"{key} {tuner}", system_estimate_s(saved, tuner, budget_s)):
                 return
-            print(f"{key}: MetaSchedule tune_relax for {budget_s:.0f} s", flush=True)
-            try:
-                entry["systems"][METASCHEDULE], ms_ex = tune_metaschedule(
-                    model, budget_s, seed, MeasureOptions(), ms_dir, ms_batch)
-            except Exception as e:  # noqa: BLE001 - a failed peer is a recorded result
-                msg = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
-                entry["systems"][METASCHEDULE] = {"ok": False, "note": f"MetaSchedule failed: {msg}"}
-            entry["systems"][METASCHEDULE] = run.stamp(entry["systems"][METASCHEDULE])
-            print(f"{key}: MetaSchedule: {entry['systems'][METASCHEDULE]}", flush=True)
+            if tuner == METASCHEDULE:
+                print(f"{key}: MetaSchedule tune_relax for {budget_s:.0f} s", flush=True)
+                try:
+                    entry["systems"][tuner], ms_ex = tune_metaschedule(model, budget_s, seed, MeasureOptions(), ms_dir,
+                                                                       ms_batch)
+                except Exception as e:  # noqa: BLE001 - a failed peer is a recorded result
+                    msg = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
+                    entry["systems"][tuner] = {"ok": False, "note": f"MetaSchedule failed: {msg}"}
+            else:
+                print(f"{key}: tensortune {tuner} for {budget_s:.0f} s", flush=True)
+                entry["systems"][tuner] = tune_tensortune(name, tuner, budget_s, seed, _db_path(out_dir, key, tuner),
+                                                          out_dir / f"{key}.log")
+            entry["systems"][tuner] = run.stamp(entry["systems"][tuner])
+            print(f"{key}: {tuner}: {entry['systems'][tuner]}", flush=True)
             run.write_json("models", saved)
             on_step()
         if not deadline.allows(f"{key}'s benchmark", BENCH_ESTIMATE_S):
             return
+        # every system of the model, this invocation's and earlier ones': tensortune's first
         tj = host_target_json()
         compiled = {}
-        for tuner in ours:
-            db_path = _db_path(out_dir, key, tuner)
-            if entry["systems"][tuner].get("ok") and db_path.exists():
-                with Database(str(db_path), readonly=True) as db:
-                    compiled[f"tensortune {tuner}"] = compile_model(model, db, tj)
-        if ms_ex is not None:
+        done = [t for t, v in entry["systems"].items() if v.get("ok")]
+        for tuner in sorted(done, key=lambda t: t == METASCHEDULE):
+            if tuner != METASCHEDULE:
+                db_path = _db_path(out_dir, key, tuner)
+                if db_path.exists():
+                    with Database(str(db_path), readonly=True) as db:
+                        compiled[f"tensortune {tuner}"] = compile_model(model, db, tj)
+                continue
+            if ms_ex is None:
+                ms_db = msa.load_relax_db(str(ms_dir))
+                if ms_db is None:
+                    print(f"{key}: MetaSchedule's database is not in {ms_dir.name}; its model is left out", flush=True)
+                    continue
+                print(f"{key}: MetaSchedule tuned before; its database in {ms_dir.name} is compiled", flush=True)
+                ms_ex = msa.compile_model(ms_db, model.mod, make_target(tj))
             compiled[METASCHEDULE] = CompiledModel(model, ms_ex, [], tj)
         first = next(iter(compiled), None)
         tuned = compiled.pop(first) if first and first.startswith("tensortune") else None

@@ -1,11 +1,13 @@
 """``python -m bench run --stop-after``: an invocation ends between steps, never inside one, and
-the same command goes on; and whole-model systems given as tuner specs with options."""
+the same command goes on; whole-model systems given as tuner specs with options, and a model
+that gains a system in a later invocation."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -103,3 +105,74 @@ def test_an_operator_run_stops_before_a_step_that_does_not_fit_and_resumes(tmp_p
     assert ran == ["random", "genetic"] and run.ops_summary()["MMT"]["tuners"]["genetic"]["verified"]
     with pytest.raises(SystemExit, match="--stop-after must be positive"):
         cli.main([*args, "--stop-after", "0"])
+
+
+def test_a_model_that_gains_a_system_is_tuned_for_it_and_benchmarked_again(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuning, compiling and timing are stand-ins: what is checked is which systems are tuned,
+    which are compiled, and that the benchmark covers every system the model has."""
+    import tensortune.database as database
+    import tensortune.models.bench as mbench
+    import tensortune.models.compile as mcompile
+    import tensortune.models.importer as importer
+    from bench.suite import metaschedule as msa
+
+    tuned: list[str] = []
+    benched: list[list[str]] = []
+
+    def fake_tune(name: str, tuner: str, budget_s: float, seed: int, db: Path, log: Path) -> dict[str, Any]:
+        tuned.append(tuner)
+        db.write_text("db")
+        return {"ok": True, "wall_s": 1.0, "tune_wall_s": 1.0}
+
+    def fake_ms(model: Any, budget_s: float, seed: int, options: Any, work_dir: Path, batch: int) -> Any:
+        tuned.append("metaschedule")
+        return {"ok": True, "wall_s": 1.0, "tune_wall_s": 1.0}, "ms-executable"
+
+    class Report:
+        def __init__(self, names: list[str]) -> None:
+            self.names = names
+
+        def table(self) -> str:
+            return ""
+
+        def to_json(self) -> dict[str, Any]:
+            return {"rows": [{"name": n} for n in self.names]}
+
+    def fake_bench(model: Any, db: Any, rounds: int, tuned: Any, extra: dict[str, Any]) -> Report:
+        benched.append([tuned] + list(extra))
+        return Report(["tensortune tuned", *extra])
+
+    class NoDb:
+        def __init__(self, *a: Any, **k: Any) -> None:
+            pass
+
+        def __enter__(self) -> "NoDb":
+            return self
+
+        def __exit__(self, *a: Any) -> None:
+            pass
+
+    monkeypatch.setattr(wholemodel, "tune_tensortune", fake_tune)
+    monkeypatch.setattr(wholemodel, "tune_metaschedule", fake_ms)
+    monkeypatch.setattr(mbench, "bench_model", fake_bench)
+    monkeypatch.setattr(mcompile, "compile_model", lambda model, db, tj: "compiled")
+    monkeypatch.setattr(mcompile, "CompiledModel", lambda model, ex, tasks, tj: ex)
+    monkeypatch.setattr(importer, "load_model", lambda name: SimpleNamespace(mod=None))
+    monkeypatch.setattr(database, "Database", NoDb)
+    monkeypatch.setattr(msa, "load_relax_db", lambda d: "kept-ms-db")
+    monkeypatch.setattr(msa, "compile_model", lambda db, mod, target: "ms-from-kept-db")
+    run = RunDir(tmp_path)
+    run.create()
+    run.invocation = 0
+    wholemodel.run_models(run, ["m"], ["autotvm", "metaschedule"], 1.0, 0, 1)
+    assert tuned == ["autotvm", "metaschedule"] and benched == [["compiled", "metaschedule"]]
+    run.invocation = 1  # a later invocation adds a tuner: only it is tuned, and every system is timed again
+    wholemodel.run_models(run, ["m"], ["autotvm", "chameleon", "metaschedule"], 1.0, 0, 1)
+    assert tuned == ["autotvm", "metaschedule", "chameleon"]
+    assert benched[1] == ["compiled", "tensortune chameleon", "metaschedule"]
+    m = run.read_json("models")["m"]
+    assert [r["name"] for r in m["bench"]["rows"]] == ["tensortune autotvm", "tensortune chameleon", "metaschedule"]
+    assert m["run"] == 1 and m["systems"]["autotvm"]["run"] == 0 and m["systems"]["chameleon"]["run"] == 1
+    wholemodel.run_models(run, ["m"], ["autotvm"], 1.0, 0, 1)  # nothing new: nothing is done
+    assert len(tuned) == 3 and len(benched) == 2

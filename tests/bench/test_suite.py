@@ -133,6 +133,12 @@ def test_resume_rules() -> None:
     models = [_invocation(["models"])]
     with pytest.raises(SystemExit, match="model_budget_s 3.0"):
         provenance.check_resume(folder, models, True, _invocation(["models"], model_budget_s=30.0))
+    # another set of model tuners: a model's systems grow (MetaSchedule's batch is new, not other)
+    more = _invocation(["models"], model_tuners=["random", "metaschedule"], ms_batch=4)
+    provenance.check_resume(folder, models, True, more)
+    with pytest.raises(SystemExit, match=r"ms_batch 4 \(asked: 8\)"):
+        provenance.check_resume(folder, models + [more], True, _invocation(["models"], model_tuners=["metaschedule"],
+                                                                          ms_batch=8))
     other = _invocation(["ops"])
     other["machine"]["cpu_model"] = "Intel Xeon"
     with pytest.raises(SystemExit, match="another machine .*AMD EPYC 9R14.*Intel Xeon.*--out NEW_FOLDER"):
