@@ -93,6 +93,19 @@ def fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def remove_database(path: str | os.PathLike[str]) -> None:
+    """Remove a SQLite database with its ``-wal`` and ``-shm`` files, or a folder of databases
+    (what an interrupted run left: a new run must not inherit its trials or its journal)."""
+    import shutil
+
+    path = Path(path)
+    if path.is_dir():
+        shutil.rmtree(path)
+    for f in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if f.is_file():
+            f.unlink()
+
+
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write a result file (Markdown, CSV, JSON text) atomically."""
     from tensortune.utils.atomic import atomic_write

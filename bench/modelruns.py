@@ -3,14 +3,13 @@ is kept (and read back instead of running again), and a model's tuned and untune
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .common import write_text
+from .common import remove_database, write_text
 
 
 def run_json(cmd: list[str], keep: Path, fresh: Sequence[Path] = ()) -> dict[str, Any]:
@@ -23,11 +22,7 @@ def run_json(cmd: list[str], keep: Path, fresh: Sequence[Path] = ()) -> dict[str
     if keep.exists():
         return json.loads(keep.read_text())
     for path in fresh:
-        if path.is_dir():
-            shutil.rmtree(path)
-        for f in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-            if f.is_file():
-                f.unlink()
+        remove_database(path)
     full = [sys.executable, "-m", "tensortune.cli", *cmd, "--json"]
     print("$", " ".join(full), flush=True)
     proc = subprocess.run(full, capture_output=True, text=True)

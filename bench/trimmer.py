@@ -13,6 +13,11 @@ the cold ones; their share of the tuning time (wall seconds of building and runn
 CPU-seconds where recorded) is the paper's Table IV figure (26-43% without the filter). The
 cost per 1 ms of model improvement (Fig. 13) is the tuning run's wall time and CPU-seconds over
 (untuned - tuned latency). Writes ``OUT/trimmer.json`` and ``OUT/trimmer.md``.
+
+With ``--suite RESULTS`` nothing is tuned: the systems come from a whole-model suite folder
+(``python -m bench run --suite models --models resnet18,mobilenet_v2 --model-tuners
+autotvm,trimmer``, or ``trimmer`` added to a folder that has autotvm), whose interleaved
+benchmark timed them all in one run.
 """
 from __future__ import annotations
 
@@ -62,21 +67,61 @@ def tune(model: str, tuner: str, budget: float, out: Path) -> dict[str, Any]:
                     out / f"{model}-{tuner}.tune.json", fresh=[db])
 
 
+def from_suite(results: Path, model: str, tuner: str) -> tuple[dict[str, Any], Path, dict[str, Any], float]:
+    """A (model, tuner) system of a whole-model suite folder: its ``tune --json`` output (kept
+    beside its database; a system tuned before it was kept has only its wall time and, where
+    recorded, CPU-seconds), its database, its latencies from the model's interleaved benchmark
+    (outputs checked against the reference) and its tuning budget."""
+    from .suite.wholemodel import _db_path, tune_json_path
+
+    models = json.loads((results / "models.json").read_text()) if (results / "models.json").exists() else {}
+    entry = models.get(model, {})
+    system = entry.get("systems", {}).get(tuner, {})
+    db = _db_path(results / "models", model, tuner)
+    if not system.get("ok") or "bench" not in entry or not db.exists():
+        raise SystemExit(f"{results}: no benchmarked {tuner} system of {model} there; add it with `python -m bench "
+                         f"run --suite models --models {model} --model-tuners {tuner} --out {results}` "
+                         f"(with the folder's budget)")
+    keep = tune_json_path(db)
+    run = json.loads(keep.read_text()) if keep.exists() else {
+        "wall_s": system["tune_wall_s"], "tasks": [],
+        "cost": {"wall_s": system["tune_wall_s"], **({"cpu_s": system["cpu_s"]} if "cpu_s" in system else {})}}
+    rows = {r["name"]: r for r in entry["bench"]["rows"]}
+
+    def median(name: str) -> float | None:
+        r = rows.get(name)
+        return r["latency"]["median_ms"] if r and r.get("latency") and r.get("outputs_match") else None
+
+    lat = {"tuned_ms": median(f"tensortune {tuner}"), "tuned_ok": bool(rows.get(f"tensortune {tuner}", {}).get(
+        "outputs_match")), "untuned_ms": median("tensortune untuned")}
+    return run, db, lat, float(entry["budget_s"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.trimmer", description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet18,mobilenet_v2")
     p.add_argument("--tuners", default="autotvm,trimmer")
     p.add_argument("--time-budget", type=float, default=1800.0, help="tuning seconds per model and tuner")
+    p.add_argument("--suite", metavar="RESULTS", default=None,
+                   help="tune nothing: read each (model, tuner) from a whole-model suite folder (its databases, "
+                        "kept tune outputs and interleaved latencies; --time-budget is the folder's)")
     p.add_argument("--out", default="bench/results/trimmer")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    machine = machine_info()
+    if a.suite:
+        meta = json.loads((Path(a.suite) / "meta.json").read_text())
+        machine = meta["machine"]  # where the suite measured
     for model in a.models.split(","):
         for tuner in a.tuners.split(","):
-            run = tune(model, tuner, a.time_budget, out)
-            db = out / f"{model}-{tuner}.db"
-            lat = latency(model, db)
+            if a.suite:
+                run, db, lat, a.time_budget = from_suite(Path(a.suite), model, tuner)
+            else:
+                run = tune(model, tuner, a.time_budget, out)
+                db = out / f"{model}-{tuner}.db"
+                lat = latency(model, db)
             shares = cold_shares(db)
             cost = run.get("cost", {})
             gain = (lat["untuned_ms"] - lat["tuned_ms"]) if lat["tuned_ms"] and lat["untuned_ms"] else None
@@ -89,10 +134,12 @@ def main(argv: list[str] | None = None) -> int:
                    "cpu_s_per_ms": cost["cpu_s"] / gain if gain and gain > 0 and cost.get("cpu_s") else None}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    (out / "trimmer.json").write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
+    (out / "trimmer.json").write_text(json.dumps({"machine": machine, "suite": a.suite, "rows": rows}, indent=1))
     f = lambda x, s=".1f": "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, s)  # noqa: E731
     lines = ["# Trimmer's cold-candidate filter on whole models", "",
-             f"{machine_line()}; {a.time_budget:.0f} s of tuning per model and tuner.", "",
+             f"{machine_line(machine)}; {a.time_budget:.0f} s of tuning per model and tuner"
+             + (f" (the systems of the suite folder {a.suite}, latencies from its interleaved benchmark)" if a.suite
+                else "") + ".", "",
              "| model | tuner | trials | failed | cold (ok) | cold + failed share of build+run time | filtered | "
              "untuned ms | tuned ms | tuning wall s | CPU-s | wall s per ms gained | CPU-s per ms gained |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

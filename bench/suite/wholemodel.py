@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..common import remove_database, write_text
 from . import metaschedule as msa
 from .config import METASCHEDULE
 from .deadline import Deadline
@@ -49,9 +50,10 @@ def _tensortune_exe() -> str:
 
 def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path, log: Path) -> dict[str, Any]:
     """``tensortune tune MODEL --tuner T [--tuner-option K=V ...] --time-budget S --json`` in its own
-    process; ``tuner`` is a suite spec (``fasor:mode=quality``)."""
-    if db.exists():
-        db.unlink()  # a half-done earlier attempt: start again so the budget is spent once
+    process; ``tuner`` is a suite spec (``fasor:mode=quality``). Its whole ``--json`` output is
+    kept beside the database (``DB.tune.json``: per task trials, search reports, cost)."""
+    remove_database(db)  # a half-done earlier attempt: start again so the budget is spent once
+    tune_json_path(db).unlink(missing_ok=True)
     name, options = parse(tuner)
     cmd = [_tensortune_exe(), "tune", model, "--tuner", name, "--time-budget", str(budget_s), "--db", str(db),
            "--seed", str(seed), "--json"]
@@ -64,10 +66,17 @@ def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path
     if proc.returncode != 0:
         return {"ok": False, "wall_s": wall, "note": f"tensortune tune exited {proc.returncode} (see {log.name})"}
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    split = {k: out["cost"][k] for k in ("build_s", "run_s", "search_s") if k in out.get("cost", {})}
+    write_text(tune_json_path(db), json.dumps(out, indent=1))
+    cost = out.get("cost", {})
+    split = {k: cost[k] for k in ("build_s", "run_s", "search_s", "cpu_s") if k in cost}
     return {"ok": True, "wall_s": wall, "tune_wall_s": out["wall_s"], "trials": sum(t["trials"] for t in out["tasks"]),
             "tasks": len(out["tasks"]), "tasks_measured": out["tasks_measured"], "measure": out.get("measure", ""),
             "db": db.name, **split}
+
+
+def tune_json_path(db: Path) -> Path:
+    """Where a system's ``tensortune tune --json`` output is kept: beside its database."""
+    return db.with_suffix(".tune.json")
 
 
 def tune_metaschedule(model: Any, budget_s: float, seed: int, options: Any, work_dir: Path,

@@ -69,8 +69,11 @@ def test_a_model_tuner_with_options_runs_as_tune_with_tuner_options(tmp_path: Pa
     monkeypatch.setattr(wholemodel.subprocess, "run", fake_run)
     db = wholemodel._db_path(tmp_path, "resnet18", "fasor:mode=quality")
     assert db.name == "resnet18-fasor_mode_quality.db"
+    Path(f"{db}-wal").write_text("a journal an interrupted attempt left")
     r = wholemodel.tune_tensortune("resnet18", "fasor:mode=quality", 60.0, 0, db, tmp_path / "log")
-    assert r["ok"] and r["trials"] == 3
+    assert r["ok"] and r["trials"] == 3 and not Path(f"{db}-wal").exists()
+    kept = json.loads(wholemodel.tune_json_path(db).read_text())  # the whole tune --json, beside the database
+    assert kept["tasks"] == [{"trials": 3}] and kept["measure"] == "cold"
     cmd = seen[0]
     assert cmd[cmd.index("--tuner") + 1] == "fasor" and cmd[cmd.index("--tuner-option") + 1] == "mode=quality"
     with pytest.raises(SystemExit, match="unknown option 'nope'"):
