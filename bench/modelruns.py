@@ -1,5 +1,6 @@
 """Whole-model runs the Trimmer benchmarks share: a ``tensortune`` command whose ``--json`` output
-is kept (and read back instead of running again), and a model's tuned and untuned latency."""
+is kept (and read back instead of running again), a model's tuned and untuned latency, and a
+system of a whole-model suite folder read back instead of tuned again."""
 from __future__ import annotations
 
 import json
@@ -45,3 +46,33 @@ def latency(model: str, db_path: Path) -> dict[str, Any]:
     tuned, untuned = rows["tensortune tuned"], rows["tensortune untuned"]
     return {"tuned_ms": tuned.latency.median_ms if tuned.latency else None, "tuned_ok": tuned.ok,
             "untuned_ms": untuned.latency.median_ms if untuned.latency else None}
+
+
+def suite_system(results: Path, model: str, tuner: str) -> tuple[dict[str, Any], Path, dict[str, Any], float]:
+    """A (model, tuner) system of a whole-model suite folder: its ``tune --json`` output (kept
+    beside its database; a system tuned before it was kept has only its wall time and, where
+    recorded, CPU-seconds), its database, its latencies from the model's interleaved benchmark
+    (outputs checked against the reference) and its tuning budget."""
+    from .suite.wholemodel import _db_path, tune_json_path
+
+    models = json.loads((results / "models.json").read_text()) if (results / "models.json").exists() else {}
+    entry = models.get(model, {})
+    system = entry.get("systems", {}).get(tuner, {})
+    db = _db_path(results / "models", model, tuner)
+    if not system.get("ok") or "bench" not in entry or not db.exists():
+        raise SystemExit(f"{results}: no benchmarked {tuner} system of {model} there; add it with `python -m bench "
+                         f"run --suite models --models {model} --model-tuners {tuner} --out {results}` "
+                         f"(with the folder's budget)")
+    keep = tune_json_path(db)
+    run = json.loads(keep.read_text()) if keep.exists() else {
+        "wall_s": system["tune_wall_s"], "tasks": [],
+        "cost": {"wall_s": system["tune_wall_s"], **({"cpu_s": system["cpu_s"]} if "cpu_s" in system else {})}}
+    rows = {r["name"]: r for r in entry["bench"]["rows"]}
+
+    def median(name: str) -> float | None:
+        r = rows.get(name)
+        return r["latency"]["median_ms"] if r and r.get("latency") and r.get("outputs_match") else None
+
+    lat = {"tuned_ms": median(f"tensortune {tuner}"), "tuned_ok": bool(rows.get(f"tensortune {tuner}", {}).get(
+        "outputs_match")), "untuned_ms": median("tensortune untuned")}
+    return run, db, lat, float(entry["budget_s"])

@@ -9,7 +9,8 @@ reference, its database ``OUT/MODEL-sequential.db``), the model timed with its b
 (``OUT/MODEL-survey.db``): survey tuning stops when the model is within 2% of the sequential
 result (or when its rounds stop paying). Reported: each run's wall time, CPU-seconds and final
 latency, and survey's rounds. A finished run is not repeated (its ``tune --json`` is kept); an
-interrupted one starts again from an empty database.
+interrupted one starts again from an empty database. With ``--suite RESULTS`` the sequential
+run is the suite folder's system of the same tuner (same machine kind; its budget).
 Writes ``OUT/survey.json`` and ``OUT/survey.md``.
 """
 from __future__ import annotations
@@ -19,8 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-from .common import machine_info, machine_line, write_text
-from .modelruns import latency, run_json as run
+from .common import fmt, machine_info, machine_line, write_text
+from .modelruns import latency, run_json as run, suite_system
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,16 +29,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="resnet18,mobilenet_v2")
     p.add_argument("--tuner", default="autotvm")
     p.add_argument("--time-budget", type=float, default=3600.0)
+    p.add_argument("--suite", metavar="RESULTS", default=None,
+                   help="take the sequential reference from a whole-model suite folder (its TUNER system: "
+                        "database and kept tune output; --time-budget is the folder's) instead of tuning it")
     p.add_argument("--out", default="bench/results/survey")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for model in a.models.split(","):
-        seq_db = out / f"{model}-sequential.db"
-        seq = run(["tune", model, "--tuner", a.tuner, "--scheduler", "sequential", "--time-budget",
-                   str(a.time_budget), "--db", str(seq_db)], out / f"{model}-sequential.tune.json", fresh=[seq_db])
-        seq_lat = latency(model, seq_db)
+        if a.suite:
+            seq, seq_db, _, a.time_budget = suite_system(Path(a.suite), model, a.tuner)
+        else:
+            seq_db = out / f"{model}-sequential.db"
+            seq = run(["tune", model, "--tuner", a.tuner, "--scheduler", "sequential", "--time-budget",
+                       str(a.time_budget), "--db", str(seq_db)], out / f"{model}-sequential.tune.json", fresh=[seq_db])
+        seq_lat = latency(model, seq_db)  # timed here, as the survey run's model is
         goal_ms = 1.02 * seq_lat["tuned_ms"]
         sur_db = out / f"{model}-survey.db"
         sur = run(["tune", model, "--tuner", a.tuner, "--scheduler", "survey", "--time-budget", str(a.time_budget),
@@ -47,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         rep = sur.get("survey", {})
         row = {"model": model, "tuner": a.tuner, "untuned_ms": seq_lat["untuned_ms"],
                "sequential_ms": seq_lat["tuned_ms"], "sequential_wall_s": seq["cost"]["wall_s"],
-               "sequential_cpu_s": seq["cost"]["cpu_s"], "goal_ms": goal_ms, "survey_ms": sur_lat["tuned_ms"],
+               "sequential_cpu_s": seq["cost"].get("cpu_s"), "goal_ms": goal_ms, "survey_ms": sur_lat["tuned_ms"],
                "survey_wall_s": sur["cost"]["wall_s"], "survey_cpu_s": sur["cost"]["cpu_s"],
                "survey_stop": rep.get("stop"), "survey_rounds": [r["latency_ms"] for r in rep.get("rounds", [])],
                "reached": sur_lat["tuned_ms"] is not None and sur_lat["tuned_ms"] <= goal_ms}
@@ -60,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
              "| model | untuned ms | sequential ms | wall s | CPU-s | survey ms | wall s | CPU-s | stopped | "
              "wall ratio | CPU ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['untuned_ms']:.2f} | {r['sequential_ms']:.2f} | {r['sequential_wall_s']:.0f} | "
-                     f"{r['sequential_cpu_s']:.0f} | {r['survey_ms']:.2f} | {r['survey_wall_s']:.0f} | "
-                     f"{r['survey_cpu_s']:.0f} | {r['survey_stop']} | "
-                     f"{r['sequential_wall_s'] / r['survey_wall_s']:.2f}x | {r['sequential_cpu_s'] / r['survey_cpu_s']:.2f}x |")
+        cpu_ratio = r["sequential_cpu_s"] / r["survey_cpu_s"] if r["sequential_cpu_s"] and r["survey_cpu_s"] else None
+        lines.append(f"| {r['model']} | {fmt(r['untuned_ms'], '.2f')} | {fmt(r['sequential_ms'], '.2f')} | "
+                     f"{r['sequential_wall_s']:.0f} | {fmt(r['sequential_cpu_s'], '.0f')} | {fmt(r['survey_ms'], '.2f')} | "
+                     f"{r['survey_wall_s']:.0f} | {fmt(r['survey_cpu_s'], '.0f')} | {r['survey_stop']} | "
+                     f"{r['sequential_wall_s'] / r['survey_wall_s']:.2f}x | {fmt(cpu_ratio, '.2f')}x |")
     write_text(out / "survey.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from .common import machine_info, machine_line, write_text
-from .modelruns import latency, run_json
+from .common import fmt, machine_info, machine_line, write_text
+from .modelruns import latency, run_json, suite_system
 
 
 def cold_shares(db_path: Path) -> dict[str, Any]:
@@ -67,36 +66,6 @@ def tune(model: str, tuner: str, budget: float, out: Path) -> dict[str, Any]:
                     out / f"{model}-{tuner}.tune.json", fresh=[db])
 
 
-def from_suite(results: Path, model: str, tuner: str) -> tuple[dict[str, Any], Path, dict[str, Any], float]:
-    """A (model, tuner) system of a whole-model suite folder: its ``tune --json`` output (kept
-    beside its database; a system tuned before it was kept has only its wall time and, where
-    recorded, CPU-seconds), its database, its latencies from the model's interleaved benchmark
-    (outputs checked against the reference) and its tuning budget."""
-    from .suite.wholemodel import _db_path, tune_json_path
-
-    models = json.loads((results / "models.json").read_text()) if (results / "models.json").exists() else {}
-    entry = models.get(model, {})
-    system = entry.get("systems", {}).get(tuner, {})
-    db = _db_path(results / "models", model, tuner)
-    if not system.get("ok") or "bench" not in entry or not db.exists():
-        raise SystemExit(f"{results}: no benchmarked {tuner} system of {model} there; add it with `python -m bench "
-                         f"run --suite models --models {model} --model-tuners {tuner} --out {results}` "
-                         f"(with the folder's budget)")
-    keep = tune_json_path(db)
-    run = json.loads(keep.read_text()) if keep.exists() else {
-        "wall_s": system["tune_wall_s"], "tasks": [],
-        "cost": {"wall_s": system["tune_wall_s"], **({"cpu_s": system["cpu_s"]} if "cpu_s" in system else {})}}
-    rows = {r["name"]: r for r in entry["bench"]["rows"]}
-
-    def median(name: str) -> float | None:
-        r = rows.get(name)
-        return r["latency"]["median_ms"] if r and r.get("latency") and r.get("outputs_match") else None
-
-    lat = {"tuned_ms": median(f"tensortune {tuner}"), "tuned_ok": bool(rows.get(f"tensortune {tuner}", {}).get(
-        "outputs_match")), "untuned_ms": median("tensortune untuned")}
-    return run, db, lat, float(entry["budget_s"])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.trimmer", description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet18,mobilenet_v2")
@@ -117,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     for model in a.models.split(","):
         for tuner in a.tuners.split(","):
             if a.suite:
-                run, db, lat, a.time_budget = from_suite(Path(a.suite), model, tuner)
+                run, db, lat, a.time_budget = suite_system(Path(a.suite), model, tuner)
             else:
                 run = tune(model, tuner, a.time_budget, out)
                 db = out / f"{model}-{tuner}.db"
@@ -135,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     (out / "trimmer.json").write_text(json.dumps({"machine": machine, "suite": a.suite, "rows": rows}, indent=1))
-    f = lambda x, s=".1f": "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, s)  # noqa: E731
     lines = ["# Trimmer's cold-candidate filter on whole models", "",
              f"{machine_line(machine)}; {a.time_budget:.0f} s of tuning per model and tuner"
              + (f" (the systems of the suite folder {a.suite}, latencies from its interleaved benchmark)" if a.suite
@@ -145,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['tuner']} | {r['trials']} | {r['failed']} | {r['cold']} | "
-                     f"{f(r['cold_share_wall'], '.1%')} | {r['filtered']} | {f(r['untuned_ms'], '.2f')} | "
-                     f"{f(r['tuned_ms'], '.2f')} | {f(r['tune_wall_s'], '.0f')} | {f(r['tune_cpu_s'], '.0f')} | "
-                     f"{f(r['wall_s_per_ms'])} | {f(r['cpu_s_per_ms'])} |")
+                     f"{fmt(r['cold_share_wall'], '.1%')} | {r['filtered']} | {fmt(r['untuned_ms'], '.2f')} | "
+                     f"{fmt(r['tuned_ms'], '.2f')} | {fmt(r['tune_wall_s'], '.0f')} | {fmt(r['tune_cpu_s'], '.0f')} | "
+                     f"{fmt(r['wall_s_per_ms'])} | {fmt(r['cpu_s_per_ms'])} |")
     write_text(out / "trimmer.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
