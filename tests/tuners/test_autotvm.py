@@ -173,6 +173,30 @@ def test_transfer_used_automatically_and_can_be_turned_off(conv_task, tmp_path) 
         assert off.global_model is None and "no transfer" in off.status
 
 
+def test_each_source_tasks_records_are_extracted_once_per_process(conv_task, tmp_path, monkeypatch) -> None:
+    """The tasks of a model are tuned one after another, each fitting a global model on the
+    others' records: the transfer features are extracted once per record, not once per fit."""
+    from tensortune.costmodel import transfer
+
+    monkeypatch.setattr(transfer, "_EXTRACTOR", [])  # a fresh process-wide extractor
+    extracted: list[int] = []
+    real = type(transfer.transfer_extractor())._extract
+
+    def counted(self, task, configs):
+        extracted.append(len(configs))
+        return real(self, task, configs)
+
+    monkeypatch.setattr(type(transfer.transfer_extractor()), "_extract", counted)
+    other = Task.from_op("conv2d", (14, 14, 256, 256, 3, 1, 1), target=ZNVER4)
+    with Database(tmp_path / "h.db") as db:
+        fill_history(db, [conv_task, other], 40)
+        third = Task.from_op("conv2d", (28, 28, 128, 256, 3, 2, 1), target=ZNVER4)
+        first, _ = transfer.fit_global_model(db, third, min_records=16)  # both sources: 80 records
+        again, _ = transfer.fit_global_model(db, other, min_records=16)  # conv_task's 40 are kept
+        assert first is not None and again is not None
+    assert extracted == [40, 40, 0]  # per source task and fit: conv_task's and other's 40, then none again
+
+
 def test_too_little_or_foreign_history_falls_back_with_a_notice(conv_task, tmp_path) -> None:
     other = Task.from_op("conv2d", (14, 14, 256, 256, 3, 1, 1), target=ZNVER4)
     with Database(tmp_path / "few.db") as db:
