@@ -6,6 +6,7 @@
                         [--no-default-start] [--no-library] [--blocked] [--early-stopping N]
                         [--seed 0] [--threads N] [--quick] [--out RESULTS] [--stop-after MINUTES]
     python -m bench report RESULTS
+    python -m bench drop RESULTS MODEL:TUNER --why "..."   (tune one whole-model system again)
 
 A tuner is ``NAME[:KEY=VALUE...]``: ``autotvm:objective=reg``, ``autotvm:cost_model=treegru``,
 ``autotvm:transfer=true`` (a database that keeps the run's earlier workloads). What the older
@@ -85,6 +86,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true")
     p = sub.add_parser("report", help="plots and report.md from a results folder")
     p.add_argument("results")
+    d = sub.add_parser("drop", help="discard a whole-model system so that the next run tunes it again")
+    d.add_argument("results")
+    d.add_argument("system", help="MODEL:TUNER, e.g. resnet18:autotvm")
+    d.add_argument("--why", required=True, help="the reason, kept in models.json (e.g. the fix it waits for)")
     from .soak import add_parser as add_soak_parser  # faults at scale (bench/suite/soak.py)
 
     add_soak_parser(sub)
@@ -226,6 +231,21 @@ def cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_drop(a: argparse.Namespace) -> int:
+    from .store import RunDir
+    from .wholemodel import drop_system
+
+    model, sep, tuner = a.system.partition(":")
+    if not sep or not model or not tuner:
+        raise SystemExit(f"drop takes MODEL:TUNER, got {a.system!r}")
+    if not (Path(a.results) / "models.json").exists():
+        raise SystemExit(f"{a.results}: no models.json here")
+    old = drop_system(RunDir(a.results), model, tuner, a.why)
+    print(f"dropped {a.system} (tuned by invocation {old.get('run')}; {old.get('trials', '?')} trials); "
+          f"the next `python -m bench run` with the folder's settings tunes it again and benchmarks {model} anew")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench``."""
     from tensortune.utils.quiet import quiet_third_party_warnings
@@ -236,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         from .soak import cmd_soak
 
         return cmd_soak(a)
+    if a.cmd == "drop":
+        return cmd_drop(a)
     return cmd_run(a) if a.cmd == "run" else cmd_report(a)
 
 

@@ -220,3 +220,29 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
         entry["run"] = run.invocation  # the invocation that timed every system (see provenance.py)
         run.write_json("models", saved)
         on_step()
+
+
+def drop_system(run: RunDir, model: str, tuner: str, why: str) -> dict[str, Any]:
+    """Discard one whole-model system of a results folder so that the next run tunes it again
+    (after a fix in that tuner): its database (or MetaSchedule's folder) and kept ``tune --json``
+    go, and so does the model's benchmark, which timed it. Its summary is kept in the model's
+    ``dropped`` list with ``why`` and the date. Returns the dropped summary."""
+    saved = run.read_json("models", {}) or {}
+    entry = saved.get(model)
+    if entry is None or tuner not in entry.get("systems", {}):
+        have = ", ".join(f"{m}:{t}" for m, e in saved.items() for t in e.get("systems", {})) or "none"
+        raise SystemExit(f"{run.path}: no system {model}:{tuner} to drop (systems: {have})")
+    out_dir = run.path / "models"
+    if tuner == METASCHEDULE:
+        remove_database(out_dir / f"{model}-metaschedule")
+    else:
+        db = _db_path(out_dir, model, tuner)
+        remove_database(db)
+        tune_json_path(db).unlink(missing_ok=True)
+    old = entry["systems"].pop(tuner)
+    entry.pop("bench", None)
+    entry.setdefault("dropped", []).append({"tuner": tuner, "why": why, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                            "result": old})
+    run.write_json("models", saved)
+    return old
+

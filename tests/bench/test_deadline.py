@@ -179,3 +179,16 @@ def test_a_model_that_gains_a_system_is_tuned_for_it_and_benchmarked_again(tmp_p
     assert m["run"] == 1 and m["systems"]["autotvm"]["run"] == 0 and m["systems"]["chameleon"]["run"] == 1
     wholemodel.run_models(run, ["m"], ["autotvm"], 1.0, 0, 1)  # nothing new: nothing is done
     assert len(tuned) == 3 and len(benched) == 2
+    # a system dropped (after a fix in its tuner) is tuned again, and the model benchmarked anew
+    db = wholemodel._db_path(tmp_path / "models", "m", "autotvm")
+    assert db.exists()
+    assert cli.main(["drop", str(tmp_path), "m:autotvm", "--why", "a fix in autotvm"]) == 0
+    m = run.read_json("models")["m"]
+    assert not db.exists() and "autotvm" not in m["systems"] and "bench" not in m
+    assert m["dropped"][0]["tuner"] == "autotvm" and m["dropped"][0]["result"]["run"] == 0
+    run.invocation = 2
+    wholemodel.run_models(run, ["m"], ["autotvm", "chameleon", "metaschedule"], 1.0, 0, 1)
+    assert tuned[3:] == ["autotvm"] and len(benched) == 3
+    assert run.read_json("models")["m"]["systems"]["autotvm"]["run"] == 2
+    with pytest.raises(SystemExit, match=r"no system m:nope to drop \(systems: m:"):
+        cli.main(["drop", str(tmp_path), "m:nope", "--why", "x"])
