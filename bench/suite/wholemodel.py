@@ -18,7 +18,9 @@ Progress is saved per system in ``models.json``: an interrupted run tunes only t
 done yet (a half-tuned tensortune or MetaSchedule database is discarded, so every system gets its
 budget once; a finished MetaSchedule's database is read back from its folder and compiled).
 Each system's entry and each model's (for its benchmark) carry ``"run"``, the invocation that
-measured them.
+measured them. The databases stay in the results folder (committed with it: a later session on
+the same kind of machine benchmarks from them); when a model is to be benchmarked again, a system
+whose database is missing is dropped (and tuned again if the invocation lists it).
 """
 from __future__ import annotations
 
@@ -131,6 +133,16 @@ def _db_path(out_dir: Path, key: str, tuner: str) -> Path:
     return out_dir / f"{key}-{slug(tuner)}.db"
 
 
+def _stored(out_dir: Path, key: str, tuner: str) -> Path:
+    """What a tuned system leaves for its model's benchmark: its database, or MetaSchedule's folder."""
+    return out_dir / f"{key}-metaschedule" if tuner == METASCHEDULE else _db_path(out_dir, key, tuner)
+
+
+def _metaschedule_last(tuners: Any) -> list[str]:
+    """Systems in the order they are tuned and compiled: tensortune's first, MetaSchedule last."""
+    return sorted(tuners, key=lambda t: t == METASCHEDULE)
+
+
 def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: float, seed: int, rounds: int,
                progress: bool = True, ms_batch: int = msa.MS_BATCH,
                on_step: Callable[[], None] = lambda: None, deadline: Deadline | None = None) -> None:
@@ -158,10 +170,20 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
         name = resolve(name, out_dir)  # bench:NAME -> its ONNX file, exported once
         key = Path(name).stem if name.endswith(".onnx") else name
         entry = saved.setdefault(key, {"systems": {}})
-        todo = sorted((t for t in tuners if not entry["systems"].get(t, {}).get("ok")), key=lambda t: t == METASCHEDULE)
+        def pending() -> list[str]:
+            return _metaschedule_last(t for t in tuners if not entry["systems"].get(t, {}).get("ok"))
+
+        todo = pending()
         if "bench" in entry and not todo:
             print(f"{key}: done already, skipped", flush=True)
             continue
+        for tuner in [t for t, v in entry["systems"].items() if v.get("ok") and not _stored(out_dir, key, t).exists()]:
+            # the model is benchmarked again, and this system's tuned model cannot be compiled
+            print(f"{key}: {tuner} was tuned, but {_stored(out_dir, key, tuner).name} is not in {out_dir}: "
+                  f"dropped{' and tuned again' if tuner in tuners else ''}", flush=True)
+            _drop(entry, out_dir, key, tuner, f"{_stored(out_dir, key, tuner).name} was missing from the results "
+                                              "folder when the model was to be benchmarked again")
+        todo = pending()
         entry.update(budget_s=budget_s, seed=seed, source=name)
         model = load_model(name)
         ms_ex = None
@@ -191,12 +213,10 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
         tj = host_target_json()
         compiled = {}
         done = [t for t, v in entry["systems"].items() if v.get("ok")]
-        for tuner in sorted(done, key=lambda t: t == METASCHEDULE):
+        for tuner in _metaschedule_last(done):
             if tuner != METASCHEDULE:
-                db_path = _db_path(out_dir, key, tuner)
-                if db_path.exists():
-                    with Database(str(db_path), readonly=True) as db:
-                        compiled[f"tensortune {tuner}"] = compile_model(model, db, tj)
+                with Database(str(_db_path(out_dir, key, tuner)), readonly=True) as db:
+                    compiled[f"tensortune {tuner}"] = compile_model(model, db, tj)
                 continue
             if ms_ex is None:
                 ms_db = msa.load_relax_db(str(ms_dir))
@@ -232,17 +252,20 @@ def drop_system(run: RunDir, model: str, tuner: str, why: str) -> dict[str, Any]
     if entry is None or tuner not in entry.get("systems", {}):
         have = ", ".join(f"{m}:{t}" for m, e in saved.items() for t in e.get("systems", {})) or "none"
         raise SystemExit(f"{run.path}: no system {model}:{tuner} to drop (systems: {have})")
-    out_dir = run.path / "models"
-    if tuner == METASCHEDULE:
-        remove_database(out_dir / f"{model}-metaschedule")
-    else:
-        db = _db_path(out_dir, model, tuner)
-        remove_database(db)
-        tune_json_path(db).unlink(missing_ok=True)
+    old = _drop(entry, run.path / "models", model, tuner, why)
+    run.write_json("models", saved)
+    return old
+
+
+def _drop(entry: dict[str, Any], out_dir: Path, model: str, tuner: str, why: str) -> dict[str, Any]:
+    """``drop_system`` on one model's entry of ``models.json`` (the caller writes it)."""
+    stored = _stored(out_dir, model, tuner)
+    remove_database(stored)
+    if tuner != METASCHEDULE:
+        tune_json_path(stored).unlink(missing_ok=True)
     old = entry["systems"].pop(tuner)
     entry.pop("bench", None)
     entry.setdefault("dropped", []).append({"tuner": tuner, "why": why, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                                             "result": old})
-    run.write_json("models", saved)
     return old
 

@@ -4,6 +4,7 @@ that gains a system in a later invocation."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -130,6 +131,7 @@ def test_a_model_that_gains_a_system_is_tuned_for_it_and_benchmarked_again(tmp_p
 
     def fake_ms(model: Any, budget_s: float, seed: int, options: Any, work_dir: Path, batch: int) -> Any:
         tuned.append("metaschedule")
+        work_dir.mkdir()
         return {"ok": True, "wall_s": 1.0, "tune_wall_s": 1.0}, "ms-executable"
 
     class Report:
@@ -192,3 +194,15 @@ def test_a_model_that_gains_a_system_is_tuned_for_it_and_benchmarked_again(tmp_p
     assert run.read_json("models")["m"]["systems"]["autotvm"]["run"] == 2
     with pytest.raises(SystemExit, match=r"no system m:nope to drop \(systems: m:"):
         cli.main(["drop", str(tmp_path), "m:nope", "--why", "x"])
+    # a checkout without two systems' stored state (a database, MetaSchedule's folder): when the
+    # model is benchmarked again, a listed one is tuned again, and one not listed is dropped
+    wholemodel._db_path(tmp_path / "models", "m", "chameleon").unlink()
+    shutil.rmtree(tmp_path / "models" / "m-metaschedule")
+    run.invocation = 3
+    wholemodel.run_models(run, ["m"], ["autotvm", "chameleon", "fasor"], 1.0, 0, 1)
+    assert tuned[4:] == ["chameleon", "fasor"] and benched[-1] == ["compiled", "tensortune chameleon",
+                                                                   "tensortune fasor"]
+    m = run.read_json("models")["m"]
+    assert sorted(m["systems"]) == ["autotvm", "chameleon", "fasor"]
+    gone = {d["tuner"]: d["why"] for d in m["dropped"][1:]}
+    assert sorted(gone) == ["chameleon", "metaschedule"] and "m-metaschedule was missing" in gone["metaschedule"]

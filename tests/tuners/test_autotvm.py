@@ -173,12 +173,22 @@ def test_transfer_used_automatically_and_can_be_turned_off(conv_task, tmp_path) 
         assert off.global_model is None and "no transfer" in off.status
 
 
-def test_each_source_tasks_records_are_extracted_once_per_process(conv_task, tmp_path, monkeypatch) -> None:
+@pytest.fixture
+def fresh_transfer_extractor():
+    """A fresh process-wide transfer extractor for one test, dropped after it."""
+    from tensortune.costmodel import transfer
+
+    transfer.transfer_extractor.cache_clear()
+    yield
+    transfer.transfer_extractor.cache_clear()
+
+
+def test_each_source_tasks_records_are_extracted_once_per_process(conv_task, tmp_path, monkeypatch,
+                                                                  fresh_transfer_extractor) -> None:
     """The tasks of a model are tuned one after another, each fitting a global model on the
     others' records: the transfer features are extracted once per record, not once per fit."""
     from tensortune.costmodel import transfer
 
-    monkeypatch.setattr(transfer, "_EXTRACTOR", [])  # a fresh process-wide extractor
     extracted: list[int] = []
     real = type(transfer.transfer_extractor())._extract
 

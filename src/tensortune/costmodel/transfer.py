@@ -8,6 +8,7 @@ indices mean other configs now).
 """
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -25,20 +26,16 @@ TRANSFER_FEATURE = "curve"
 #: models scored; ~2 KB each).
 TRANSFER_CACHE = 100_000
 
-_EXTRACTOR: list[Any] = []
-
-
+@functools.cache
 def transfer_extractor() -> Any:
     """The process-wide extractor of the global models' features, in worker processes (one per
     core), with one cache for every tuner of the process. A model's tasks are tuned one after
     another, each fitting a global model on the others' records: with one cache a source task's
     records are extracted once per run, not once per later task (on resnet18 the refits took
     15 s before the 2nd task and 93 s before the 15th, a quarter of a 60-minute budget)."""
-    if not _EXTRACTOR:
-        from ..features.parallel import ParallelExtractor
+    from ..features.parallel import ParallelExtractor
 
-        _EXTRACTOR.append(ParallelExtractor(TRANSFER_FEATURE, cache_size=TRANSFER_CACHE))
-    return _EXTRACTOR[0]
+    return ParallelExtractor(TRANSFER_FEATURE, cache_size=TRANSFER_CACHE)
 
 
 def history_for_transfer(database: Any, task: Any, max_per_task: int = MAX_RECORDS_PER_TASK
