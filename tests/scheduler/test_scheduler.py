@@ -79,6 +79,16 @@ def test_overruns_are_charged_so_the_light_tasks_still_run(clock):
     assert clock.now <= 400.0 + 30.0  # the budget holds to within one overrun
 
 
+def test_light_tasks_tuned_last_keep_a_minimum_share_of_the_whole_budget(clock):
+    # resnet18's shape: 15 heavy convolutions, then 7 light tasks (1x1 convolutions, dense,
+    # pooling) with a thousandth of their FLOPs; every tuner runs 8 s past its budget
+    log = run(clock, 15, 3600.0, 8.0, light=7)
+    floor = sched.MIN_SHARE * 3600.0 / 22
+    assert [name for name, _ in log] == [f"t{k}" for k in range(22)]
+    assert all(b + 8.0 >= floor - 1e-6 for _, b in log[15:])  # each light task gets its share with its overrun
+    assert clock.now <= 3600.0 + 8.0
+
+
 def test_no_task_starts_after_the_budget(clock):
     log = run(clock, 5, 10.0, 100.0)  # the first task alone uses everything
     assert len(log) == 1
