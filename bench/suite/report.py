@@ -85,6 +85,13 @@ def _grid(n: int) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
+def _tasks_tuned(system: dict[str, Any]) -> str:
+    """``measured / tasks`` of a whole-model system's summary, ``-`` where it has none."""
+    if "tasks_measured" not in system or "tasks" not in system:
+        return "-"
+    return f"{system['tasks_measured']}/{system['tasks']}"
+
+
 def plot_curves(cv: dict[str, dict[str, list[dict[str, Any]]]], out: Path, x_key: str, xlabel: str, name: str) -> Path:
     """One panel per workload: best GFLOP/s so far against ``x_key`` for each tuner."""
     plt = _plt()
@@ -358,8 +365,10 @@ def write_report(path: Path) -> Path:
                "Each system tuned for the same wall time, then all outputs checked against the reference on the same "
                "inputs and all timed in interleaved rounds at the same thread count (medians).", "",
                models_on, "",
-               "| model | system | tuning wall (min) | trials | latency (ms) | p25-p75 | vs PyTorch | outputs |",
-               "|---|---|---:|---:|---:|---|---:|---|"]
+               "`tasks tuned`: the model's tasks the system measured at least one candidate for (the others run "
+               "their template's default schedule, or TVM's unscheduled one for MetaSchedule).", "",
+               "| model | system | tuning wall (min) | trials | tasks tuned | latency (ms) | p25-p75 | vs PyTorch | outputs |",
+               "|---|---|---:|---:|---:|---:|---|---:|---|"]
         for m, entry in models.items():
             if "bench" not in entry:
                 continue
@@ -370,7 +379,7 @@ def write_report(path: Path) -> Path:
                 sysinfo = entry["systems"].get(r["name"].replace("tensortune ", ""), {})
                 lat = r["latency"]
                 md.append(f"| {m} | {r['name']} | {_fmt(sysinfo.get('tune_wall_s', 0) / 60 if sysinfo else None)} | "
-                          f"{sysinfo.get('trials', '-') if sysinfo else '-'} | "
+                          f"{sysinfo.get('trials', '-') if sysinfo else '-'} | {_tasks_tuned(sysinfo)} | "
                           f"{_fmt(lat['median_ms'] if lat else None, '.2f')} | "
                           f"{_fmt(lat['p25_ms'] if lat else None, '.2f')}-{_fmt(lat['p75_ms'] if lat else None, '.2f')} | "
                           f"{_fmt(torch_ms / lat['median_ms'] if lat and torch_ms else None, '.2f')}x | "

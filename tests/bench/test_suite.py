@@ -279,6 +279,8 @@ def _check_report_numbers(md: str, run: RunDir) -> None:
         if system:
             assert _num(got["tuning wall (min)"]) == pytest.approx(system["tune_wall_s"] / 60, abs=0.051)
             assert got["trials"] == str(system["trials"])
+            if "tasks_measured" in system:
+                assert got["tasks tuned"] == f"{system['tasks_measured']}/{system['tasks']}"
 
 
 @pytest.mark.timeout(900)
