@@ -245,8 +245,9 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
 def drop_system(run: RunDir, model: str, tuner: str, why: str) -> dict[str, Any]:
     """Discard one whole-model system of a results folder so that the next run tunes it again
     (after a fix in that tuner): its database (or MetaSchedule's folder) and kept ``tune --json``
-    go, and so does the model's benchmark, which timed it. Its summary is kept in the model's
-    ``dropped`` list with ``why`` and the date. Returns the dropped summary."""
+    go, and the model is to be benchmarked again. Its summary, and the model's benchmark that
+    timed it, are kept in the model's ``dropped`` list with ``why`` and the date. Returns the
+    dropped summary."""
     saved = run.read_json("models", {}) or {}
     entry = saved.get(model)
     if entry is None or tuner not in entry.get("systems", {}):
@@ -264,8 +265,9 @@ def _drop(entry: dict[str, Any], out_dir: Path, model: str, tuner: str, why: str
     if tuner != METASCHEDULE:
         tune_json_path(stored).unlink(missing_ok=True)
     old = entry["systems"].pop(tuner)
-    entry.pop("bench", None)
-    entry.setdefault("dropped", []).append({"tuner": tuner, "why": why, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                            "result": old})
+    dropped = {"tuner": tuner, "why": why, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "result": old}
+    if "bench" in entry:  # the benchmark that timed it is kept with it: the other rows were measured too
+        dropped["bench"] = entry.pop("bench")
+    entry.setdefault("dropped", []).append(dropped)
     return old
 

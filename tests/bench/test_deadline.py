@@ -188,6 +188,8 @@ def test_a_model_that_gains_a_system_is_tuned_for_it_and_benchmarked_again(tmp_p
     m = run.read_json("models")["m"]
     assert not db.exists() and "autotvm" not in m["systems"] and "bench" not in m
     assert m["dropped"][0]["tuner"] == "autotvm" and m["dropped"][0]["result"]["run"] == 0
+    assert [r["name"] for r in m["dropped"][0]["bench"]["rows"]] == ["tensortune autotvm", "tensortune chameleon",
+                                                                      "metaschedule"]  # the benchmark kept with it
     run.invocation = 2
     wholemodel.run_models(run, ["m"], ["autotvm", "chameleon", "metaschedule"], 1.0, 0, 1)
     assert tuned[3:] == ["autotvm"] and len(benched) == 3
