@@ -22,8 +22,9 @@ Per task:
 Modes: ``efficiency`` (default; phi = 0.35, 0.25, 0.4): one DQN iteration, then the tuner is
 finished whatever budget is left; ``quality`` (phi = 0.45, 0.35, 0.2): iterations continue from
 the best measured config until ``patience`` iterations bring no better measurement, or the
-budget ends. The template default is measured first (as for every tuner), and so is the
-pre-tuned start.
+budget ends (a task whose op has no Fasor model is tuned by the ``fallback`` tuner under the same
+rule, in rounds of ``candidates`` trials). The template default is measured first (as for every
+tuner), and so is the pre-tuned start.
 
 Ablation switches (Fasor's Fig. 8): ``primitives`` = ``random`` (random knobs instead of the
 most sensitive) or ``all`` (no selection), ``prune`` off, ``start`` off (no pre-tuned start),
@@ -65,8 +66,8 @@ class FasorOptions:
     ``pretuned``: a pre-tuned table file (default: the shipped table merged with the user's,
     see :func:`tensortune.database.pretuned`); ``search_options`` go to the explorer (``phi``
     defaults to the mode's); ``fallback``: the tuner that tunes a task whose op has no Fasor
-    model ("" refuses such tasks): ``validate`` trials in efficiency mode, the budget in quality
-    mode."""
+    model ("" refuses such tasks): ``validate`` trials in efficiency mode; in quality mode rounds
+    of ``candidates`` trials until ``patience`` rounds bring no better config, or the budget."""
 
     mode: str = "efficiency"
     model: str | None = None
@@ -119,6 +120,7 @@ class FasorTuner(Tuner):
         self.model = FasorCostModel(o.model, workers=o.workers)
         self.delegate: Tuner | None = None
         self._delegated = 0
+        self._round_left = 0  # quality mode's fallback: trials left in its current round
         self.notice = ""
         if o.fallback and not self.model.has_predictor(task):
             from . import get_tuner
@@ -246,7 +248,7 @@ class FasorTuner(Tuner):
     def next_batch(self, n: int) -> list[Config]:
         if self.delegate is not None:
             if self.options.mode == "quality":
-                return self.delegate.next_batch(n)
+                return self._delegate_round(n)
             left = self.options.validate - self._delegated  # efficiency: the same few trials
             out = self.delegate.next_batch(min(n, left)) if left > 0 else []
             self._delegated += len(out)
@@ -275,6 +277,26 @@ class FasorTuner(Tuner):
             take = self.pending[: n - len(out)]
             out += take
             self.pending = self.pending[len(take):]
+        return out
+
+    def _delegate_round(self, n: int) -> list[Config]:
+        """Quality mode on a task without a Fasor model: the fallback tuner in rounds of
+        ``candidates`` trials, stopped by the rule of Fasor's own iterations (``patience``
+        rounds without a better config) or the budget. Unbounded, an autotvm fallback spends
+        the task's whole share: on bert_base, 6,800 trials of one batch_matmul in 11 minutes."""
+        if self._round_left == 0:
+            if self.iterations and not self._continue():
+                return []
+            self._iteration_best = self.best_cost
+            self.iterations += 1
+            self._round_left = self.options.candidates
+        assert self.delegate is not None
+        out = self.delegate.next_batch(min(n, self._round_left))
+        self._round_left -= len(out)
+        self._delegated += len(out)
+        if not out:
+            self.finished = self.finished or f"{self.options.fallback} found no unmeasured candidate " \
+                                             f"(no Fasor {self.task.op} model)"
         return out
 
     def _continue(self) -> bool:
