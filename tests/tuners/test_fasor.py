@@ -167,14 +167,15 @@ def test_an_op_without_a_model_falls_back(made, tmp_path) -> None:
 def test_quality_mode_fallback_stops_when_its_rounds_bring_nothing_better(tmp_path) -> None:
     """Without a Fasor model, quality mode's fallback tunes in rounds of ``candidates`` trials and
     stops after ``patience`` rounds without a better config, as Fasor's own iterations do (not at
-    the end of the task's budget): on a flat landscape, the default, then two rounds of 8."""
+    the end of the task's budget): on a flat landscape, the default and three rounds of 8 (the first
+    finds the first costs, the next two nothing better)."""
     task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
     m = FakeMeasurer(lambda c: 1e-3)
     tuner = get_tuner("fasor", task, options={"model": str(tmp_path), "mode": "quality", "candidates": 8,
                                               "validate": 4, "patience": 2})
     tuner.tune(400, m)
-    assert len(m.measured) == len(set(m.measured)) == 1 + 2 * 8
-    assert "converged" in tuner.finished and tuner.iterations == 2
+    assert len(m.measured) == len(set(m.measured)) == 1 + 3 * 8
+    assert "converged" in tuner.finished and tuner.iterations == 3
     # a landscape that keeps improving is tuned to the budget
     m2 = FakeMeasurer(lambda c: 1.0 / (1 + len(m2.measured)))
     tuner = get_tuner("fasor", task, options={"model": str(tmp_path), "mode": "quality", "candidates": 8,
