@@ -53,6 +53,15 @@ def test_generate_stores_each_task_resumes_and_exports(tasks, tmp_path) -> None:
         st = status(SPEC, db, tasks)
         assert (st["tasks"], st["complete"], st["samples"]) == (2, 2, 24) and st["measuring_hours"] >= 0
         assert sum(m["tasks"] for m in st["machines"].values()) == 2
+        # the same task list built on another machine (its targets differ, so its workload keys
+        # do): the samples stored for those ops and arguments still count (a dataset's one-time
+        # cost read on another machine, bench.payback)
+        from tensortune.task import Task
+
+        other = [Task.from_op(t.op, t.args, target={**ZNVER4, "mcpu": "znver5"}) for t in tasks]
+        assert {t.workload_key for t in other}.isdisjoint(t.workload_key for t in tasks)
+        st2 = status(SPEC, db, other)
+        assert (st2["complete"], st2["samples"], st2["measuring_hours"]) == (2, 24, st["measuring_hours"])
         default = tasks[0].default_config().index
         assert m.measured[0] != default  # ebs starts without the template default
         assert {t.op for t in tasks} == {"depthwise_conv2d_nchwc"}  # the form a model runs

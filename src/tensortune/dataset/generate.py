@@ -261,23 +261,35 @@ def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
     tuner_name, _ = CODE_SAMPLERS[spec.code_sampler]
     complete, exhausted, samples, seconds = 0, 0, 0, 0.0
     machines: dict[str, dict[str, float]] = {}
+    # a task is its op and arguments: its samples may come from any machine's target (a task
+    # kept in the list is built for this machine, whose workload key another machine's lacks)
+    stored: dict[str, list[str]] = {}
+    for rec in db.tasks():
+        stored.setdefault(_task_key(json.loads(rec.task_json)), []).append(rec.workload_key)
     for task in tasks:
-        trials = sorted((t for t in db.trials(task.workload_key) if t.tuner == tuner_name and t.confirmation is None),
-                        key=lambda t: t.timestamp)
-        if not trials:
+        keys = stored.get(_task_key({"op": task.op, "args": task.args}), [task.workload_key])
+        count = 0
+        for key in keys:
+            trials = sorted((t for t in db.trials(key) if t.tuner == tuner_name and t.confirmation is None),
+                            key=lambda t: t.timestamp)
+            if not trials:
+                continue
+            count += len(trials)
+            span = trials[-1].timestamp - trials[0].timestamp
+            span += span / max(len(trials) - 1, 1)
+            seconds += span
+            m = machines.setdefault(f"{trials[0].cpu_model} {trials[0].target}",
+                                    {"tasks": 0, "samples": 0, "seconds": 0.0})
+            m["tasks"] += 1
+            m["samples"] += len(trials)
+            m["seconds"] += span
+        if not count:
             continue
-        samples += len(trials)
-        if len(trials) >= spec.samples:
+        samples += count
+        if count >= spec.samples:
             complete += 1
-        elif space_measured(task, len(trials)):
+        elif space_measured(task, count):
             exhausted += 1
-        span = trials[-1].timestamp - trials[0].timestamp
-        span += span / max(len(trials) - 1, 1)
-        seconds += span
-        m = machines.setdefault(f"{trials[0].cpu_model} {trials[0].target}", {"tasks": 0, "samples": 0, "seconds": 0.0})
-        m["tasks"] += 1
-        m["samples"] += len(trials)
-        m["seconds"] += span
     return {"tasks": len(tasks), "complete": complete + exhausted, "exhausted": exhausted, "samples": samples,
             "measuring_hours": seconds / 3600, "machines": machines}
 
