@@ -62,6 +62,16 @@ def payback(one_time_s: float, models: dict[str, Any], baseline: str, tuner: str
     return rows
 
 
+def _models_machine(models_json: Path) -> str:
+    """The CPU model and LLVM cpu of the suite run beside ``models.json`` (its ``meta.json``)."""
+    try:
+        runs = json.loads((models_json.parent / "meta.json").read_text()).get("runs", [])
+        ids = {(r["machine"]["cpu_model"], r["machine"]["llvm_cpu"]) for r in runs if "machine" in r}
+    except (OSError, ValueError, KeyError, TypeError):
+        return "not recorded"
+    return "; ".join(f"{cpu} ({llvm})" for cpu, llvm in sorted(ids)) or "not recorded"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.payback", description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", action="append", required=True, help="dataset database (repeatable)")
@@ -91,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
              + ", ".join(f"{d['op']} dataset {d['measuring_hours']:.2f} h ({d['complete']}/{d['tasks']} tasks)"
                          for d in datasets)
              + "; training " + ", ".join(f"{t['op']} {t['seconds'] / 60:.1f} min" for t in trained) + ").", "",
+             "Datasets measured on: " + ("; ".join(sorted({m for d in datasets for m in d.get("machines", {})}))
+                                         or "-") + ". Compilations timed on: " + _models_machine(Path(a.models)) + ".",
+             "",
              f"| model | {a.baseline} (s) | {a.tuner} (s) | saved per compilation (s) | pays back after |",
              "|---|---:|---:|---:|---:|"]
     for r in rows:

@@ -48,4 +48,11 @@ def test_command_line(tmp_path) -> None:
     result = json.loads((tmp_path / "out" / "payback.json").read_text())
     assert result["datasets"][0]["samples"] == 5 and result["predictors"][0]["kind"] == "mlp"
     assert result["models"][0]["saving_s"] == 90.0 and result["models"][0]["payback_compilations"] >= 1
-    assert "| m | 100 | 10 | 90 |" in (tmp_path / "out" / "report.md").read_text()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| m | 100 | 10 | 90 |" in report
+    # where each side was measured: the datasets' machines, the suite run's (none beside this models.json)
+    assert f"Datasets measured on: {next(iter(result['datasets'][0]['machines']))}." in report
+    assert "Compilations timed on: not recorded." in report
+    (tmp_path / "meta.json").write_text(json.dumps({"runs": [{"machine": {"cpu_model": "Test CPU", "llvm_cpu": "znver9"}}]}))
+    assert main(args + ["--predictor", str(tmp_path / "p")]) == 0
+    assert "Compilations timed on: Test CPU (znver9)." in (tmp_path / "out" / "report.md").read_text()
