@@ -63,12 +63,11 @@ def payback(one_time_s: float, models: dict[str, Any], baseline: str, tuner: str
 
 
 def _models_machine(models_json: Path) -> str:
-    """The CPU model and LLVM cpu of the suite run beside ``models.json`` (its ``meta.json``)."""
-    try:
-        runs = json.loads((models_json.parent / "meta.json").read_text()).get("runs", [])
-        ids = {(r["machine"]["cpu_model"], r["machine"]["llvm_cpu"]) for r in runs if "machine" in r}
-    except (OSError, ValueError, KeyError, TypeError):
-        return "not recorded"
+    """The CPU model and LLVM cpu of the suite runs beside ``models.json`` (their ``meta.json``)."""
+    from .suite.store import RunDir
+
+    ids = {(r["machine"].get("cpu_model"), r["machine"].get("llvm_cpu"))
+           for r in RunDir(models_json.parent).runs() if "machine" in r}
     return "; ".join(f"{cpu} ({llvm})" for cpu, llvm in sorted(ids)) or "not recorded"
 
 

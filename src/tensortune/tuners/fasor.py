@@ -293,7 +293,6 @@ class FasorTuner(Tuner):
         assert self.delegate is not None
         out = self.delegate.next_batch(min(n, self._round_left))
         self._round_left -= len(out)
-        self._delegated += len(out)
         if not out:
             self.finished = self.finished or f"{self.options.fallback} found no unmeasured candidate " \
                                              f"(no Fasor {self.task.op} model)"
