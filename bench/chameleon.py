@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from .common import fmt as _f, geomean, gflops, save_figure, write_text
 from .suite.provenance import measured_on
-from .suite.report import curves
+from .suite.report import curves, first_reaching, settled
 from .suite.store import RunDir
 
 BASELINE = "autotvm:objective=reg"
@@ -46,22 +45,6 @@ STEP_PAIRS = (("SA / PPO, adaptive sampling", "chameleon:variant=sa-adaptive", C
 MEASURE_PAIRS = (("SA: diversity / adaptive", "chameleon:variant=sa-diversity", "chameleon:variant=sa-adaptive"),
                  ("SA: greedy / adaptive", "chameleon:variant=sa-greedy", "chameleon:variant=sa-adaptive"),
                  ("PPO: greedy / adaptive", "chameleon:variant=ppo-greedy", CHAMELEON))
-
-
-def settled(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Trials and seconds at the batch where the search's best last improved, and that best."""
-    best, hit = math.inf, None
-    for r in rows:
-        if r["best_ms"] is not None and r["best_ms"] < best * (1 - 1e-9):
-            best, hit = r["best_ms"], r
-    return {"trials": hit["trials"] if hit else None, "seconds": hit["elapsed_s"] if hit else None,
-            "best_ms": best if hit else None}
-
-
-def first_reaching(rows: list[dict[str, Any]], target_ms: float) -> dict[str, float] | None:
-    """Trials and seconds of the first batch whose best is at most ``target_ms``."""
-    hit = next((r for r in rows if r["best_ms"] is not None and r["best_ms"] <= target_ms * (1 + 1e-9)), None)
-    return None if hit is None else {"trials": hit["trials"], "seconds": hit["elapsed_s"]}
 
 
 def per_search_steps(summary: dict[str, Any]) -> float | None:

@@ -44,6 +44,22 @@ def curves(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any
     return out
 
 
+def settled(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Trials and seconds at the batch where the search's best last improved, and that best."""
+    best, hit = math.inf, None
+    for r in rows:
+        if r["best_ms"] is not None and r["best_ms"] < best * (1 - 1e-9):
+            best, hit = r["best_ms"], r
+    return {"trials": hit["trials"] if hit else None, "seconds": hit["elapsed_s"] if hit else None,
+            "best_ms": best if hit else None}
+
+
+def first_reaching(rows: list[dict[str, Any]], target_ms: float) -> dict[str, float] | None:
+    """Trials and seconds of the first batch whose best is at most ``target_ms``."""
+    hit = next((r for r in rows if r["best_ms"] is not None and r["best_ms"] <= target_ms * (1 + 1e-9)), None)
+    return None if hit is None else {"trials": hit["trials"], "seconds": hit["elapsed_s"]}
+
+
 def time_to_quality(work: dict[str, list[dict[str, Any]]], quality: float) -> tuple[float | None, dict[str, Any]]:
     """(best ms any tuner's search found, tuner -> {seconds, trials} to reach ``quality`` of it)."""
     bests = [r["best_ms"] for rs in work.values() for r in rs if r["best_ms"]]

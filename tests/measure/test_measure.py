@@ -175,3 +175,59 @@ def test_cold_options_time_single_runs_with_flushed_weights():
     cold = MeasureOptions.cold(repeat=4)
     assert (cold.flush_cache, cold.number, cold.min_repeat_ms, cold.repeat) == (True, 1, 0, 4)
     assert MeasureOptions().flush_cache is False  # operator tuning keeps hot caches
+
+
+def test_the_runner_process_is_replaced_every_runner_restart_candidates():
+    """A process keeps the kernel libraries it loaded mapped; a fresh one takes over every
+    ``runner_restart`` candidates (a 60-minute model run lost 6,300 trials to exhausted maps)."""
+    task = Task.from_op("matmul", [32, 32, 32])
+    configs = [task.default_config()] + task.space.sample(random.Random(1), 4)
+    opts = MeasureOptions(runner_restart=2, repeat=1, min_repeat_ms=1, n_parallel=1,
+                          build_timeout=GENEROUS_TIMEOUT, run_timeout=GENEROUS_TIMEOUT)
+    with Measurer(opts) as m:
+        results = m.measure([MeasureInput(task, c) for c in configs])
+        assert all(r.ok for r in results), [r.error_msg for r in results]
+        assert m.runner.restarts == 2  # candidates 3 and 5 ran in fresh processes
+
+
+def test_a_load_that_fails_for_lack_of_memory_maps_is_run_again_in_a_fresh_process(tmp_path):
+    """The process's fault, not the candidate's: the candidate is loaded again once, by a new process."""
+    from tensortune.measure.measure import LocalRunner
+    from tensortune.measure.pool import CallOutcome
+    from tensortune.measure.result import BuildResult
+
+    class Exhausted:
+        """A runner process whose memory maps ran out, until it is replaced."""
+
+        def __init__(self) -> None:
+            self.full, self.calls = True, 0
+
+        def call(self, fn, args, timeout):
+            self.calls += 1
+            if self.full:
+                msg = ("Check failed: (lib_handle_ != nullptr) is false: Failed to load dynamic shared library "
+                       "/tmp/k.so /tmp/k.so: cannot apply additional memory protection after relocation: "
+                       "Cannot allocate memory")
+                return CallOutcome("ok", ("runtime", [], msg, 2, 0.0), cpu_s=0.01)
+            return CallOutcome("ok", ("none", [1e-3, 1e-3], "", 2, 0.01), cpu_s=0.02)
+
+        def close(self) -> None:
+            self.full = False
+
+        def start(self) -> None:
+            pass
+
+    runner = LocalRunner(MeasureOptions())
+    runner._worker.close()
+    runner._worker = worker = Exhausted()
+    task = Task.from_op("matmul", [32, 32, 32])
+    art = tmp_path / "k.so"
+    art.write_bytes(b"")
+    r = runner.run([MeasureInput(task, task.default_config())], [BuildResult(str(art))])[0]
+    assert r.ok and r.cost == 1e-3 and runner.restarts == 1 and worker.calls == 2
+    # when the fresh process fails the same way, the error is recorded: one retry only
+    worker.full = True
+    worker.close = lambda: None
+    r = runner.run([MeasureInput(task, task.default_config())], [BuildResult(str(art))])[0]
+    assert r.error is ErrorKind.RUNTIME and "Cannot allocate memory" in r.error_msg and worker.calls == 4
+    runner._log.close()

@@ -210,3 +210,18 @@ def test_transfer_reads_the_pretraining_tasks_from_the_model_alone(made, tmp_pat
     assert len(out["tasks"]) == 1 and out["tasks"][0] in names and out["records"] > 0 and len(set(m.measured)) == 6
     moved = load_predictor(tmp_path / "moved" / "conv2d")
     assert moved.schema["transfer"]["k"] == 1 and (tmp_path / "moved" / "conv2d" / "sensitivity.json").is_file()
+
+
+def test_model_shipped_names_the_shipped_weights_beside_a_transferred_model(made, monkeypatch) -> None:
+    """``model=shipped`` is "no transfer" (Fig. 8) on a machine that has a transferred model."""
+    import tensortune.costmodel.fasor as cf
+
+    folder, _, _ = made
+    task = Task.from_op("conv2d_nchwc", (14, 14, 64, 64, 3, 1, 1, 16, 16), target=ZNVER4)
+    moved = folder.parent / "moved-here"
+    (moved / "conv2d_nchwc").mkdir(parents=True, exist_ok=True)
+    (moved / "conv2d_nchwc" / "predictor.json").write_text(json.dumps({"op": "conv2d_nchwc"}))
+    monkeypatch.setattr(cf, "transferred_folder", lambda key: moved)
+    assert cf.FasorCostModel().folder_for(task) == (moved / "conv2d_nchwc", "transferred")
+    assert cf.FasorCostModel("shipped").folder_for(task) == (cf.FASOR_SHIPPED / "conv2d_nchwc", "shipped")
+    assert get_tuner("fasor", task, options={"model": "shipped"}).options.model == "shipped"

@@ -4,7 +4,8 @@ It is the shared pre-trained predictor machinery (:class:`~.pretrained.Pretraine
 with the machine's hardware features (:mod:`tensortune.measure.hardware`) appended to every
 input row. Which weights it loads, first found:
 
-1. the folder given (``model=``): one predictor, or one sub-folder per op;
+1. the folder given (``model=``): one predictor, or one sub-folder per op (``model=shipped``
+   names the shipped weights even where a transferred model exists: Fasor's "no transfer");
 2. the model transferred to this machine by ``tensortune fasor transfer``, kept under
    :func:`fasor_home` by the machine's hardware key (CPU model, target, threads);
 3. the weights shipped in the package (``tensortune/learn/pretrained/fasor/<op>/``), pre-trained
@@ -25,6 +26,8 @@ from .pretrained import SHIPPED, PretrainedCostModel, predictor_folder
 
 #: Where the package keeps Fasor's pre-trained models, one folder per op.
 FASOR_SHIPPED = SHIPPED / "fasor"
+#: ``model=`` value naming the shipped weights.
+SHIPPED_NAME = "shipped"
 
 
 def fasor_home() -> Path:
@@ -74,6 +77,9 @@ class FasorCostModel(PretrainedCostModel):
 
     def folder_for(self, task: Any) -> tuple[Path | None, str]:
         """``(folder, origin)`` of the weights for ``task`` (see the module); ``(None, "")`` when none."""
+        if self.model_source == SHIPPED_NAME:
+            shipped = predictor_folder(task.op, FASOR_SHIPPED)
+            return (shipped, "shipped") if shipped is not None else (None, "")
         if self.model_source is not None:
             return predictor_folder(task.op, self.model_source), "given"
         if self.profile is not None:

@@ -88,6 +88,8 @@ class LocalRunner:
         self._log = tempfile.TemporaryFile()
         self._worker = Worker(init_worker, (tuple(self.options.imports), self.options.threads), self._log)
         self._energy = EnergyMeter()  # no domains where the machine has no counter: energy stays None
+        self._runs = 0  # candidates the current runner process has loaded
+        self.restarts = 0  # runner processes replaced (every options.runner_restart candidates, or a failed load)
 
     def start(self) -> None:
         """Start the runner process now."""
@@ -116,9 +118,18 @@ class LocalRunner:
         now, threads = time.time(), self.options.threads
         if b.error is not ErrorKind.NONE or b.artifact is None:
             return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads, build_cpu=b.build_cpu)
+        if self._runs >= max(1, self.options.runner_restart):
+            self._restart()
         t0 = time.perf_counter()
         self._energy.start()
         res = self._worker.call(*self._call(inp, b, opts), self.options.run_timeout)
+        self._runs += 1
+        if res.status == "ok" and res.value[0] == ErrorKind.RUNTIME.value and _cannot_load(res.value[2]):
+            # the process, not the candidate: a fresh process loads it again (once)
+            self._restart()
+            t0 = time.perf_counter()
+            res = self._worker.call(*self._call(inp, b, opts), self.options.run_timeout)
+            self._runs += 1
         joules = self._energy.stop()
         dt = time.perf_counter() - t0
         if not keep:
@@ -145,6 +156,13 @@ class LocalRunner:
         """The worker function that runs one candidate, and its arguments."""
         return run_candidate, (inp.task.json_text, b.artifact, opts)
 
+    def _restart(self) -> None:
+        """A fresh runner process (started now, so that no candidate's run time includes it)."""
+        self._worker.close()
+        self._worker.start()
+        self._runs = 0
+        self.restarts += 1
+
     def close(self) -> None:
         """Stop the runner process."""
         self._worker.close()
@@ -168,6 +186,17 @@ class RPCRunner(LocalRunner):
     def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
         return rpc_run_candidate, (inp.task.json_text, b.artifact, {**opts, "session_timeout": self.options.run_timeout},
                                    self.device)
+
+
+#: What a failed library load says when the process, not the candidate, is at fault (its memory
+#: maps exhausted): ``dlopen``'s "cannot apply additional memory protection after relocation:
+#: Cannot allocate memory", "failed to map segment from shared object", and the like.
+_LOAD_FAILURES = ("Cannot allocate memory", "failed to map segment")
+
+
+def _cannot_load(message: str) -> bool:
+    """True when a runtime error is a library load that failed for lack of memory maps."""
+    return "Failed to load dynamic shared library" in message and any(m in message for m in _LOAD_FAILURES)
 
 
 class DeviceUnavailable(RuntimeError):
