@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import fmt as _f, geomean, gflops, save_figure, write_text
-from .suite.provenance import measured_on
+from .suite.provenance import ops_measured_on
 from .suite.report import curves, first_reaching, settled
 from .suite.store import RunDir
 
@@ -183,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     cv = curves(run.ops_rows())
     tables = {w: workload_table(w, s, cv.get(w, {})) for w, s in summary.items()}
     cmp = compare(tables, cv)
-    provenance = measured_on(run.runs(), run.read_json("meta", {}) or {}, [s.get("run") for s in summary.values()],
-                             "ops")
+    provenance = ops_measured_on(run, summary.values())
     md = markdown(tables, cmp, provenance)
     write_text(run.path / "chameleon.md", md)
     (run.path / "chameleon.json").write_text(json.dumps({"workloads": tables, "comparisons": cmp}, indent=1))

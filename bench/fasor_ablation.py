@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import fmt as _f, geomean, gflops, save_figure, write_text
-from .suite.provenance import measured_on
+from .suite.provenance import ops_measured_on
 from .suite.report import curves, first_reaching, settled
 from .suite.store import RunDir
 
@@ -151,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{a.results}: no {a.full} to compare against (tuners: {', '.join(have)})", file=sys.stderr)
         return 1
     cmp = compare(summary, curves(run.ops_rows()), a.full)
-    provenance = measured_on(run.runs(), run.read_json("meta", {}) or {}, [s.get("run") for s in summary.values()],
-                             "ops")
+    provenance = ops_measured_on(run, summary.values())
     md = markdown(cmp, a.full, provenance)
     write_text(run.path / "fasor_ablation.md", md)
     write_text(run.path / "fasor_ablation.json", json.dumps({"full": a.full, "variants": cmp}, indent=1))

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from .common import fmt as _f, geomean, gflops, write_text
-from .suite.provenance import measured_on
+from .suite.provenance import ops_measured_on
 from .suite.specs import slug
 from .suite.store import RunDir
 
@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cmp["workloads"]:
         print(f"{a.results}: no workload where both {a.tuner} and {a.baseline} ran", file=sys.stderr)
         return 1
-    provenance = measured_on(run.runs(), run.read_json("meta", {}) or {},
-                             [summary[w].get("run") for w in cmp["workloads"]], "ops")
+    provenance = ops_measured_on(run, [summary[w] for w in cmp["workloads"]])
     md = markdown(cmp, provenance)
     stem = f"versus-{slug(a.tuner)}-{slug(a.baseline)}"
     write_text(run.path / f"{stem}.md", md)

@@ -190,3 +190,9 @@ def measured_on(runs: list[dict[str, Any]], meta: dict[str, Any], stamps: list[i
             f"{part})" if guessed and len(idx) > 1 else
             f" (not recorded with the result: the only invocation that ran {part})" if guessed else "")
     return f"Measured on {' and '.join(where)}; from {_runs_text(runs, idx)}{note}."
+
+
+def ops_measured_on(run: Any, summaries: Any) -> str:
+    """:func:`measured_on` for operator-suite results: the invocations that measured
+    ``summaries`` (``ops_summary.json`` entries) in the results folder ``run`` (a ``RunDir``)."""
+    return measured_on(run.runs(), run.read_json("meta", {}) or {}, [s.get("run") for s in summaries], "ops")

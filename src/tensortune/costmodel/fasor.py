@@ -77,11 +77,16 @@ class FasorCostModel(PretrainedCostModel):
 
     def folder_for(self, task: Any) -> tuple[Path | None, str]:
         """``(folder, origin)`` of the weights for ``task`` (see the module); ``(None, "")`` when none."""
-        if self.model_source == SHIPPED_NAME:
-            shipped = predictor_folder(task.op, FASOR_SHIPPED)
-            return (shipped, "shipped") if shipped is not None else (None, "")
-        if self.model_source is not None:
+        if self.model_source is not None and self.model_source != SHIPPED_NAME:
             return predictor_folder(task.op, self.model_source), "given"
+        moved = None if self.model_source == SHIPPED_NAME else self._transferred(task)
+        if moved is not None:
+            return moved, "transferred"
+        shipped = predictor_folder(task.op, FASOR_SHIPPED)
+        return (shipped, "shipped") if shipped is not None else (None, "")
+
+    def _transferred(self, task: Any) -> Path | None:
+        """The folder of the model transferred to this machine for ``task``'s op, if there is one."""
         if self.profile is not None:
             key = self.profile.key()
         else:  # the key, without measuring the profile
@@ -89,11 +94,7 @@ class FasorCostModel(PretrainedCostModel):
             from ..target import cpu_model
 
             key = profile_key(cpu_model(), task.target_json, task_threads(task))
-        moved = predictor_folder(task.op, transferred_folder(key))
-        if moved is not None:
-            return moved, "transferred"
-        shipped = predictor_folder(task.op, FASOR_SHIPPED)
-        return (shipped, "shipped") if shipped is not None else (None, "")
+        return predictor_folder(task.op, transferred_folder(key))
 
     def predictor_for(self, task: Any) -> Any:
         from ..learn.predictor import PredictorError, load_predictor

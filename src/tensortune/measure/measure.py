@@ -120,16 +120,15 @@ class LocalRunner:
             return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads, build_cpu=b.build_cpu)
         if self._runs >= max(1, self.options.runner_restart):
             self._restart()
-        t0 = time.perf_counter()
         self._energy.start()
-        res = self._worker.call(*self._call(inp, b, opts), self.options.run_timeout)
-        self._runs += 1
-        if res.status == "ok" and res.value[0] == ErrorKind.RUNTIME.value and _cannot_load(res.value[2]):
-            # the process, not the candidate: a fresh process loads it again (once)
-            self._restart()
+        for attempt in range(2):  # a load that failed for the process's fault is run again, once
+            if attempt:
+                self._restart()
             t0 = time.perf_counter()
             res = self._worker.call(*self._call(inp, b, opts), self.options.run_timeout)
             self._runs += 1
+            if not (res.status == "ok" and res.value[0] == ErrorKind.RUNTIME.value and _cannot_load(res.value[2])):
+                break
         joules = self._energy.stop()
         dt = time.perf_counter() - t0
         if not keep:
