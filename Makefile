@@ -54,22 +54,22 @@ datasets: setup
 	$(VENV)/bin/tensortune dataset generate --db $(DATA)/conv2d-model.db --shards datasets/conv2d --op conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
 
 # The ablation's smaller conv2d datasets (One-Shot Tuner's Table 4): task sampler x code sampler,
-# ABLATION_TASKS tasks x ABLATION_SAMPLES samples each, exported to $(DATA)/ablation/VARIANT.npz.
-# PGS + EBS is not measured again: it is the main dataset's first tasks and the first samples of
-# their trajectories (what generating it smaller would store); PGS + random measures those same
-# tasks (same sampler and seed). Shards in datasets/ablation/ keep each variant across sessions.
+# ABLATION_TASKS tasks x ABLATION_SAMPLES samples each, all six measured on this machine's CPU (so
+# any kind of machine can run the whole ablation, about 1.5 h) into datasets/ablation-CPU/VARIANT
+# (shards, kept in git across sessions) and exported to $(DATA)/ablation-CPU/VARIANT.npz. PGS and
+# random tasks come from the same sampler seed for the EBS and random code samplers.
 ABLATION_TASKS ?= 40
 ABLATION_SAMPLES ?= 100
+ABLATION_VARIANTS ?= pgs-ebs pgs-random random-ebs random-random modelzoo-ebs modelzoo-random
 ablation-datasets: setup
-	mkdir -p $(DATA)/ablation
-	$(VENV)/bin/tensortune dataset export --db $(DATA)/conv2d-model.db --shards datasets/conv2d --op conv2d_nchwc \
-	  --max-tasks $(ABLATION_TASKS) --max-samples $(ABLATION_SAMPLES) -o $(DATA)/ablation/pgs-ebs.npz --force
-	for v in pgs-random random-ebs random-random modelzoo-ebs modelzoo-random; do \
-	  $(VENV)/bin/tensortune dataset generate --db $(DATA)/ablation/$$v.db --shards datasets/ablation/$$v --op conv2d \
+	cpu=$$($(PY) -c "import tvm; print(tvm.get_global_func('target.llvm_get_system_cpu')())") || exit 1; \
+	mkdir -p $(DATA)/ablation-$$cpu || exit 1; \
+	for v in $(ABLATION_VARIANTS); do \
+	  $(VENV)/bin/tensortune dataset generate --db $(DATA)/ablation-$$cpu/$$v.db --shards datasets/ablation-$$cpu/$$v --op conv2d \
 	    --sampler $${v%-*} --code $${v#*-} --tasks $(ABLATION_TASKS) --samples $(ABLATION_SAMPLES) \
 	    --repeat 3 --min-repeat-ms 20 --no-progress || exit 1; \
-	  $(VENV)/bin/tensortune dataset export --db $(DATA)/ablation/$$v.db --op conv2d_nchwc \
-	    -o $(DATA)/ablation/$$v.npz --force || exit 1; \
+	  $(VENV)/bin/tensortune dataset export --db $(DATA)/ablation-$$cpu/$$v.db --op conv2d_nchwc \
+	    -o $(DATA)/ablation-$$cpu/$$v.npz --force || exit 1; \
 	done
 
 clean:

@@ -450,3 +450,22 @@ def test_a_run_stopped_within_a_workload_resumes_at_its_first_unfinished_tuner(
     assert set(s["tuners"]) == {"random", "genetic"} and all(v["verified"] for v in s["tuners"].values())
     assert {r["tuner"] for r in run.ops_rows()} == {"random", "genetic"}
     assert not (out / "partial").exists() or not any((out / "partial").iterdir())
+
+
+def test_against_metaschedule_gives_each_system_its_time_split_and_ratios() -> None:
+    def row(name: str, ms: float) -> dict[str, Any]:
+        return {"name": name, "latency": {"median_ms": ms}}
+
+    models = {"m": {"systems": {
+        METASCHEDULE: {"ok": True, "tune_wall_s": 1000.0, "build_s": 200.0, "run_s": 600.0, "search_s": 200.0},
+        "fasor": {"ok": True, "tune_wall_s": 100.0, "build_s": 40.0, "run_s": 40.0, "search_s": 20.0},
+        "autotvm": {"ok": False, "tune_wall_s": 50.0, "build_s": 1.0, "run_s": 1.0}},  # failed: no row
+        "bench": {"rows": [row("metaschedule", 12.0), row("tensortune fasor", 10.0)]}},
+        "other": {"systems": {"fasor": {"ok": True, "tune_wall_s": 9.0, "build_s": 1.0, "run_s": 1.0}}}}
+    md = report.against_metaschedule(models)
+    rows = [x for x in md if x.startswith("| m |") or x.startswith("| other |")]
+    # measurement 80 s against 800 (-90%), search 20 against 200 (-90%), latency 12/10, wall 1000/100
+    assert rows == ["| m | fasor | -90.0% | -90.0% | 1.20x | 10.00x |"]
+    assert report.against_metaschedule({"other": models["other"]}) == []  # no MetaSchedule, no table
+    del models["m"]["bench"]  # not benchmarked (yet): the time columns stay, the latency is "-"
+    assert "| m | fasor | -90.0% | -90.0% | - | 10.00x |" in report.against_metaschedule(models)
