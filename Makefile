@@ -55,7 +55,7 @@ datasets: setup
 
 # The ablation's smaller conv2d datasets (One-Shot Tuner's Table 4): task sampler x code sampler,
 # ABLATION_TASKS tasks x ABLATION_SAMPLES samples each, all six measured on this machine's CPU (so
-# any kind of machine can run the whole ablation, about 1.5 h) into datasets/ablation-CPU/VARIANT
+# any kind of machine can run the whole ablation, about 2.5 h) into datasets/ablation-CPU/VARIANT
 # (shards, kept in git across sessions) and exported to $(DATA)/ablation-CPU/VARIANT.npz. PGS and
 # random tasks come from the same sampler seed for the EBS and random code samplers.
 ABLATION_TASKS ?= 40
