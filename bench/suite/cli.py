@@ -5,6 +5,7 @@
                         [--model-tuners autotvm,metaschedule] [--model-budget 1800] [--rounds 5]
                         [--no-default-start] [--no-library] [--blocked] [--early-stopping N]
                         [--seed 0] [--threads N] [--quick] [--out RESULTS] [--stop-after MINUTES]
+                        [--confirm-tuned]
     python -m bench report RESULTS
     python -m bench drop RESULTS MODEL:TUNER --why "..."   (tune one whole-model system again)
 
@@ -79,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--blocked", action="store_const", const=True, default=None,
                    help="tune convolutions in their blocked (NCHWc) form, as inside a model")
     r.add_argument("--early-stopping", type=int, help="a tuner stops after N trials without improvement")
+    r.add_argument("--confirm-tuned", dest="confirm_tuned", action="store_const", const=True, default=None,
+                   help="whole models: run the in-model check on systems tuned before `tune` ran it, "
+                        "then benchmark their models again")
     r.add_argument("--out", help="results folder")
     r.add_argument("--stop-after", type=float, metavar="MINUTES",
                    help="end cleanly before a step (a tuner on a workload, a model's system or benchmark) that "
@@ -102,7 +106,7 @@ def settings(a: argparse.Namespace) -> Settings:
     over = {"suites": a.suite, "tuners": a.tuners, "budget": a.budget, "workloads": a.workloads, "models": a.models,
             "model_tuners": a.model_tuners, "model_budget_s": a.model_budget, "ms_batch": a.ms_batch, "rounds": a.rounds, "seed": a.seed,
             "start_from_default": a.start_from_default, "library": a.library, "blocked": a.blocked,
-            "early_stopping": a.early_stopping}
+            "early_stopping": a.early_stopping, "confirm_tuned": a.confirm_tuned}
     return dataclasses.replace(base, **{k: v for k, v in over.items() if v is not None})
 
 
@@ -211,7 +215,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         from .wholemodel import run_models
 
         run_models(run, list(s.models), list(s.model_tuners), s.model_budget_s, s.seed, s.rounds, progress,
-                   ms_batch=s.ms_batch, on_step=save_wall, deadline=deadline)
+                   ms_batch=s.ms_batch, on_step=save_wall, deadline=deadline, confirm_tuned=s.confirm_tuned)
     save_wall()
     if deadline.stopped:
         print(f"stopped before {deadline.stopped} after {(time.perf_counter() - t0) / 60:.1f} min (--stop-after); "

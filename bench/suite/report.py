@@ -46,7 +46,40 @@ def _times(ratio: float | None) -> str:
 def _split(v: dict[str, Any]) -> tuple[float, float]:
     """A system's tuning seconds as (measurement: building + running, search/model: the rest)."""
     measure = v["build_s"] + v["run_s"]
-    return measure, v.get("search_s", max(0.0, v["tune_wall_s"] - measure))
+    return measure, v.get("search_s", max(0.0, v["tune_wall_s"] - measure - v.get("confirm_s", 0.0)))
+
+
+def in_model_check(models: dict[str, Any]) -> list[str]:
+    """Markdown: each system's in-model check (``tensortune confirm``): its time, the tasks it
+    switched to another config, its own timing of the model before and after, and, where the
+    model was benchmarked before the check too, both benchmarks' medians. Empty without any."""
+    rows = []
+    for m, entry in models.items():
+        lat = {r["name"]: r["latency"]["median_ms"] for r in (entry.get("bench") or {}).get("rows", [])
+               if r.get("latency")}
+        before = {r["name"]: r["latency"]["median_ms"] for b in entry.get("benches_before_confirm", [])[:1]
+                  for r in b.get("rows", []) if r.get("latency")}
+        for name, v in entry.get("systems", {}).items():
+            c = v.get("confirm")
+            if not c:
+                continue
+            own = c.get("latency_ms", {})
+            row = f"tensortune {name}"
+            rows.append(f"| {m} | {name} | {_fmt(v.get('confirm_s'), '.0f')} | {c.get('changed')}/{c.get('tasks')} | "
+                        f"{_fmt(own.get('untuned'), '.2f')} | {_fmt(own.get('tuned'), '.2f')} | "
+                        f"{_fmt(own.get('confirmed'), '.2f')} | {c.get('kept')} | "
+                        f"{_fmt(before.get(row), '.2f')} | {_fmt(lat.get(row), '.2f')} |")
+    if not rows:
+        return []
+    return ["### In-model check", "",
+            "Each tuned task's best, default and runner-up timed inside the model (`tensortune confirm`); its time "
+            "is part of the system's tuning wall. `switched`: tasks whose model config is no longer their best "
+            "measured alone. Then its own timing of the whole model (interleaved medians) untuned, tuned (best "
+            "alone) and confirmed, which configs stand (`confirmed`, or a whole variant when the confirmed model "
+            "was slower than it by more than 2%), and the suite's benchmark of the system before the check and "
+            "after it (ms).", "",
+            "| model | system | check (s) | switched | untuned | tuned | confirmed | kept | bench before | bench after |",
+            "|---|---|---:|---:|---:|---:|---:|---|---:|---:|", *rows, ""]
 
 
 def against_metaschedule(models: dict[str, Any]) -> list[str]:
@@ -465,15 +498,18 @@ def write_report(path: Path) -> Path:
         if timed:
             md += ["### Where each system's tuning time went", "",
                    "Building and running: wall time in the measurer (MetaSchedule: in its builder and runner); "
-                   "search/model: the rest (search, cost-model updates, bookkeeping).", "",
-                   "| model | system | tuning wall (min) | search/model | building | running |",
-                   "|---|---|---:|---:|---:|---:|"]
+                   "search/model: the rest (search, cost-model updates, bookkeeping); in-model check: "
+                   "`tensortune confirm` after tuning.", "",
+                   "| model | system | tuning wall (min) | search/model | building | running | in-model check |",
+                   "|---|---|---:|---:|---:|---:|---:|"]
             for m, name, v in timed:
                 wall, search = v["tune_wall_s"], _split(v)[1]
                 md.append(f"| {m} | {name} | {wall / 60:.1f} | "
-                          + " | ".join(f"{x / wall:.0%}" for x in (search, v["build_s"], v["run_s"])) + " |")
+                          + " | ".join(f"{x / wall:.0%}" for x in (search, v["build_s"], v["run_s"]))
+                          + f" | {_fmt(v['confirm_s'] / wall if v.get('confirm_s') else None, '.0%')} |")
             md.append("")
             md += against_metaschedule(models)
+        md += in_model_check(models)
         figures.append(plot_models(models, path))
         captions["models.png"] = models_on
     if figures:

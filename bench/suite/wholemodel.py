@@ -43,6 +43,8 @@ from .store import RunDir
 MS_MAX_TRIALS = 100_000
 #: Seconds a model's final benchmark (compiling every system's model, interleaved rounds) may take.
 BENCH_ESTIMATE_S = 1200.0
+#: Seconds one system's in-model check (``tensortune confirm``: three compiles, timed rounds) may take.
+CONFIRM_ESTIMATE_S = 600.0
 
 
 def _tensortune_exe() -> str:
@@ -70,10 +72,43 @@ def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     write_text(tune_json_path(db), json.dumps(out, indent=1))
     cost = out.get("cost", {})
-    split = {k: cost[k] for k in ("build_s", "run_s", "search_s", "cpu_s") if k in cost}
+    split = {k: cost[k] for k in ("build_s", "run_s", "search_s", "cpu_s", "confirm_s") if k in cost}
+    conf = out.get("confirm") or {}
+    checked = {"confirm": _confirm_summary(conf)} if "changed" in conf else {}
     return {"ok": True, "wall_s": wall, "tune_wall_s": out["wall_s"], "trials": sum(t["trials"] for t in out["tasks"]),
             "tasks": len(out["tasks"]), "tasks_measured": out["tasks_measured"], "measure": out.get("measure", ""),
-            "db": db.name, **split}
+            "db": db.name, **split, **checked}
+
+
+def _confirm_summary(out: dict[str, Any]) -> dict[str, Any]:
+    """What ``models.json`` keeps of an in-model check's ``--json`` output."""
+    return {"changed": out["changed"], "tasks": len(out["tasks"]), "latency_ms": out["latency_ms"], "kept": out["kept"]}
+
+
+def confirm_system(run: RunDir, out_dir: Path, model: str, source: str, tuner: str, v: dict[str, Any]) -> bool:
+    """The in-model check (``tensortune confirm``, which ``tune`` runs at its end) on one system
+    tuned before it existed, so that every system of a model is compared alike. Its ``--json``
+    output is kept beside the database (``DB.confirm.json``); its time is added to the system's
+    ``tune_wall_s`` (the time before it is kept in ``tune_wall_s_before_confirm``). Returns
+    whether it ran (``v`` is updated; the caller saves it)."""
+    db = _db_path(out_dir, model, tuner)
+    print(f"{model}: tensortune confirm on {tuner}'s database", flush=True)
+    cmd = [_tensortune_exe(), "confirm", source, "--db", str(db), "--json"]
+    with open(out_dir / f"{model}.log", "a") as err:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    if proc.returncode != 0:
+        print(f"{model}: {tuner}: tensortune confirm exited {proc.returncode} (see {model}.log)", flush=True)
+        return False
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    write_text(db.with_name(db.name + ".confirm.json"), json.dumps(out, indent=1))
+    v["tune_wall_s_before_confirm"] = v["tune_wall_s"]
+    v["tune_wall_s"] = v["tune_wall_s"] + out["wall_s"]
+    v["confirm_s"] = out["wall_s"]
+    v["confirm"] = {**_confirm_summary(out), "run": run.invocation}
+    print(f"{model}: {tuner}: {out['changed']} of {len(out['tasks'])} tasks switched; "
+          + ", ".join(f"{k} {x:.2f} ms" for k, x in out["latency_ms"].items()) + f" ({out['wall_s']:.0f} s)",
+          flush=True)
+    return True
 
 
 def tune_json_path(db: Path) -> Path:
@@ -145,8 +180,11 @@ def _metaschedule_last(tuners: Any) -> list[str]:
 
 def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: float, seed: int, rounds: int,
                progress: bool = True, ms_batch: int = msa.MS_BATCH,
-               on_step: Callable[[], None] = lambda: None, deadline: Deadline | None = None) -> None:
+               on_step: Callable[[], None] = lambda: None, deadline: Deadline | None = None,
+               confirm_tuned: bool = False) -> None:
     """The whole-model suite (resumes per system); ``on_step`` is called after each stored result.
+    With ``confirm_tuned``, systems tuned before ``tune`` ran the in-model check get it
+    (:func:`confirm_system`) and their model is benchmarked again.
 
     A model's systems are the tuners any invocation tuned on it: one that lists a tuner the
     model lacks tunes it and benchmarks the model again with every system it has.
@@ -174,7 +212,9 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
             return _metaschedule_last(t for t in tuners if not entry["systems"].get(t, {}).get("ok"))
 
         todo = pending()
-        if "bench" in entry and not todo:
+        unchecked = [t for t, v in entry["systems"].items() if confirm_tuned and t != METASCHEDULE and v.get("ok")
+                     and "confirm_s" not in v and _stored(out_dir, key, t).exists()]
+        if "bench" in entry and not todo and not unchecked:
             print(f"{key}: done already, skipped", flush=True)
             continue
         for tuner in [t for t, v in entry["systems"].items() if v.get("ok") and not _stored(out_dir, key, t).exists()]:
@@ -183,6 +223,14 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
                   f"dropped{' and tuned again' if tuner in tuners else ''}", flush=True)
             _drop(entry, out_dir, key, tuner, f"{_stored(out_dir, key, tuner).name} was missing from the results "
                                               "folder when the model was to be benchmarked again")
+        for tuner in unchecked:
+            if not deadline.allows(f"{key} {tuner}'s in-model check", CONFIRM_ESTIMATE_S):
+                return
+            if confirm_system(run, out_dir, key, name, tuner, entry["systems"][tuner]):
+                if "bench" in entry:  # kept: it shows each system before its check
+                    entry.setdefault("benches_before_confirm", []).append(entry.pop("bench"))
+                run.write_json("models", saved)
+                on_step()
         todo = pending()
         entry.update(budget_s=budget_s, seed=seed, source=name)
         model = load_model(name)

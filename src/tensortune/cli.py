@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -202,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     tm.add_argument("--seed", type=int, default=0)
     tm.add_argument("--json", action="store_true", help="print one JSON object")
     tm.add_argument("--no-progress", action="store_true")
+    tm.add_argument("--no-confirm", action="store_true",
+                    help="skip the in-model check at the end (each tuned task's best, default and runner-up "
+                         "timed inside the model; see `tensortune confirm`)")
     tuner_option_arg(tm)
 
     ts = sub.add_parser("tasks", help="list the tasks of a model")
@@ -231,6 +235,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--no-peak", action="store_true", help="skip measuring the machine's peak (no %%peak column)")
     pr.add_argument("--layout", default=None, help="layout mode: blocked (default) or nchw")
     pr.add_argument("--json", action="store_true")
+
+    cf = sub.add_parser("confirm", help="time each tuned task's best, default and runner-up inside the model "
+                                        "and keep the fastest there (tune runs this at its end)")
+    model_args(cf)
+    cf.add_argument("--db", required=True, help="database of tuning records (the verdict is stored in it)")
+    cf.add_argument("--threads", type=_positive_int, default=None, help="threads (default: all cores)")
+    cf.add_argument("--rounds", type=_positive_int, default=None, help="interleaved rounds (default 5)")
+    cf.add_argument("--runs", type=_positive_int, default=None, help="inferences per variant and round (default 5)")
+    cf.add_argument("--alternatives", type=int, default=None,
+                    help="runners-up per task timed beside its best and its default (default 1)")
+    cf.add_argument("--json", action="store_true")
 
     d = sub.add_parser("demo", help=f"the main job on defaults: tune {DEMO_MODEL} for a few minutes, then compare")
     d.add_argument("--model", default=DEMO_MODEL)
@@ -674,12 +689,30 @@ def cmd_tune(a: argparse.Namespace) -> int:
         except EnergyUnavailable as e:
             raise UsageError(str(e)) from None
     model = _load(a)
+    _threads_env(None)  # the in-model check at the end times the model in this process
     cost: dict[str, Any] = {}
     survey = {"goal_ms": a.latency_goal, "batch": a.survey_batch} if a.scheduler == "survey" else None
     outcomes, _, wall = _tune_model(model, a.tuner, a.db, a.trials_per_task, a.time_budget, a.scheduler, a.seed,
                                     a.batch_size, progress=not (a.no_progress or a.json), tuner_options=a.tuner_options,
                                     cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, cost=cost, rpc=a.rpc,
                                     survey=survey)
+    confirm: dict[str, Any] | None = None
+    if a.rpc:
+        confirm = {"skipped": "candidates were timed on an RPC device, not on this machine"}
+    elif a.no_confirm:
+        confirm = {"skipped": "--no-confirm"}
+    elif any(o.best_s < float("inf") for o in outcomes):
+        t0 = time.perf_counter()
+        try:
+            confirm = _confirm(model, a.db, progress=not (a.no_progress or a.json)).to_json()
+        except Exception as e:  # noqa: BLE001 - the tuning is stored; its check failing is reported, not fatal
+            msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            print(f"tensortune: the in-model check failed ({msg}); the tuned records stand as measured alone",
+                  file=sys.stderr)
+            confirm = {"skipped": f"failed: {msg}", "wall_s": time.perf_counter() - t0}
+        wall += confirm["wall_s"]
+        cost["wall_s"] = cost.get("wall_s", 0.0) + confirm["wall_s"]
+        cost["confirm_s"] = confirm["wall_s"]
     if a.json:
         from .scheduler import estimated_total
 
@@ -688,9 +721,15 @@ def cmd_tune(a: argparse.Namespace) -> int:
                           "tasks": [o.to_json() for o in outcomes], "estimated_total_ms": total * 1e3,
                           "tasks_measured": n, "wall_s": wall, "cost": cost,
                           **({"survey": survey["report"]} if survey and "report" in survey else {}),
+                          **({"confirm": confirm} if confirm is not None else {}),
                           "measure": _model_measure_options().timing()}))
     else:
         _print_outcomes(model, outcomes, wall)
+        if confirm is not None and "skipped" not in confirm:
+            print(f"in-model check: {confirm['changed']} of {len(confirm['tasks'])} tuned tasks switched; "
+                  + ", ".join(f"{k} {v:.2f} ms" for k, v in confirm["latency_ms"].items())
+                  + (f"; kept the {confirm['kept']} configs" if confirm["kept"] != "confirmed" else "")
+                  + f" ({confirm['wall_s']:.0f} s, in the wall time above)")
         energy = f"{cost['energy_j']:.1f} J" if cost.get("energy_j") is not None else \
             f"energy {cost.get('energy', 'not available')}"
         print(f"cost: {cost.get('cpu_s', 0.0):.1f} CPU-s, {energy}"
@@ -700,6 +739,31 @@ def cmd_tune(a: argparse.Namespace) -> int:
             print(f"survey: untuned {rep['untuned_ms']:.2f} ms; rounds " + ", ".join(
                 f"{r['latency_ms']:.2f}" for r in rep["rounds"]) + f" ms; stopped: {rep['stop']}")
     return 0
+
+
+def _confirm(model: Any, db_path: str, progress: bool = False, **options: Any) -> Any:
+    """The in-model check of ``model`` on the database at ``db_path`` (opened for writing)."""
+    from .models.confirm import confirm_in_model
+
+    db = _open_db(db_path)
+    try:
+        log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else None
+        return confirm_in_model(model, db, log=log, **{k: v for k, v in options.items() if v is not None})
+    finally:
+        db.close()
+
+
+def cmd_confirm(a: argparse.Namespace) -> int:
+    """``tensortune confirm``."""
+    _check_db_path(a.db, must_exist=True)
+    if a.alternatives is not None and a.alternatives < 0:
+        raise UsageError("--alternatives must be >= 0")
+    threads = _threads_env(a.threads)
+    model = _load(a)
+    report = _confirm(model, a.db, progress=not a.json, threads=threads, rounds=a.rounds, runs=a.runs,
+                      alternatives=a.alternatives)
+    print(json.dumps(report.to_json()) if a.json else report.table())
+    return 1 if any(not v["ok"] for v in report.variants[:1]) else 0
 
 
 def cmd_tasks(a: argparse.Namespace) -> int:
@@ -816,6 +880,12 @@ def cmd_demo(a: argparse.Namespace) -> int:
     outcomes, _, wall = _tune_model(model, a.tuner, a.db, None, a.time_budget, DEMO_SCHEDULER, a.seed, None, True,
                                     tuner_options=a.tuner_options)
     _print_outcomes(model, outcomes, wall)
+    if any(o.best_s < float("inf") for o in outcomes):
+        try:
+            print(_confirm(model, a.db, progress=True, threads=threads).summary())
+        except Exception as e:  # noqa: BLE001 - the tuning is stored; the check failing is reported
+            print(f"the in-model check failed ({str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}); "
+                  "the tuned records stand as measured alone")
     db = _open_db(a.db, readonly=True)
     try:
         report = bench_model(model, db, threads)
@@ -1135,6 +1205,7 @@ def cmd_race(a: argparse.Namespace) -> int:
 COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import,
             "upgrade-db": cmd_upgrade_db, "demo": cmd_demo,
             "tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench, "profile": cmd_profile,
+            "confirm": cmd_confirm,
             "dataset": cmd_dataset, "predictor": cmd_predictor, "race": cmd_race,
             "hardware": lambda a: _fasor_cmd("cmd_hardware", a), "fasor": lambda a: _fasor_cmd("cmd_fasor", a)}
 

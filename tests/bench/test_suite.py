@@ -313,6 +313,7 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     assert models["systems"]["random"]["ok"] and ms["candidates_per_round"] == 2
     rnd = models["systems"]["random"]  # where its time went: the measurer's building and running, the rest
     assert rnd["build_s"] > 0 and rnd["run_s"] > 0 and rnd["search_s"] >= 0
+    assert 0 < rnd["confirm_s"] < rnd["tune_wall_s"]  # `tune` ran the in-model check, inside its wall time
     # the model MetaSchedule tuned is the one compile_relax builds: its tuned tasks are found again
     assert ms["tasks"] >= 1 and ms["tasks_applied"] == ms["tasks_measured"] >= 1
     names = {r["name"]: r for r in models["bench"]["rows"]}
@@ -368,6 +369,23 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     assert again["systems"] == models["systems"] and again["run"] == 2
     names = {r["name"]: r for r in again["bench"]["rows"]}
     assert names["metaschedule"]["outputs_match"] and names["tensortune random"]["outputs_match"]
+    # a system tuned before `tune` ran the in-model check gets it with --confirm-tuned, and its
+    # model is benchmarked again (the earlier benchmark kept beside)
+    saved_models = run.read_json("models")
+    del saved_models["tiny"]["systems"]["random"]["confirm_s"]
+    run.write_json("models", saved_models)
+    assert cli.main(["run", "--suite", "models", *same, "--confirm-tuned"]) == 0
+    checked = run.read_json("models")["tiny"]
+    rnd = checked["systems"]["random"]
+    assert rnd["confirm_s"] > 0 and rnd["tune_wall_s"] == pytest.approx(rnd["tune_wall_s_before_confirm"] + rnd["confirm_s"])
+    assert rnd["confirm"]["run"] == 3 and set(rnd["confirm"]["latency_ms"]) >= {"tuned", "untuned"}
+    assert len(checked["benches_before_confirm"]) == 1 and checked["run"] == 3
+    assert (out / "models" / "tiny-random.db.confirm.json").exists()
+    assert cli.main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    row = next(x for x in md.splitlines() if x.startswith("| tiny | random | ") and x.count("|") == 11)
+    cells = [c.strip() for c in row.split("|")[1:-1]]  # check (s), switched, untuned, tuned, confirmed, kept, before, after
+    assert "### In-model check" in md and cells[5] != "-" and cells[8] != "-" and cells[9] != "-", row
     # last, so that everything above is checked whether or not it worked: MetaSchedule must have
     # produced a kernel that the suite verified (it never checks its own) and tuned part of the model
     ms_op = s["tuners"]["metaschedule"]

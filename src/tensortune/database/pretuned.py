@@ -414,6 +414,8 @@ class PretunedTable:
             summary.tasks += 1
             trials: list[TrialRecord] | None = None
             for ctx, count in db.contexts(rec.workload_key):
+                if ctx.in_model:  # a model's in-model check: its costs are no kernel's alone
+                    continue
                 if count < min_records:
                     summary.skipped.append(f"task {rec.workload_key}: {count} verified trials in a context "
                                            f"(fewer than {min_records})")

@@ -288,6 +288,16 @@ class MeasureContext(NamedTuple):
         return {"timing": json.loads(self.timing) if self.timing else None, "threads": self.threads,
                 "cpu_model": self.cpu_model or None, "target": json.loads(self.target)}
 
+    @property
+    def in_model(self) -> bool:
+        """Whether the costs were measured inside a running model (``tensortune confirm``), not alone."""
+        if '"in-model"' not in self.timing:
+            return False
+        try:
+            return json.loads(self.timing).get("mode") == "in-model"
+        except (ValueError, AttributeError):
+            return False
+
     def describe(self) -> str:
         """One line for people: timing, threads and CPU."""
         return f"{describe_timing(self.timing)}, {self.threads} threads, {self.cpu_model or 'CPU not recorded'}"
@@ -298,5 +308,7 @@ def describe_timing(timing: str) -> str:
     if not timing:
         return "timing not recorded"
     t = json.loads(timing)
+    if t.get("mode") == "in-model":
+        return f"in-model (inside {t.get('model', '?')})"
     return (f"{t.get('mode', '?')} (number {t.get('number', '?')}, repeat {t.get('repeat', '?')}, "
             f"min {t.get('min_repeat_ms', '?')} ms)")

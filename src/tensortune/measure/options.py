@@ -7,6 +7,9 @@ from typing import Any
 
 from ..target import cpu_count
 
+#: The timing mode of costs measured inside a running model (not by the runner).
+IN_MODEL = "in-model"
+
 
 @dataclass
 class MeasureOptions:
@@ -61,6 +64,13 @@ class MeasureOptions:
         spec = {"mode": "cold" if self.flush_cache else "hot", "number": self.number, "repeat": self.repeat,
                 "min_repeat_ms": self.min_repeat_ms}
         return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def in_model_timing_key(model: str) -> str:
+        """The timing key of costs measured inside ``model`` (:mod:`tensortune.models.confirm`): a
+        function's time per call while the whole compiled model runs, which compares only with
+        other costs measured inside the same model."""
+        return json.dumps({"mode": IN_MODEL, "model": model}, sort_keys=True, separators=(",", ":"))
 
     def runner_opts(self) -> dict[str, Any]:
         """The settings the runner worker needs."""

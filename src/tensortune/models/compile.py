@@ -3,7 +3,8 @@
 Every fused PrimFunc of the model is scheduled before the Relax VM build, in this order
 of preference, and the report says which one each function got and why:
 
-1. ``tuned``: the best verified config of its task in the database;
+1. ``tuned``: the best verified config of its task in the database: the config confirmed
+   fastest inside this model (:mod:`.confirm`) where there is one, else the best measured alone;
 2. ``default``: its template's default config (no record, or the best record failed to apply);
 3. ``generic``: the generic template's default (parallel + vectorised), when the op
    template could not schedule it;
@@ -19,10 +20,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..database import latest_confirmation
 from ..target import host_target_json, make_target
 from ..task import Task
 from .extract import ModelTask, extract_tasks
@@ -129,28 +131,51 @@ def _flatten(out: Any) -> list[np.ndarray]:
     return res
 
 
-def _best_config(task: Task, database: Any) -> tuple[Any | None, int, float | None, str]:
+def _best_config(task: Task, database: Any, model: str = "") -> tuple[Any | None, int, float | None, str]:
     """The task's best verified stored config on this machine, its trial count, latency (ms) and a
-    note on the records used (empty when they were timed as model tuning times them)."""
+    note on the records used (empty when they were timed as model tuning times them).
+
+    With ``model``, the config confirmed fastest inside that model (:mod:`.confirm`) wins, with
+    its latency there, as long as that check was made for the task's current best (its trials
+    name it: ``extra["in_model"]["best"]``); a check older than the best is ignored (and the
+    note says so)."""
     from ..measure import MeasureOptions
     from ..tuners.records import measure_context, pick_context
 
     if database is None:
         return None, 0, None, ""
     n = database.count(task.workload_key)
-    context, note = pick_context(database, task, measure_context(task, MeasureOptions.cold()))
+    preferred = measure_context(task, MeasureOptions.cold())
+    context, note = pick_context(database, task, preferred)
     best = database.best(task.workload_key, context) if context is not None else None
     if best is None:
         return None, n, None, note
+    if model:
+        inside = preferred._replace(timing=MeasureOptions.in_model_timing_key(model))
+        checked = latest_confirmation(t for t in database.trials(task.workload_key) if t.context == inside)
+        if checked and any((t.extra.get("in_model") or {}).get("best") == best.config_index for t in checked):
+            pick = database.best(task.workload_key, inside)
+            if pick is not None:
+                try:
+                    return (task.space.config_from_json({"knobs": pick.config}), n, pick.cost * 1e3,
+                            "; ".join(x for x in (note, "confirmed inside the model") if x))
+                except Exception:  # noqa: BLE001 - a record of another space version: the best alone
+                    pass
+        elif checked:
+            note = "; ".join(x for x in (note, "the in-model check predates the best: run `tensortune confirm`") if x)
     try:
         return task.space.config_from_json({"knobs": best.config}), n, best.cost * 1e3, note
     except Exception:  # noqa: BLE001 - a record of another space version
         return None, n, None, note
 
 
-def _schedule(task: Task, database: Any) -> tuple[Any, str, str, int, float | None]:
-    """(scheduled PrimFunc, source, reason, trials, best ms) for one task."""
-    config, n, best_ms, note = _best_config(task, database)
+def _schedule(task: Task, database: Any, model: str = "", override: Any = None
+              ) -> tuple[Any, str, str, int, float | None]:
+    """(scheduled PrimFunc, source, reason, trials, best ms) for one task; ``override``: the config
+    to use instead of the database's (reported as ``tuned``)."""
+    if override is not None:
+        return task.instantiate(override)["main"], "tuned", f"config {override.index} given", 0, None
+    config, n, best_ms, note = _best_config(task, database, model)
     reason = f"{note}; " if note else ""
     if config is not None:
         try:
@@ -179,13 +204,17 @@ def _schedule(task: Task, database: Any) -> tuple[Any, str, str, int, float | No
     return task.prim_func(), "naive", reason + "unscheduled loops", n, None
 
 
-def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = None) -> tuple[Any, list[FuncChoice]]:
-    """Replace every fused PrimFunc of ``fused`` (each task's functions) by its scheduled version."""
+def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = None, model: str = "",
+                    overrides: Mapping[str, Any] | None = None) -> tuple[Any, list[FuncChoice]]:
+    """Replace every fused PrimFunc of ``fused`` (each task's functions) by its scheduled version
+    (``model``: the model's name, for configs confirmed inside it; ``overrides``: configs by
+    workload key that replace the database's choice)."""
     mod = fused.clone()
     choices = []
     for mt in extract_tasks(fused, target_json):
         task = mt.task
-        sched, source, reason, n, best_ms = _schedule(task, database)
+        sched, source, reason, n, best_ms = _schedule(task, database, model,
+                                                      (overrides or {}).get(task.workload_key))
         choices.append(FuncChoice(task.name, task.kernel_class, task.workload_key, mt.weight, source, reason, n,
                                   best_ms, list(mt.funcs), task.flops))
         sched = sched.without_attr("global_symbol")  # the Relax function's own attributes, not the task's "main"
@@ -196,15 +225,16 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = Non
 
 
 def compile_model(model: Model, database: Any = None, target_json: dict[str, Any] | None = None,
-                  layout: str | None = None) -> CompiledModel:
+                  layout: str | None = None, overrides: Mapping[str, Any] | None = None) -> CompiledModel:
     """Build ``model`` with the best stored schedules of ``database`` (None: defaults only), in
-    the layouts of its plan (``layout``: a mode of :data:`tensortune.models.layout.MODES`)."""
+    the layouts of its plan (``layout``: a mode of :data:`tensortune.models.layout.MODES`);
+    ``overrides`` (configs by workload key) replace the database's choice for their tasks."""
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     tj = dict(target_json or host_target_json())
     target = make_target(tj)
-    mod, choices = schedule_module(model.fused(tj, layout), tj, database)
+    mod, choices = schedule_module(model.fused(tj, layout), tj, database, model.name, overrides)
     lowering = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
     with target:
         ex = tvm.compile(mod, target, relax_pipeline=lowering)

@@ -14,7 +14,7 @@ import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 #: Inferences profiled (medians over them) and timed without the hook.
 DEFAULT_RUNS = 10
@@ -122,6 +122,30 @@ def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1e3 if samples else 0.0
 
 
+def function_times(compiled: Any, run: Callable[[], None], runs: int) -> list[dict[str, list[float]]]:
+    """Per inference (``runs`` calls of ``run``, an inference of ``compiled``): the seconds of each
+    call of every function the VM called, by name (the VM's instrument hook around each call)."""
+    starts: dict[str, list[float]] = defaultdict(list)
+    per_run: list[dict[str, list[float]]] = []
+
+    def hook(func: Any, name: str, before_run: bool, ret: Any, *args: Any) -> None:
+        now = time.perf_counter()
+        if before_run:
+            starts[name].append(now)
+        elif starts[name]:
+            per_run[-1][name].append(now - starts[name].pop())
+
+    vm = compiled.vm
+    vm.set_instrument(hook)
+    try:
+        for _ in range(runs):
+            per_run.append(defaultdict(list))
+            run()
+    finally:
+        vm.set_instrument(lambda *a: None)
+    return per_run
+
+
 def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int = DEFAULT_RUNS, threads: int = 0,
                      peak_gflops: float | None = None, layout: str = "") -> ModelProfile:
     """Profile a :class:`~tensortune.models.compile.CompiledModel` on ``inputs`` (default: the
@@ -138,24 +162,7 @@ def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int =
         f()
         plain.append(time.perf_counter() - t0)
 
-    starts: dict[str, list[float]] = defaultdict(list)
-    per_run: list[dict[str, list[float]]] = []
-
-    def hook(func: Any, name: str, before_run: bool, ret: Any, *args: Any) -> None:
-        now = time.perf_counter()
-        if before_run:
-            starts[name].append(now)
-        elif starts[name]:
-            per_run[-1][name].append(now - starts[name].pop())
-
-    vm = compiled.vm
-    vm.set_instrument(hook)
-    try:
-        for _ in range(runs):
-            per_run.append(defaultdict(list))
-            f()
-    finally:
-        vm.set_instrument(lambda *a: None)
+    per_run = function_times(compiled, f, runs)
     names = {n for r in per_run for n in r}
     task_of = {fn: c for c in compiled.choices for fn in c.funcs}
     rows: dict[str, FuncProfile] = {}

@@ -97,11 +97,12 @@ def pick_context(db: Database, task: Any, preferred: MeasureContext) -> tuple[Me
     """The context whose best trial should stand for ``task`` on this machine, and why, in words.
 
     In order: ``preferred`` itself; else, on this machine (same target and CPU model), the
-    context with the most verified trials; else trials whose CPU model was not recorded but whose
+    context with the most verified trials (never an in-model one: those only rank a model's
+    candidates, see :mod:`tensortune.models.confirm`); else trials whose CPU model was not recorded but whose
     target matches (schema-1 records). Trials of other machines are never used: their costs
     say nothing about this one. Returns (None, reason) when no context qualifies.
     """
-    contexts = db.contexts(task.workload_key)
+    contexts = [(ctx, n) for ctx, n in db.contexts(task.workload_key) if not ctx.in_model]
     if not contexts:
         return None, ""
     if any(ctx == preferred for ctx, _ in contexts):

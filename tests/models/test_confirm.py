@@ -1,0 +1,154 @@
+"""The in-model check: each tuned task's best, default and runner-up timed inside the model."""
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from tensortune.database import Database, describe_timing
+from tensortune.measure import MeasureOptions, Measurer
+from tensortune.models import compile as compile_mod
+from tensortune.models import confirm as confirm_mod
+from tensortune.models.compile import compile_model, model_tasks
+from tensortune.models.confirm import confirm_in_model
+from tensortune.models.importer import load_model
+from tensortune.models.reference import Latency, TorchRunner, compare_outputs
+from tensortune.scheduler import SequentialScheduler
+from tensortune.tuners import get_tuner
+
+from tiny import tiny
+
+
+@pytest.fixture(scope="module")
+def model():
+    m, x = tiny()
+    return load_model(m, x)
+
+
+@pytest.fixture()
+def tuned_db(model, tmp_path):
+    """The tiny model tuned by random search, 4 trials a task (the default first)."""
+    db = Database(str(tmp_path / "c.db"))
+    make = lambda task, r: get_tuner("random", task, seed=r, batch_size=4)  # noqa: E731
+    with Measurer(MeasureOptions.cold(build_timeout=300.0, run_timeout=300.0)) as m:
+        SequentialScheduler(model_tasks(model), make, m, db, trials_per_task=4).run()
+    yield db
+    db.close()
+
+
+def ctx_of(model, wk):
+    from tensortune.tuners.records import measure_context
+
+    task = next(t.task for t in model_tasks(model) if t.task.workload_key == wk)
+    return measure_context(task, MeasureOptions.cold())
+
+
+def _in_model(db, model, wk):
+    return [t for t in db.trials(wk) if json.loads(t.timing or "{}").get("mode") == "in-model"]
+
+
+def test_confirm_records_an_in_model_group_that_compile_prefers(model, tuned_db):
+    db = tuned_db
+    counts = {t.task.workload_key: db.count(t.task.workload_key) for t in model_tasks(model)}
+    rep = confirm_in_model(model, db, rounds=2, runs=2, alternatives=1)
+    assert rep.tasks and all(v["ok"] for v in rep.variants), rep.variants
+    assert [v["label"] for v in rep.variants][:2] == ["tuned", "untuned"]
+    assert set(rep.latency_ms) == {"tuned", "untuned", "confirmed"} and all(x > 0 for x in rep.latency_ms.values())
+    checked = [t for t in rep.tasks if len(t.candidates) > 1]
+    assert checked, "no task had a second candidate"
+    for t in rep.tasks:
+        assert db.count(t.workload_key) == counts[t.workload_key]  # a confirmation group: no budget spent
+        stored = _in_model(db, model, t.workload_key)
+        if len(t.candidates) == 1:
+            assert not stored
+            continue
+        labels = {c.label for c in t.candidates}
+        assert labels >= {"best"} and labels <= {"best", "default", "runner-up 1"}
+        assert {s.config_index for s in stored} == {c.config.index for c in t.candidates}
+        assert all(s.confirmation["group"] == rep.group and s.tuner == "in-model" and s.verified for s in stored)
+        assert all(len(s.costs) >= 2 for s in stored)  # the round's inferences of every variant using it
+        assert describe_timing(stored[0].timing) == f"in-model (inside {model.name})"
+        # the chosen config is the one with the lowest median over its rounds (Database.best)
+        score = {c.label: statistics.median_low([statistics.median(x) for x in c.seconds if x]) for c in t.candidates}
+        assert t.chosen == min(score, key=score.get)
+    cm = compile_model(model, db)
+    by_key = {c.workload_key: c for c in cm.choices}
+    for t in checked:
+        choice = by_key[t.workload_key]
+        assert choice.source == "tuned" and "confirmed inside the model" in choice.reason
+    ref = TorchRunner(model.torch_module).run(model.example_inputs)
+    assert compare_outputs(cm.run(model.example_inputs), ref).ok
+    # a best found after the check makes the check stale: compiling takes the new best alone
+    import dataclasses
+
+    t = checked[0]
+    old_best = db.best(t.workload_key, ctx_of(model, t.workload_key))
+    other = next(c for c in t.candidates if c.config.index != old_best.config_index)
+    db.add_trial(dataclasses.replace(old_best, config_index=other.config.index, config=other.config.to_json()["knobs"],
+                                     costs=[old_best.cost / 2], id=None,
+                                     extra={"confirm": {"group": "later", "round": 1, "of": 1}}))
+    assert db.best(t.workload_key, ctx_of(model, t.workload_key)).config_index == other.config.index
+    choice = {c.workload_key: c for c in compile_model(model, db).choices}[t.workload_key]
+    assert "predates the best" in choice.reason and "confirmed inside" not in choice.reason
+    # the tuners' history is untouched: their context holds no in-model trial
+    from tensortune.tuners.records import measure_context
+
+    task = model_tasks(model)[0].task
+    ctx = measure_context(task, MeasureOptions.cold())
+    assert not [t for t in db.trials(task.workload_key) if t.context == ctx and t.tuner == "in-model"]
+
+
+def test_a_variant_that_fails_becomes_recorded_errors(model, tuned_db, monkeypatch):
+    real = compile_mod.compile_model
+    calls = []
+
+    def flaky(m, database=None, *args, overrides=None, **kw):
+        calls.append(overrides)
+        if len(calls) == 2:  # the untuned variant
+            raise RuntimeError("simulated build failure")
+        return real(m, database, *args, overrides=overrides, **kw)
+
+    monkeypatch.setattr(compile_mod, "compile_model", flaky)
+    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
+    assert rep.variants[1]["ok"] is False and "simulated build failure" in rep.variants[1]["check"]
+    with_default = [t for t in rep.tasks if any(c.label == "default" for c in t.candidates)]
+    for t in with_default:
+        default = next(c for c in t.candidates if c.label == "default")
+        assert default.failed and t.chosen != "default"
+        errors = [s for s in _in_model(tuned_db, model, t.workload_key) if s.config_index == default.config.index]
+        assert errors and all(s.error == "runtime" and not s.verified for s in errors)
+    assert "untuned" not in rep.latency_ms and "tuned" in rep.latency_ms
+
+
+@pytest.mark.parametrize("slower", ["tuned", "untuned"])
+def test_a_confirmed_model_slower_than_a_whole_variant_keeps_that_variant(model, tuned_db, monkeypatch, slower):
+    fastest = "untuned" if slower == "tuned" else "tuned"
+    times = {"confirmed": 2.0, fastest: 1.0, slower: 3.0}
+
+    def fake(fns, rounds=0, min_time_s=0.0):
+        return {k: Latency(times[k], times[k], times[k], times[k], times[k], 1) for k in fns}
+
+    monkeypatch.setattr("tensortune.models.reference.interleaved_latency", fake)
+    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
+    assert rep.kept == fastest
+    want = "best" if fastest == "tuned" else "default"
+    for t in rep.tasks:
+        if len(t.candidates) > 1:
+            assert t.chosen == (want if any(c.label == want for c in t.candidates) else "best")
+
+
+def test_nothing_tuned_means_nothing_to_confirm(model, tmp_path):
+    db = Database(str(tmp_path / "empty.db"))
+    rep = confirm_in_model(model, db, rounds=1, runs=1)
+    assert rep.tasks == [] and rep.variants == [] and db.count() == 0
+    db.close()
+
+
+def test_slot_gives_variant_one_the_default_and_later_ones_runners_up():
+    best, default, r1 = (confirm_mod.Candidate(lbl, object()) for lbl in ("best", "default", "runner-up 1"))
+    assert confirm_mod._slot([best, default, r1], 0) is best
+    assert confirm_mod._slot([best, default, r1], 1) is default
+    assert confirm_mod._slot([best, default, r1], 2) is r1
+    assert confirm_mod._slot([best, r1], 1) is best  # best is the default: the untuned model has it too
+    assert confirm_mod._slot([best, default], 2) is best
