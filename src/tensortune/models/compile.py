@@ -74,6 +74,11 @@ class CompiledModel:
             self._vm = relax.VirtualMachine(self.executable, tvm.cpu())
         return self._vm
 
+    def reset_vm(self) -> None:
+        """Drop the cached VirtualMachine (one left with an instrument, say: even a no-op hook costs
+        a Python call per function call); the next use makes a fresh one."""
+        self.__dict__.pop("_vm", None)
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Outputs (flattened to a list) for numpy ``inputs``."""
         return _flatten(self.vm["main"](*_to_tvm(inputs)))
