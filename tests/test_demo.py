@@ -63,9 +63,13 @@ def test_demo_tunes_into_the_database(demo) -> None:
         assert d.count() == sum(r[2] for r in rows)  # every measured trial was committed
         assert d.count() >= 16  # at least the first batch
         ok = d.trials(ok_only=True)
-        assert ok and all(t.verified and t.tuner == "autotvm" for t in ok)
+        assert ok and all(t.verified and t.tuner in ("autotvm", "in-model") for t in ok)
+        # the in-model check timed the tuned task's candidates inside the model, as a confirmation group
+        inside = [t for t in ok if t.tuner == "in-model"]
+        assert all(t.confirmation and t.context.in_model for t in inside)
         assert len(d.tasks()) >= len(tuned)
         assert all(d.best(t.workload_key) is not None for t in d.tasks() if d.count(t.workload_key))
+    assert re.search(rf"^in-model check of {MODEL}: \d+ tuned tasks, \d+ switched", p.stdout, re.M), p.stdout[-2000:]
 
 
 def test_demo_compares_every_system_and_outputs_match(demo) -> None:

@@ -51,7 +51,7 @@ def _in_model(db, model, wk):
 def test_confirm_records_an_in_model_group_that_compile_prefers(model, tuned_db):
     db = tuned_db
     counts = {t.task.workload_key: db.count(t.task.workload_key) for t in model_tasks(model)}
-    rep = confirm_in_model(model, db, rounds=2, runs=2, alternatives=1)
+    rep = confirm_in_model(model, db, rounds=2, runs=2, alternatives=1, tolerance=10.0)  # no whole-variant fallback
     assert rep.tasks and all(v["ok"] for v in rep.variants), rep.variants
     assert [v["label"] for v in rep.variants][:2] == ["tuned", "untuned"]
     assert set(rep.latency_ms) == {"tuned", "untuned", "confirmed"} and all(x > 0 for x in rep.latency_ms.values())
