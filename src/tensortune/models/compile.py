@@ -24,7 +24,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..database import latest_confirmation
 from ..target import host_target_json, make_target
 from ..task import Task
 from .extract import ModelTask, extract_tasks
@@ -157,16 +156,14 @@ def _best_config(task: Task, database: Any, model: str = "") -> tuple[Any | None
         return None, n, None, note
     if model:
         inside = preferred._replace(timing=MeasureOptions.in_model_timing_key(model))
-        checked = latest_confirmation(t for t in database.trials(task.workload_key) if t.context == inside)
-        if checked and any((t.extra.get("in_model") or {}).get("best") == best.config_index for t in checked):
-            pick = database.best(task.workload_key, inside)
-            if pick is not None:
-                try:
-                    return (task.space.config_from_json({"knobs": pick.config}), n, pick.cost * 1e3,
-                            "; ".join(x for x in (note, "confirmed inside the model") if x))
-                except Exception:  # noqa: BLE001 - a record of another space version: the best alone
-                    pass
-        elif checked:
+        pick = database.best(task.workload_key, inside)  # from the latest in-model group, if any
+        if pick is not None and (pick.extra.get("in_model") or {}).get("best") == best.config_index:
+            try:
+                return (task.space.config_from_json({"knobs": pick.config}), n, pick.cost * 1e3,
+                        "; ".join(x for x in (note, "confirmed inside the model") if x))
+            except Exception:  # noqa: BLE001 - a record of another space version: the best alone
+                pass
+        elif pick is not None:
             note = "; ".join(x for x in (note, "the in-model check predates the best: run `tensortune confirm`") if x)
     try:
         return task.space.config_from_json({"knobs": best.config}), n, best.cost * 1e3, note
