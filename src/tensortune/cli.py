@@ -702,14 +702,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
     elif a.no_confirm:
         confirm = {"skipped": "--no-confirm"}
     elif any(o.best_s < float("inf") for o in outcomes):
-        t0 = time.perf_counter()
-        try:
-            confirm = _confirm(model, a.db, progress=not (a.no_progress or a.json)).to_json()
-        except Exception as e:  # noqa: BLE001 - the tuning is stored; its check failing is reported, not fatal
-            msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            print(f"tensortune: the in-model check failed ({msg}); the tuned records stand as measured alone",
-                  file=sys.stderr)
-            confirm = {"skipped": f"failed: {msg}", "wall_s": time.perf_counter() - t0}
+        confirm = _check_after_tuning(model, a.db, progress=not (a.no_progress or a.json))
         wall += confirm["wall_s"]
         cost["wall_s"] = cost.get("wall_s", 0.0) + confirm["wall_s"]
         cost["confirm_s"] = confirm["wall_s"]
@@ -751,6 +744,22 @@ def _confirm(model: Any, db_path: str, progress: bool = False, **options: Any) -
         return confirm_in_model(model, db, log=log, **{k: v for k, v in options.items() if v is not None})
     finally:
         db.close()
+
+
+def _check_after_tuning(model: Any, db_path: str, progress: bool, **options: Any) -> dict[str, Any]:
+    """The in-model check at the end of ``tune`` and ``demo``, as JSON (with its one-line
+    ``summary``); a failure is reported and returned as ``{"skipped": "failed: ...", "wall_s"}``:
+    the tuning is stored, and its records stand as measured alone."""
+    from .models.importer import _first_line
+
+    t0 = time.perf_counter()
+    try:
+        report = _confirm(model, db_path, progress=progress, **options)
+    except Exception as e:  # noqa: BLE001 - the check failing is reported, not fatal
+        print(f"tensortune: the in-model check failed ({_first_line(e)}); the tuned records stand as measured alone",
+              file=sys.stderr)
+        return {"skipped": f"failed: {_first_line(e)}", "wall_s": time.perf_counter() - t0}
+    return {**report.to_json(), "summary": report.summary()}
 
 
 def cmd_confirm(a: argparse.Namespace) -> int:
@@ -881,11 +890,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
                                     tuner_options=a.tuner_options)
     _print_outcomes(model, outcomes, wall)
     if any(o.best_s < float("inf") for o in outcomes):
-        try:
-            print(_confirm(model, a.db, progress=True, threads=threads).summary())
-        except Exception as e:  # noqa: BLE001 - the tuning is stored; the check failing is reported
-            print(f"the in-model check failed ({str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}); "
-                  "the tuned records stand as measured alone")
+        check = _check_after_tuning(model, a.db, progress=True, threads=threads)
+        if "summary" in check:
+            print(check["summary"])
     db = _open_db(a.db, readonly=True)
     try:
         report = bench_model(model, db, threads)
