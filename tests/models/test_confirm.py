@@ -13,7 +13,7 @@ from tensortune.models import confirm as confirm_mod
 from tensortune.models.compile import compile_model, model_tasks
 from tensortune.models.confirm import confirm_in_model
 from tensortune.models.importer import load_model
-from tensortune.models.reference import Latency, TorchRunner, compare_outputs
+from tensortune.models.reference import TorchRunner, compare_outputs
 from tensortune.scheduler import SequentialScheduler
 from tensortune.tuners import get_tuner
 
@@ -124,18 +124,29 @@ def test_a_variant_that_fails_becomes_recorded_errors(model, tuned_db, monkeypat
 @pytest.mark.parametrize("slower", ["tuned", "untuned"])
 def test_a_confirmed_model_slower_than_a_whole_variant_keeps_that_variant(model, tuned_db, monkeypatch, slower):
     fastest = "untuned" if slower == "tuned" else "tuned"
-    times = {"confirmed": 2.0, fastest: 1.0, slower: 3.0}
+    times = {"confirmed": [2.0] * 3, fastest: [1.0] * 3, slower: [3.0] * 3}
 
     def fake(fns, rounds=0, min_time_s=0.0):
-        return {k: Latency(times[k], times[k], times[k], times[k], times[k], 1) for k in fns}
+        return {k: times[k] for k in fns}
 
-    monkeypatch.setattr("tensortune.models.reference.interleaved_latency", fake)
+    monkeypatch.setattr("tensortune.models.reference.interleaved_rounds", fake)
     rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
-    assert rep.kept == fastest
+    assert rep.kept == fastest and rep.paired_ratio == pytest.approx(2.0)
     want = "best" if fastest == "tuned" else "default"
     for t in rep.tasks:
         if len(t.candidates) > 1:
             assert t.chosen == (want if any(c.label == want for c in t.candidates) else "best")
+
+
+def test_the_whole_model_verdict_is_on_paired_rounds_not_on_medians(model, tuned_db, monkeypatch):
+    # The confirmed model's rounds 3-5 fell in a slow spell that hit the tuned model only in 4-5:
+    # by medians it is 3x slower, but round by round it is as fast, so it stands.
+    times = {"tuned": [1.0, 1.0, 1.0, 3.0, 3.0], "untuned": [4.0] * 5, "confirmed": [1.0, 1.0, 3.0, 3.0, 3.0]}
+    monkeypatch.setattr("tensortune.models.reference.interleaved_rounds", lambda fns, **kw: {k: times[k] for k in fns})
+    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
+    assert rep.latency_ms["confirmed"] == pytest.approx(3000.0) and rep.latency_ms["tuned"] == pytest.approx(1000.0)
+    assert rep.paired_ratio == pytest.approx(1.0) and rep.kept == "confirmed"
+    assert rep.to_json()["paired_ratio"] == pytest.approx(1.0)
 
 
 def test_nothing_tuned_means_nothing_to_confirm(model, tmp_path):

@@ -14,7 +14,7 @@ from torch import nn
 from tensortune.models import reference
 from tensortune.models.reference import (
     DEFAULT_RTOL, DEFAULT_THREADS, Latency, OrtRunner, OutputCheck, ReferenceRunError, TorchRunner,
-    compare_outputs, export_onnx, interleaved_latency, set_threads, time_callable,
+    compare_outputs, export_onnx, interleaved_latency, interleaved_rounds, set_threads, time_callable,
 )
 
 THREADS = min(2, DEFAULT_THREADS)
@@ -328,6 +328,26 @@ def test_interleaved_latency_takes_per_round_medians(clock):
     hiccup = scripted([warm] + [warm, 1.0, 1.0, 10.0] * 3)  # 3 runs reach min_time; the 10 ms one is a hiccup
     lat = interleaved_latency({"x": hiccup}, rounds=3, min_time_s=0.0025)["x"]
     assert (lat.min_ms, lat.median_ms, lat.max_ms) == pytest.approx((1.0, 1.0, 1.0))
+
+
+def test_interleaved_rounds_keeps_each_round_for_paired_comparisons(clock):
+    """Round r of every system is kept, in order and in seconds: on a machine that slows down
+    round by round, b stays exactly twice a in every round, whatever the medians do."""
+    def scripted(ms: list[float]):
+        it = iter(ms)
+
+        def fn() -> None:
+            clock.now += next(it) / 1e3
+        return fn
+
+    w = 50.0  # warm-up calls
+    a = scripted([w] + [w, 1.0] + [w, 2.0] + [w, 4.0])  # min_time 0: one timed run a round
+    b = scripted([w] + [w, 2.0] + [w, 4.0] + [w, 8.0])
+    per_round = interleaved_rounds({"a": a, "b": b}, rounds=3, min_time_s=0.0)
+    assert list(per_round) == ["a", "b"]
+    assert per_round["a"] == pytest.approx([1e-3, 2e-3, 4e-3]) and per_round["b"] == pytest.approx([2e-3, 4e-3, 8e-3])
+    with pytest.raises(ValueError):
+        interleaved_rounds({}, rounds=1)
 
 
 def test_interleaved_latency_rotates_order(monkeypatch):

@@ -27,10 +27,12 @@ candidates are timed where they will run:
    model. Nothing else changes: the records the tuners learn from and resume with stay as they
    were, and the group counts against no trial budget.
 5. **The whole model**: the model compiled with the confirmed configs is timed against
-   variants 0 and 1 in interleaved rounds (:func:`.reference.interleaved_latency`). Per-task
-   choices assume a function's time hardly depends on its neighbours' configs; where the
-   confirmed model is still slower than the faster of the two by more than ``tolerance``, that
-   variant's configs are recorded as a last group (one config per task), so they stand.
+   variants 0 and 1 in many short interleaved rounds (:func:`.reference.interleaved_rounds`).
+   Per-task choices assume a function's time hardly depends on its neighbours' configs; where the
+   confirmed model is still slower than the faster of the two (by medians) by more than
+   ``tolerance``, judged by the median of the per-round ratios (pairs timed moments apart, so a
+   slow spell of the machine hits both), that variant's configs are recorded as a last group
+   (one config per task), so they stand.
 
 ``tensortune tune MODEL`` runs this at the end (``--no-confirm`` skips it; its time is part of
 the tuning wall time) and ``tensortune confirm MODEL --db DB`` runs it on any database.
@@ -51,9 +53,11 @@ DEFAULT_ALTERNATIVES = 1
 #: The confirmed model may be this much slower than the faster of tuned and untuned before that
 #: variant's configs are kept instead (the spread of interleaved medians on 2 shared cores).
 DEFAULT_TOLERANCE = 0.02
-#: Interleaved rounds and seconds per round of the whole-model comparison at the end.
-MODEL_ROUNDS = 5
-MODEL_MIN_TIME_S = 0.3
+#: Interleaved rounds and seconds per round of the whole-model comparison at the end. Many short
+#: rounds: a shared machine has slow spells of seconds (a fixed matmul loop on the 2-core Zen 4
+#: machine ran 1.4x slower for 2-5 s at a time), and the decision is on per-round pairs.
+MODEL_ROUNDS = 15
+MODEL_MIN_TIME_S = 0.1
 #: The ``tuner`` name stored with the in-model trials.
 TUNER_NAME = "in-model"
 
@@ -101,6 +105,8 @@ class ConfirmReport:
     tasks: list[TaskCheck]
     variants: list[dict[str, Any]]  # per variant: label, ok, check message
     latency_ms: dict[str, float] = field(default_factory=dict)  # tuned, untuned, confirmed (medians)
+    #: Median over rounds of confirmed / the faster whole variant, each round's pair timed moments apart.
+    paired_ratio: float | None = None
     kept: str = "confirmed"  # "confirmed", or the variant whose configs were kept instead
     group: str = ""
     wall_s: float = 0.0
@@ -113,7 +119,8 @@ class ConfirmReport:
     def to_json(self) -> dict[str, Any]:
         """JSON form (``tensortune confirm --json``, and ``confirm`` in ``tune --json``)."""
         return {"model": self.model, "threads": self.threads, "rounds": self.rounds, "runs": self.runs,
-                "variants": self.variants, "latency_ms": self.latency_ms, "kept": self.kept, "group": self.group,
+                "variants": self.variants, "latency_ms": self.latency_ms,
+                "paired_ratio": self.paired_ratio, "kept": self.kept, "group": self.group,
                 "wall_s": self.wall_s, "changed": len(self.changed), "tasks": [t.to_json() for t in self.tasks]}
 
     def summary(self) -> str:
@@ -121,6 +128,8 @@ class ConfirmReport:
         lat = self.latency_ms
         parts = [f"{name} {lat[name]:.2f} ms" for name in ("untuned", "tuned", "confirmed") if name in lat]
         kept = "" if self.kept == "confirmed" else f"; kept the {self.kept} configs (confirmed model slower)"
+        if self.paired_ratio is not None:
+            kept += f"; confirmed/faster of the two {self.paired_ratio:.3f} over paired rounds"
         return (f"in-model check of {self.model}: {len(self.tasks)} tuned tasks, {len(self.changed)} switched "
                 f"to another config; {', '.join(parts)}{kept} ({self.wall_s:.0f} s)")
 
@@ -208,7 +217,7 @@ def confirm_in_model(model: Any, db: Any, threads: int | None = None, rounds: in
     from ..tuners.records import ensure_task, measure_context, tvm_version
     from .compile import compile_model, model_tasks
     from .profile import function_times
-    from .reference import compare_outputs, interleaved_latency, set_threads
+    from .reference import compare_outputs, interleaved_rounds, set_threads
 
     t0 = time.perf_counter()
     say = log or (lambda _msg: None)
@@ -321,12 +330,14 @@ def confirm_in_model(model: Any, db: Any, threads: int | None = None, rounds: in
         fns = {("tuned", "untuned")[v]: compiled[v].callable(inputs) for v in passing if v < 2}
         if confirmed is not None and ok:
             fns["confirmed"] = confirmed.callable(inputs)
-        lat = interleaved_latency(fns, rounds=MODEL_ROUNDS, min_time_s=MODEL_MIN_TIME_S)
-        report.latency_ms = {k: v.median_ms for k, v in lat.items()}
+        per_round = interleaved_rounds(fns, rounds=MODEL_ROUNDS, min_time_s=MODEL_MIN_TIME_S)
+        report.latency_ms = {k: statistics.median(v) * 1e3 for k, v in per_round.items()}
         whole = {k: v for k, v in report.latency_ms.items() if k != "confirmed"}
         fastest = min(whole, key=whole.get) if whole else None
-        if fastest is not None and ("confirmed" not in report.latency_ms
-                                    or report.latency_ms["confirmed"] > whole[fastest] * (1 + tolerance)):
+        if fastest is not None and "confirmed" in per_round:
+            report.paired_ratio = statistics.median(
+                c / f for c, f in zip(per_round["confirmed"], per_round[fastest]))
+        if fastest is not None and (report.paired_ratio is None or report.paired_ratio > 1 + tolerance):
             v = 0 if fastest == "tuned" else 1
             report.kept = fastest
             keep = f"in-model-keep-{uuid.uuid4().hex[:12]}"

@@ -36,7 +36,7 @@ import torch
 __all__ = [
     "DEFAULT_MAX_RUNS", "DEFAULT_MIN_TIME_S", "DEFAULT_OPSET", "DEFAULT_ROUNDS", "DEFAULT_RTOL", "DEFAULT_THREADS", "ABS_FLOOR",
     "Latency", "OrtRunner", "OutputCheck", "ReferenceRunError", "TorchRunner",
-    "compare_outputs", "export_onnx", "interleaved_latency", "set_threads", "time_callable",
+    "compare_outputs", "export_onnx", "interleaved_latency", "interleaved_rounds", "set_threads", "time_callable",
 ]
 
 
@@ -546,15 +546,16 @@ def time_callable(fn: Callable[[], None], min_time_s: float = DEFAULT_MIN_TIME_S
             return times
 
 
-def interleaved_latency(fns: dict[str, Callable[[], None]], rounds: int = DEFAULT_ROUNDS,
-                        min_time_s: float = DEFAULT_MIN_TIME_S) -> dict[str, Latency]:
-    """Latency of several systems measured in interleaved rounds, so machine drift hits all of them alike.
+def interleaved_rounds(fns: dict[str, Callable[[], None]], rounds: int = DEFAULT_ROUNDS,
+                       min_time_s: float = DEFAULT_MIN_TIME_S) -> dict[str, list[float]]:
+    """Per-round median seconds of several callables timed in interleaved rounds.
 
     Every callable is first called once (warm-up). Then, in each of ``rounds`` rounds, every callable
     is timed with :func:`time_callable` (``min_time_s``), one after the other, never concurrently; the
     order is rotated by one each round (round ``r`` starts with system ``r mod n``, in ``fns`` order).
-    A round contributes the median of its runs per system; each :class:`Latency` is over those
-    ``rounds`` per-round medians. Returns one :class:`Latency` per key of ``fns``, in ``fns`` order.
+    Returns, per key of ``fns`` (in ``fns`` order), the median of each round's runs: entry ``r`` of
+    two keys was measured moments apart, so their ratio is a paired comparison that a slow spell of a
+    shared machine hits on both sides.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -568,4 +569,15 @@ def interleaved_latency(fns: dict[str, Callable[[], None]], rounds: int = DEFAUL
         k = r % len(names)
         for name in names[k:] + names[:k]:
             per_round[name].append(float(np.median(time_callable(fns[name], min_time_s))))
-    return {name: Latency.from_samples_s(per_round[name]) for name in names}
+    return per_round
+
+
+def interleaved_latency(fns: dict[str, Callable[[], None]], rounds: int = DEFAULT_ROUNDS,
+                        min_time_s: float = DEFAULT_MIN_TIME_S) -> dict[str, Latency]:
+    """Latency of several systems measured in interleaved rounds, so machine drift hits all of them alike.
+
+    The rounds are :func:`interleaved_rounds`'; each :class:`Latency` is over a system's ``rounds``
+    per-round medians. Returns one :class:`Latency` per key of ``fns``, in ``fns`` order.
+    """
+    per_round = interleaved_rounds(fns, rounds, min_time_s)
+    return {name: Latency.from_samples_s(per_round[name]) for name in per_round}
