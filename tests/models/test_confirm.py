@@ -149,6 +149,22 @@ def test_the_whole_model_verdict_is_on_paired_rounds_not_on_medians(model, tuned
     assert rep.to_json()["paired_ratio"] == pytest.approx(1.0)
 
 
+def test_a_model_whose_tasks_all_keep_their_best_is_the_tuned_model_timed_once(model, tuned_db, monkeypatch):
+    # No in-model timings: every task keeps its best, so the confirmed model is the tuned variant.
+    monkeypatch.setattr("tensortune.models.profile.function_times", lambda compiled, run, runs: [{} for _ in range(runs)])
+    timed: list[list[str]] = []
+
+    def fake(fns, **kw):
+        timed.append(list(fns))
+        return {k: {"tuned": [1.05] * 3, "untuned": [1.0] * 3}[k] for k in fns}
+
+    monkeypatch.setattr("tensortune.models.reference.interleaved_rounds", fake)
+    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
+    assert not rep.changed and timed == [["tuned", "untuned"]]
+    assert rep.latency_ms["confirmed"] == rep.latency_ms["tuned"]
+    assert rep.paired_ratio == pytest.approx(1.05) and rep.kept == "untuned"
+
+
 def test_nothing_tuned_means_nothing_to_confirm(model, tmp_path):
     db = Database(str(tmp_path / "empty.db"))
     rep = confirm_in_model(model, db, rounds=1, runs=1)

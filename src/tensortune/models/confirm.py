@@ -319,18 +319,18 @@ def confirm_in_model(model: Any, db: Any, threads: int | None = None, rounds: in
     # The whole model: confirmed against tuned and untuned.
     if passing:
         say("in-model check: timing the confirmed model against tuned and untuned")
+        same = not report.changed and 0 in compiled  # every task kept its best: the tuned variant itself
         try:
-            if not report.changed and 0 in compiled:
-                confirmed, ok = compiled[0], True  # every task kept its best: the tuned variant itself
-            else:
-                confirmed = compile_model(model, db)
-                ok = compare_outputs(confirmed.run(inputs), expected).ok
+            confirmed = None if same else compile_model(model, db)
+            ok = same or compare_outputs(confirmed.run(inputs), expected).ok
         except Exception:  # noqa: BLE001 - the confirmed model failed: a variant is kept below
             confirmed, ok = None, False
         fns = {("tuned", "untuned")[v]: compiled[v].callable(inputs) for v in passing if v < 2}
         if confirmed is not None and ok:
             fns["confirmed"] = confirmed.callable(inputs)
         per_round = interleaved_rounds(fns, rounds=MODEL_ROUNDS, min_time_s=MODEL_MIN_TIME_S)
+        if same:
+            per_round["confirmed"] = per_round["tuned"]  # one model, timed once
         report.latency_ms = {k: statistics.median(v) * 1e3 for k, v in per_round.items()}
         whole = {k: v for k, v in report.latency_ms.items() if k != "confirmed"}
         fastest = min(whole, key=whole.get) if whole else None
