@@ -79,3 +79,15 @@ def test_race_command(local_ray, onnx_path, tmp_path, capsys) -> None:
     assert out["energy_j"] is None and out["suspend"]
     assert main(["race", onnx_path, "--tuners", "random:nope=1", "--rounds", "1", "--db-dir", str(tmp_path / "d")]) == 2
     assert "unknown option 'nope'" in capsys.readouterr().err
+
+
+def test_a_dying_host_lock_is_replaced_by_a_live_one(local_ray) -> None:
+    """An earlier race's lock torn down (here: killed) while a new race asks for it by name."""
+    from tensortune.cluster.race import host_lock
+
+    node = ray.util.get_node_ip_address()
+    first = host_lock(node)
+    ray.kill(first)
+    second = host_lock(node)
+    assert ray.get(second.alive.remote()) is True
+    assert ray.get(second.acquire.remote("a")) is True and ray.get(second.release.remote("a")) is True

@@ -34,6 +34,24 @@ def lock_name(node_ip: str) -> str:
     return f"tensortune-measure-lock-{node_ip}"
 
 
+def host_lock(node_ip: str, tries: int = 10) -> Any:
+    """A handle on the host's lock actor (:func:`make_lock_actor`), made if none is alive.
+
+    A named actor whose last handle was dropped (an earlier race in the same Ray instance) is torn
+    down asynchronously, so ``get_if_exists`` can return one that is dying; each answer is checked
+    with a call, and a dead one is asked for again until its name is free."""
+    ray = _ray()
+    cls = make_lock_actor()
+    for attempt in range(tries):
+        lock = cls.options(name=lock_name(node_ip), get_if_exists=True).remote()
+        try:
+            ray.get(lock.alive.remote(), timeout=60)
+            return lock
+        except ray.exceptions.RayActorError:
+            time.sleep(0.2 * (attempt + 1))
+    raise RuntimeError(f"no live measurement lock on {node_ip} after {tries} tries")
+
+
 def _ray() -> Any:
     import ray
 
@@ -69,6 +87,10 @@ def make_lock_actor() -> Any:
                 return False
             self.holder = ""
             self._lock.release()
+            return True
+
+        def alive(self) -> bool:
+            """A no-op call: answers only while the actor lives."""
             return True
 
         def forget(self, who: str) -> None:
@@ -249,7 +271,7 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
     entries: list[Entry] = []
     try:
         node = ray.util.get_node_ip_address()
-        lock = make_lock_actor().options(name=lock_name(node), get_if_exists=True).remote()
+        lock = host_lock(node)
         actor_cls = make_tuner_actor()
         for model in models:
             for tuner in tuners:
