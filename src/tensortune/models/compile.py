@@ -74,7 +74,7 @@ class CompiledModel:
         return self._vm
 
     def reset_vm(self) -> None:
-        """Drop the cached VirtualMachine (one left with an instrument, say: even a no-op hook costs
+        """Drop the cached VirtualMachine (one left with an instrument, say: a no-op hook still costs
         a Python call per function call); the next use makes a fresh one."""
         self.__dict__.pop("_vm", None)
 

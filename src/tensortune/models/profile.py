@@ -144,7 +144,7 @@ def function_times(compiled: Any, run: Callable[[], None], runs: int) -> list[di
     finally:
         vm.set_instrument(lambda *a: None)
         if hasattr(compiled, "reset_vm"):
-            compiled.reset_vm()  # the no-op hook left behind would slow every later inference
+            compiled.reset_vm()  # later inferences run on a VM with no instrument at all, not a no-op one
     return per_run
 
 
