@@ -2,7 +2,8 @@
 
     python -m bench.predictors --train pgs-ebs=data/train/conv2d_nchwc.npz [--train random-ebs=FILE ...]
                                [--kinds transformer,mlp,lstm,xgb] [--holdout 0.2] [--eval resnet18=FILE ...]
-                               [--epochs 200] [--time-budget 900] [--seed 0] [--out bench/results/predictors]
+                               [--epochs 200] [--time-budget 900] [--seed 0 | --seeds 0,1,2]
+                               [--out bench/results/predictors]
 
 Each training file (``tensortune dataset export``) is split by task (``--holdout`` of its tasks,
 the same tasks for every kind); each kind is trained on the rest with the shared trainer and
@@ -15,6 +16,13 @@ Tuner's §6.3.4 comparison; with several ``--train`` sets, its Table 4 ablation)
 models on any ``--eval`` file they were not scored on yet (an export made after the training).
 Then ``OUT/report.md`` and ``OUT/predictors.png``. Training runs on every core: run nothing else
 meanwhile.
+
+With small datasets (the ablation's 40 tasks) one training is mostly noise: ``--seeds 0,1,2`` runs
+the whole thing once per seed (a seed picks both the held-out tasks and the initial weights; seed 0
+writes ``OUT``, seed S ``OUT/seed-S``, each resumable as above), then ``OUT/seeds.md`` and
+``seeds.json`` give each metric's mean and standard deviation over the seeds, and for training sets
+named ``SAMPLER-CODE`` (``pgs-ebs``, ``random-random``, ...) the paper's Table 4 layout: a row per task
+sampler, a column per code sampler.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ from typing import Any
 from .common import machine_info, save_figure, write_text
 
 METRICS = ("r2", "spearman", "top1_recall", "top5_recall", "top64_quality")
+TABLE4_METRICS = ("spearman", "top64_quality")
 
 
 def _named(items: list[str], flag: str) -> dict[str, Path]:
@@ -148,6 +157,78 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+def seed_folder(out: Path, seed: int) -> Path:
+    """Where one seed's run lives: ``OUT`` for seed 0, ``OUT/seed-S`` otherwise."""
+    return out if seed == 0 else out / f"seed-{seed}"
+
+
+def _mean_sd(xs: list[float]) -> tuple[float, float]:
+    m = sum(xs) / len(xs)
+    return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+
+
+def summarize_seeds(out: Path, seeds: list[int]) -> dict[str, Any]:
+    """Mean and standard deviation over the seeds' runs of every (train set / kind, eval set, metric);
+    writes ``OUT/seeds.json`` and ``OUT/seeds.md``. A (key, eval set) missing from a seed's run is
+    averaged over the seeds that have it (the count is kept)."""
+    per: dict[tuple[str, str], dict[str, list[float]]] = {}
+    machine: dict[str, Any] = {}
+    for seed in seeds:
+        path = seed_folder(out, seed) / "predictors.json"
+        if not path.exists():
+            continue
+        res = json.loads(path.read_text())
+        machine = machine or res.get("machine", {})
+        for key, row in res.get("runs", {}).items():
+            for ename, sc in row["scores"].items():
+                if sc:
+                    cell = per.setdefault((key, ename), {m: [] for m in METRICS})
+                    for m in METRICS:
+                        cell[m].append(float(sc[m]))
+    rows = [{"key": key, "eval": ename, "seeds": len(cell["spearman"]),
+             **{m: dict(zip(("mean", "sd"), _mean_sd(cell[m]))) for m in METRICS}}
+            for (key, ename), cell in per.items()]
+    summary = {"machine": machine, "seeds": seeds, "rows": rows}
+    write_text(out / "seeds.json", json.dumps(summary, indent=1))
+    write_text(out / "seeds.md", _seeds_markdown(summary))
+    return summary
+
+
+def _seeds_markdown(summary: dict[str, Any]) -> str:
+    mid = summary.get("machine", {}).get("machine_id", {})
+    rows = summary["rows"]
+    lines = ["# Predictor accuracy over seeds", "",
+             f"Machine: {mid.get('cpu_model', '?')} ({mid.get('llvm_cpu', '?')}, {mid.get('cores', '?')} cores). "
+             f"Seeds {', '.join(map(str, summary['seeds']))}: each picks the held-out tasks and the initial "
+             "weights. Mean +- standard deviation over the seeds that have the row.", "",
+             "| train set / kind | eval set | seeds | R^2 | Spearman | top-1 | top-5 | top-64 best |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        cells = " | ".join(f"{r[m]['mean']:.3f} +- {r[m]['sd']:.3f}" for m in METRICS)
+        lines.append(f"| {r['key']} | {r['eval']} | {r['seeds']} | {cells} |")
+    # the paper's Table 4: task sampler x code sampler, for training sets named SAMPLER-CODE
+    grid: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
+    for r in rows:
+        train, _, kind = r["key"].rpartition("/")
+        sampler, dash, code = train.rpartition("-")
+        if dash and sampler:
+            grid.setdefault((kind, r["eval"]), {})[(sampler, code)] = r
+    for (kind, ename), cells in sorted(grid.items()):
+        samplers = sorted({s for s, _ in cells})
+        codes = sorted({c for _, c in cells})
+        if len(samplers) < 2 and len(codes) < 2:
+            continue
+        lines += ["", f"## Table 4 layout: {kind}, scored on {ename}", "",
+                  "Mean Spearman / mean best label among the predicted top 64, over the seeds.", "",
+                  "| task sampler | " + " | ".join(f"{c} code" for c in codes) + " |",
+                  "|---|" + "---:|" * len(codes)]
+        for smp in samplers:
+            vals = [cells.get((smp, c)) for c in codes]
+            lines.append(f"| {smp} | " + " | ".join(
+                "-" if v is None else " / ".join(f"{v[m]['mean']:.3f}" for m in TABLE4_METRICS) for v in vals) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.predictors", description=__doc__.split("\n\n")[0])
     p.add_argument("--train", action="append", required=True, help="NAME=FILE (repeatable: the ablation's datasets)")
@@ -158,10 +239,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--time-budget", type=float, default=None, help="seconds of training per model at most")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default=None, help="comma-separated seeds: one run each (seed S in OUT/seed-S, "
+                   "seed 0 in OUT), then OUT/seeds.md over them")
     p.add_argument("--out", default="bench/results/predictors")
     a = p.parse_args(argv)
     try:
-        run(a)
+        if a.seeds is None:
+            run(a)
+            return 0
+        seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
+        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+            raise ValueError(f"--seeds takes distinct non-negative integers, got {a.seeds!r}")
+        for seed in seeds:
+            run(argparse.Namespace(**{**vars(a), "seed": seed, "out": str(seed_folder(Path(a.out), seed))}))
+        summarize_seeds(Path(a.out), seeds)
     except ValueError as e:
         print(f"bench.predictors: error: {e}", file=sys.stderr)
         return 2

@@ -33,3 +33,23 @@ def test_trains_scores_and_resumes(tmp_path, capsys) -> None:
     assert again["seconds"] == row["seconds"] and again["scores"]["other"] == row["scores"]["other"]
     assert again["scores"]["late"]["tasks"] == 2 and "| syn/xgb | 4 | " in (tmp_path / "out" / "report.md").read_text()
     assert (tmp_path / "out" / again["model"] / "predictor.json").exists()
+
+
+def test_seeds_run_each_and_summarize(tmp_path) -> None:
+    a = write_training(tmp_path / "a.npz", n_tasks=5, rows=30)
+    b = write_training(tmp_path / "b.npz", n_tasks=5, rows=30, seed=3)
+    out = tmp_path / "out"
+    args = ["--train", f"pgs-ebs={a}", "--train", f"pgs-random={b}", "--kinds", "xgb", "--holdout", "0.4",
+            "--seeds", "0,2", "--out", str(out)]
+    assert main(args) == 0
+    runs = [json.loads((d / "predictors.json").read_text())["runs"] for d in (out, out / "seed-2")]
+    assert all(set(r) == {"pgs-ebs/xgb", "pgs-random/xgb"} for r in runs)
+    summary = json.loads((out / "seeds.json").read_text())
+    assert summary["seeds"] == [0, 2] and len(summary["rows"]) == 2
+    row = next(r for r in summary["rows"] if r["key"] == "pgs-ebs/xgb")
+    got = [r["pgs-ebs/xgb"]["scores"]["held-out"]["spearman"] for r in runs]
+    assert row["seeds"] == 2 and abs(row["spearman"]["mean"] - sum(got) / 2) < 1e-9
+    assert abs(row["spearman"]["sd"] - abs(got[0] - got[1]) / 2 ** 0.5) < 1e-9
+    md = (out / "seeds.md").read_text()
+    assert "## Table 4 layout: xgb, scored on held-out" in md and "| pgs | " in md and "ebs code" in md
+    assert main([*args[:-4], "--seeds", "1,1", "--out", str(out)]) == 2  # repeated seeds: refused
