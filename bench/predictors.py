@@ -7,12 +7,13 @@
 
 Each training file (``tensortune dataset export``) is split by task (``--holdout`` of its tasks,
 the same tasks for every kind); each kind is trained on the rest with the shared trainer and
-scored on the held-out tasks and on every ``--eval`` file (e.g. an export of a suite database:
+scored on the held-out tasks and on every ``--eval`` file of its op (e.g. an export of a suite database:
 the C1-C12 or a model's tasks measured by autotvm): R^2, mean per-task Spearman, top-1 / top-5
 recall of each task's measured best, and the best label among the predicted top 64 (One-Shot
 Tuner's §6.3.4 comparison; with several ``--train`` sets, its Table 4 ablation). Results go to
 ``OUT/predictors.json`` as each model finishes, and each model into ``OUT/models/TRAIN-KIND/``
-(a predictor folder, no pickles). A rerun trains nothing that is there: it scores the kept
+(a predictor folder, no pickles). ``--predictor NAME=DIR`` scores a predictor trained before (the
+shipped one, which ``--tuner oneshot`` uses) on the same eval files, beside the kinds trained here. A rerun trains nothing that is there: it scores the kept
 models on any ``--eval`` file they were not scored on yet (an export made after the training).
 Then ``OUT/report.md`` and ``OUT/predictors.png``. Training runs on every core: run nothing else
 meanwhile.
@@ -110,8 +111,30 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             s = row["scores"]["held-out"]
             print(f"{key}: {trained.epochs} epochs, {row['seconds']:.0f} s; held-out Spearman {s.get('spearman', 0):.3f}, "
                   f"top-1 {s.get('top1_recall', 0):.2f}, top-5 {s.get('top5_recall', 0):.2f}", flush=True)
+    for pname, folder in _named(getattr(a, "predictor", []) or [], "--predictor").items():
+        _score_kept(results, path, pname, folder, evals)
     write_report(results, out)
     return results
+
+
+def _score_kept(results: dict[str, Any], path: Path, name: str, folder: Path, evals: dict[str, Any]) -> None:
+    """Score an already trained predictor folder (e.g. the shipped one) on the eval files of its op;
+    it has no held-out tasks of its own. Kept across reruns like the trained rows."""
+    from tensortune.learn.predictor import load_predictor
+
+    predictor = load_predictor(folder)
+    row = results["runs"].get(name)
+    if row is None:
+        ds = predictor.schema.get("dataset", {})
+        row = {"train": str(folder), "op": predictor.op, "train_tasks": int(ds.get("tasks", 0)),
+               "train_samples": int(ds.get("samples", 0)), "heldout_tasks": 0, "kept": True,
+               "scores": {"held-out": {}}}
+        results["runs"][name] = row
+    scored = [e for e, d in evals.items() if e not in row["scores"] and d.op == predictor.op]
+    for ename in scored:
+        row["scores"][ename] = evaluate(predictor, evals[ename])
+    write_text(path, json.dumps(results, indent=1))
+    print(f"{name}: a trained predictor ({predictor.op}); scored on {', '.join(scored) or 'nothing new'}", flush=True)
 
 
 def write_report(results: dict[str, Any], out: Path) -> None:
@@ -231,7 +254,9 @@ def _seeds_markdown(summary: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.predictors", description=__doc__.split("\n\n")[0])
-    p.add_argument("--train", action="append", required=True, help="NAME=FILE (repeatable: the ablation's datasets)")
+    p.add_argument("--train", action="append", default=[], help="NAME=FILE (repeatable: the ablation's datasets)")
+    p.add_argument("--predictor", action="append", default=[], help="NAME=DIR: a predictor already trained (e.g. "
+                   "the shipped src/tensortune/learn/pretrained/OP), scored on the --eval files of its op (repeatable)")
     p.add_argument("--eval", action="append", default=[], help="NAME=FILE scored too (repeatable)")
     p.add_argument("--kinds", default="transformer,mlp,lstm,xgb")
     p.add_argument("--holdout", type=float, default=0.2)
@@ -243,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                    "seed 0 in OUT), then OUT/seeds.md over them")
     p.add_argument("--out", default="bench/results/predictors")
     a = p.parse_args(argv)
+    if not a.train and not a.predictor:
+        p.error("give --train NAME=FILE or --predictor NAME=DIR")
     try:
         if a.seeds is None:
             run(a)

@@ -53,3 +53,23 @@ def test_seeds_run_each_and_summarize(tmp_path) -> None:
     md = (out / "seeds.md").read_text()
     assert "## Table 4 layout: xgb, scored on held-out" in md and "| pgs | " in md and "ebs code" in md
     assert main([*args[:-4], "--seeds", "1,1", "--out", str(out)]) == 2  # repeated seeds: refused
+
+
+def test_a_trained_predictor_is_scored_on_the_evals_of_its_op(tmp_path, capsys) -> None:
+    train = write_training(tmp_path / "t.npz", n_tasks=5, rows=30)
+    same = write_training(tmp_path / "e.npz", n_tasks=2, rows=30, seed=5)
+    other_op = write_training(tmp_path / "d.npz", n_tasks=2, rows=30, seed=6, op="dense")
+    first = tmp_path / "first"
+    assert main(["--train", f"syn={train}", "--kinds", "xgb", "--holdout", "0.4", "--out", str(first)]) == 0
+    kept = first / "models" / "syn-xgb"
+    out = tmp_path / "out"
+    args = ["--predictor", f"shipped={kept}", "--eval", f"model={same}", "--eval", f"dense={other_op}",
+            "--out", str(out)]
+    assert main(args) == 0
+    row = json.loads((out / "predictors.json").read_text())["runs"]["shipped"]
+    assert row["kept"] and row["op"] == "conv2d" and (row["train_tasks"], row["train_samples"]) == (3, 90)
+    assert set(row["scores"]) == {"held-out", "model"} and row["scores"]["model"]["tasks"] == 2
+    assert "| shipped | 3 | 90 |" in (out / "report.md").read_text()
+    capsys.readouterr()
+    assert main(args) == 0 and "scored on nothing new" in capsys.readouterr().out
+    assert main(["--predictor", f"bad={tmp_path}", "--out", str(out)]) == 2  # no predictor there
