@@ -81,8 +81,11 @@ def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path
 
 
 def _confirm_summary(out: dict[str, Any]) -> dict[str, Any]:
-    """What ``models.json`` keeps of an in-model check's ``--json`` output."""
-    return {"changed": out["changed"], "tasks": len(out["tasks"]), "latency_ms": out["latency_ms"], "kept": out["kept"]}
+    """What ``models.json`` keeps of an in-model check's ``--json`` output (``paired_ratio``, the
+    verdict's median of confirmed / faster variant over paired rounds, where the check gave one)."""
+    paired = {"paired_ratio": out["paired_ratio"]} if out.get("paired_ratio") is not None else {}
+    return {"changed": out["changed"], "tasks": len(out["tasks"]), "latency_ms": out["latency_ms"], "kept": out["kept"],
+            **paired}
 
 
 def confirm_system(run: RunDir, out_dir: Path, model: str, source: str, tuner: str, v: dict[str, Any]) -> bool:

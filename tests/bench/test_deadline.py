@@ -208,3 +208,11 @@ def test_a_model_that_gains_a_system_is_tuned_for_it_and_benchmarked_again(tmp_p
     assert sorted(m["systems"]) == ["autotvm", "chameleon", "fasor"]
     gone = {d["tuner"]: d["why"] for d in m["dropped"][1:]}
     assert sorted(gone) == ["chameleon", "metaschedule"] and "m-metaschedule was missing" in gone["metaschedule"]
+
+
+def test_models_json_keeps_the_checks_paired_verdict_where_there_is_one() -> None:
+    out = {"changed": 2, "tasks": [{}, {}, {}], "latency_ms": {"untuned": 4.0, "tuned": 3.9, "confirmed": 3.8},
+           "kept": "confirmed", "wall_s": 30.0}
+    assert "paired_ratio" not in wholemodel._confirm_summary(out)  # a check from before the paired verdict
+    got = wholemodel._confirm_summary({**out, "paired_ratio": 0.97})
+    assert got == {"changed": 2, "tasks": 3, "latency_ms": out["latency_ms"], "kept": "confirmed", "paired_ratio": 0.97}
