@@ -28,6 +28,7 @@ from tensortune.utils.progress import ProgressBar
 from . import metaschedule as msa
 from .config import METASCHEDULE
 from .deadline import Deadline
+from .specs import slug
 from .store import RunDir
 
 
@@ -165,14 +166,15 @@ def run_metaschedule(task: Task, budget: int, seed: int, options: MeasureOptions
     return curve
 
 
-def _artifact(task: Task, curve: Curve, out_dir: str) -> str | None:
-    """Build the curve's best kernel once into a shared library (None: it does not build)."""
+def _artifact(task: Task, curve: Curve, out_dir: str, name: str) -> str | None:
+    """Build the curve's best kernel once into ``out_dir/NAME.so`` (None: it does not build).
+    ``name`` is a file name, not the tuner spec: a spec can hold a path (``fasor:model=DIR``)."""
     from tensortune.measure.worker import build_candidate
     from tensortune.target import make_target
 
     if curve.best is None:
         return None
-    path = os.path.join(out_dir, f"{curve.tuner}.so")
+    path = os.path.join(out_dir, f"{name}.so")
     if curve.tuner == METASCHEDULE:
         try:
             return msa.export_module(curve.best, make_target(task.target_json), path)
@@ -204,7 +206,7 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
     out: dict[str, dict[str, Any]] = {}
     tmp = tempfile.mkdtemp(prefix="tensortune-remeasure-")
     try:
-        libs = {c.tuner: _artifact(task, c, tmp) for c in curves}
+        libs = {c.tuner: _artifact(task, c, tmp, f"{i}-{slug(c.tuner)}") for i, c in enumerate(curves)}
         check: dict[str, str] = {}
         for c in curves:
             if libs[c.tuner]:
@@ -228,7 +230,7 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
                         continue
                     if check[tuner] != "ok":
                         continue
-                    copy = os.path.join(tmp, f"{tuner}-{r}.so")  # the runner deletes what it ran
+                    copy = f"{libs[tuner][:-3]}-{r}.so"  # the runner deletes what it ran
                     shutil.copy(libs[tuner], copy)
                     res = m.runner.run([dummy], [BuildResult(copy)], check_correctness=True)[0]
                     if res.ok:

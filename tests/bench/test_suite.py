@@ -207,6 +207,22 @@ def test_remeasure_verifies_metaschedule_kernels() -> None:
             assert got["check"].startswith("wrong_answer") and got["median_ms"] is None
 
 
+def test_remeasure_names_kernels_apart_from_their_tuner_specs() -> None:
+    """A spec can hold a path (fasor:model=DIR): each kernel's file is named by its slot, so a
+    slash is no folder and two specs with the same file-safe form stay apart."""
+    from tensortune.measure import MeasureOptions
+    from tensortune.task import Task
+
+    task = Task.from_op("matmul", {"M": 32, "N": 32, "K": 32})
+    options = MeasureOptions(threads=1, number=1, repeat=1, min_repeat_ms=0)
+    curves = [Curve("fasor:model=runs/a/b"), Curve("fasor:model=runs/a:b")]
+    for c in curves:
+        c.best = task.default_config()
+    got = remeasure(task, curves, 1, options)
+    assert set(got) == {c.tuner for c in curves}
+    assert all(g["verified"] and g["check"] == "ok" and g["median_ms"] > 0 for g in got.values())
+
+
 def _tables(md: str) -> list[tuple[list[str], list[dict[str, str]]]]:
     """Every Markdown table of ``md``: (header, rows as header -> cell); escaped pipes kept in cells."""
     out: list[tuple[list[str], list[dict[str, str]]]] = []
