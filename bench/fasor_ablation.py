@@ -39,6 +39,7 @@ from typing import Any
 from .common import fmt as _f, geomean, gflops, save_figure, write_text
 from .suite.provenance import ops_measured_on
 from .suite.report import curves, first_reaching, settled
+from .suite.specs import parse
 from .suite.store import RunDir
 
 FULL = "fasor:mode=quality"
@@ -91,19 +92,29 @@ def compare(summary: dict[str, Any], cv: dict[str, Any], full: str = FULL) -> di
     return out
 
 
+def label(variant: str, full: str) -> str:
+    """What ``variant`` changes of ``full``: its options that differ (``n_p=5``, ``model=shipped``),
+    or the whole spec where the tuners differ."""
+    (vn, vo), (fn, fo) = parse(variant), parse(full)
+    if vn != fn:
+        return variant
+    diff = [f"{k}={v}" for k, v in vo.items() if fo.get(k) != v] + [f"{k} unset" for k in fo if k not in vo]
+    return ", ".join(diff) or variant
+
+
 def markdown(cmp: dict[str, Any], full: str, provenance: str) -> str:
     lines = ["# Fasor's ablations (Fig. 8)", "", provenance, "",
              f"Each variant against the full system `{full}`: wall time (and trials) until its best first reached "
              "the worse of the two searches' bests, over the full system's (> 1: the variant takes longer); the "
              "final, re-measured latency over the full system's (> 1: slower code); and the whole tuning wall time "
-             "over the full system's. Geometric means over the workloads.", "",
+             "over the full system's. Geometric means over the workloads. A variant is named by what it changes.", "",
              "| variant | time to the same latency | trials to it | final latency | whole wall time | workloads |",
              "|---|---:|---:|---:|---:|---:|"]
     for var, v in cmp.items():
-        lines.append(f"| {var} | {_f(v['time_ratio'], '.2f')}x | {_f(v['trials_ratio'], '.2f')}x | "
+        lines.append(f"| {label(var, full)} | {_f(v['time_ratio'], '.2f')}x | {_f(v['trials_ratio'], '.2f')}x | "
                      f"{_f(v['latency_ratio'], '.3f')}x | {_f(v['wall_ratio'], '.2f')}x | {v['workloads']} |")
     for var, v in cmp.items():
-        lines += ["", f"## {var}", "", "| workload | GFLOP/s (full) | GFLOP/s | target ms | s to it (full / variant) | "
+        lines += ["", f"## {label(var, full)} (`{var}`)", "", "| workload | GFLOP/s (full) | GFLOP/s | target ms | s to it (full / variant) | "
                   "trials to it (full / variant) | trials in all (full / variant) | check |",
                   "|---|---:|---:|---:|---|---|---|---|"]
         for w, r in v["per_workload"].items():
@@ -114,7 +125,7 @@ def markdown(cmp: dict[str, Any], full: str, provenance: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(cmp: dict[str, Any], out: Path) -> Path | None:
+def plot(cmp: dict[str, Any], out: Path, full: str = FULL) -> Path | None:
     """Time to the same latency and final latency per variant, over the full system's."""
     try:
         import matplotlib
@@ -129,7 +140,7 @@ def plot(cmp: dict[str, Any], out: Path) -> Path | None:
                               ("time to the same latency / full Fasor", "final latency / full Fasor")):
         ax.bar(range(len(names)), [cmp[n][key] or 0 for n in names])
         ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xticks(range(len(names)), [n.replace("fasor:mode=quality:", "") for n in names], rotation=45,
+        ax.set_xticks(range(len(names)), [label(n, full) for n in names], rotation=45,
                       ha="right")
         ax.set_title(title)
     fig.tight_layout()
@@ -155,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     md = markdown(cmp, a.full, provenance)
     write_text(run.path / "fasor_ablation.md", md)
     write_text(run.path / "fasor_ablation.json", json.dumps({"full": a.full, "variants": cmp}, indent=1))
-    plot(cmp, run.path / "fasor_ablation.png")
+    plot(cmp, run.path / "fasor_ablation.png", a.full)
     print(md)
     return 0
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.fasor_ablation import FULL, main
+from bench.fasor_ablation import FULL, label, main
 from bench.suite.ops import Curve
 from bench.suite.store import RunDir
 
@@ -49,7 +49,15 @@ def test_time_to_the_same_latency_and_final_latency_against_the_full_system(tmp_
     assert v["time_ratio"] == pytest.approx(3.0) and v["trials_ratio"] == pytest.approx(1.5)
     assert v["latency_ratio"] == pytest.approx(1.2) and v["wall_ratio"] == pytest.approx(8.0 / 3.0)
     md = (run.path / "fasor_ablation.md").read_text()
-    assert f"| {NO_START} | 3.00x | 1.50x | 1.200x |" in md
+    assert "| start=false | 3.00x | 1.50x | 1.200x |" in md and f"## start=false (`{NO_START}`)" in md
+
+
+def test_a_variant_is_named_by_what_it_changes() -> None:
+    full = "fasor:mode=quality:model=runs/moved"
+    assert label(f"{full}:n_p=5", full) == "n_p=5"
+    assert label("fasor:mode=quality:model=shipped", full) == "model=shipped"
+    assert label("fasor:mode=quality", full) == "model unset"
+    assert label("autotvm", full) == "autotvm"
 
 
 def test_a_folder_without_the_full_system_is_refused(tmp_path, capsys) -> None:
