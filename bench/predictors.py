@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -111,7 +112,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             s = row["scores"]["held-out"]
             print(f"{key}: {trained.epochs} epochs, {row['seconds']:.0f} s; held-out Spearman {s.get('spearman', 0):.3f}, "
                   f"top-1 {s.get('top1_recall', 0):.2f}, top-5 {s.get('top5_recall', 0):.2f}", flush=True)
-    for pname, folder in _named(getattr(a, "predictor", []) or [], "--predictor").items():
+    for pname, folder in _named(a.predictor, "--predictor").items():
         _score_kept(results, path, pname, folder, evals)
     write_report(results, out)
     return results
@@ -119,11 +120,15 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
 
 def _score_kept(results: dict[str, Any], path: Path, name: str, folder: Path, evals: dict[str, Any]) -> None:
     """Score an already trained predictor folder (e.g. the shipped one) on the eval files of its op;
-    it has no held-out tasks of its own. Kept across reruns like the trained rows."""
+    it has no held-out tasks of its own. Kept across reruns like the trained rows: a rerun loads it
+    only when an eval file of its op is new."""
     from tensortune.learn.predictor import load_predictor
 
-    predictor = load_predictor(folder)
     row = results["runs"].get(name)
+    if row is not None and not any(e not in row["scores"] and d.op == row["op"] for e, d in evals.items()):
+        print(f"{name}: a trained predictor ({row['op']}); scored on nothing new", flush=True)
+        return
+    predictor = load_predictor(folder)
     if row is None:
         ds = predictor.schema.get("dataset", {})
         row = {"train": str(folder), "op": predictor.op, "train_tasks": int(ds.get("tasks", 0)),
@@ -185,11 +190,6 @@ def seed_folder(out: Path, seed: int) -> Path:
     return out if seed == 0 else out / f"seed-{seed}"
 
 
-def _mean_sd(xs: list[float]) -> tuple[float, float]:
-    m = sum(xs) / len(xs)
-    return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
-
-
 def summarize_seeds(out: Path, seeds: list[int]) -> dict[str, Any]:
     """Mean and standard deviation over the seeds' runs of every (train set / kind, eval set, metric);
     writes ``OUT/seeds.json`` and ``OUT/seeds.md``. A (key, eval set) missing from a seed's run is
@@ -209,7 +209,8 @@ def summarize_seeds(out: Path, seeds: list[int]) -> dict[str, Any]:
                     for m in METRICS:
                         cell[m].append(float(sc[m]))
     rows = [{"key": key, "eval": ename, "seeds": len(cell["spearman"]),
-             **{m: dict(zip(("mean", "sd"), _mean_sd(cell[m]))) for m in METRICS}}
+             **{m: {"mean": statistics.fmean(cell[m]), "sd": statistics.stdev(cell[m]) if len(cell[m]) > 1 else 0.0}
+                for m in METRICS}}
             for (key, ename), cell in per.items()]
     summary = {"machine": machine, "seeds": seeds, "rows": rows}
     write_text(out / "seeds.json", json.dumps(summary, indent=1))

@@ -230,7 +230,7 @@ def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOpti
                         continue
                     if check[tuner] != "ok":
                         continue
-                    copy = f"{libs[tuner][:-3]}-{r}.so"  # the runner deletes what it ran
+                    copy = f"{os.path.splitext(libs[tuner])[0]}-{r}.so"  # the runner deletes what it ran
                     shutil.copy(libs[tuner], copy)
                     res = m.runner.run([dummy], [BuildResult(copy)], check_correctness=True)[0]
                     if res.ok:
