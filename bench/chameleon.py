@@ -23,6 +23,14 @@ chains of at most 500 steps.) This script reads ``RESULTS/ops_batches.csv`` and
   2.33x with RL), each side counted to the first batch reaching the worse of the two finals;
   and the wall time ``chameleon`` needs to reach the baseline's final latency against the
   baseline's own time to it (target: 3x less; the paper: 4.45x).
+
+The whole run is about 45 min a workload. Sessions land on different kinds of machine, so it
+can be spread over several folders, one per kind (``chameleon-ops-znver4-DATE``, ...), each
+holding whole workloads that no other folder holds (``--workloads C3,C4``): ``python -m
+bench.chameleon F1 F2 ... --out DIR`` then reports them together. Every workload's tuners still
+come from one invocation on one machine, and its section names that machine; the comparisons
+are ratios taken within a workload before they are averaged over workloads, so no latency of
+one machine is ever set against another's.
 """
 from __future__ import annotations
 
@@ -114,10 +122,14 @@ def compare(tables: dict[str, dict[str, Any]], cv: dict[str, Any]) -> dict[str, 
     return out
 
 
-def markdown(tables: dict[str, dict[str, Any]], cmp: dict[str, Any], provenance: str) -> str:
+def markdown(tables: dict[str, dict[str, Any]], cmp: dict[str, Any], provenance: str,
+             where: dict[str, str] | None = None) -> str:
+    """The report; ``where`` (workload -> its folder and machine, for a report over several
+    folders) adds a line under each workload's heading."""
     lines = ["# Chameleon: variants, steps, measurements and wall time", "", provenance, ""]
     for w, t in tables.items():
-        lines += [f"## {w}", "", "| tuner | final GFLOP/s | trials | settled at (trials / s) | wall s | "
+        lines += [f"## {w}", ""] + ([where[w], ""] if where and w in where else [])
+        lines += ["| tuner | final GFLOP/s | trials | settled at (trials / s) | wall s | "
                   "steps per search | searches | k per plan | own search share | build / run share |",
                   "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for tuner, r in t.items():
@@ -171,23 +183,60 @@ def plot(tables: dict[str, dict[str, Any]], out: Path) -> Path | None:
     return save_figure(fig, out)
 
 
+def load(folders: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, str], list[tuple[Any, Any]]]:
+    """``(tables, curves, where, runs)`` of every workload in ``folders``: ``where`` gives each
+    workload's folder and machine in a line, ``runs`` each folder's ``(RunDir, summary)``.
+    Raises ``ValueError`` for a folder without operator-suite results or a workload in two folders."""
+    tables: dict[str, Any] = {}
+    cv: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    folder_of: dict[str, str] = {}
+    runs = []
+    for folder in folders:
+        run = RunDir(folder)
+        summary = run.ops_summary()
+        if not summary:
+            raise ValueError(f"{folder}: no operator-suite results")
+        c = curves(run.ops_rows())
+        for w, s in summary.items():
+            if w in folder_of:
+                raise ValueError(f"workload {w} is in {folder_of[w]} and in {folder}: report each workload from one folder")
+            folder_of[w] = folder
+            tables[w] = workload_table(w, s, c.get(w, {}))
+            cv[w] = c.get(w, {})
+            where[w] = f"From `{folder}`. {ops_measured_on(run, [s])}"
+        runs.append((run, summary))
+    return tables, cv, where, runs
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.chameleon", description=__doc__.splitlines()[0])
-    p.add_argument("results", help="an operator-suite results folder")
+    p.add_argument("results", nargs="+",
+                   help="an operator-suite results folder, or several (one per kind of machine, each workload in one)")
+    p.add_argument("--out", help="where chameleon.md/.json/.png go (default: the results folder; needed with several)")
     a = p.parse_args(argv)
-    run = RunDir(a.results)
-    summary = run.ops_summary()
-    if not summary:
-        print(f"{a.results}: no operator-suite results", file=sys.stderr)
+    if len(a.results) > 1 and not a.out:
+        p.error("several results folders need --out DIR")
+    try:
+        tables, cv, where, runs = load(a.results)
+    except ValueError as e:
+        print(e, file=sys.stderr)
         return 1
-    cv = curves(run.ops_rows())
-    tables = {w: workload_table(w, s, cv.get(w, {})) for w, s in summary.items()}
     cmp = compare(tables, cv)
-    provenance = ops_measured_on(run, summary.values())
-    md = markdown(tables, cmp, provenance)
-    write_text(run.path / "chameleon.md", md)
-    (run.path / "chameleon.json").write_text(json.dumps({"workloads": tables, "comparisons": cmp}, indent=1))
-    plot(tables, run.path / "chameleon.png")
+    if len(runs) == 1:
+        run, summary = runs[0]
+        provenance, where = ops_measured_on(run, summary.values()), {}
+    else:
+        provenance = (f"Workloads from {len(runs)} folders. Each workload was measured in one folder, on one kind of "
+                      f"machine, named under its heading with its invocations; every comparison is a ratio within a "
+                      f"workload, averaged over the workloads only then.")
+    out = Path(a.out) if a.out else runs[0][0].path
+    out.mkdir(parents=True, exist_ok=True)
+    md = markdown(tables, cmp, provenance, where)
+    write_text(out / "chameleon.md", md)
+    (out / "chameleon.json").write_text(json.dumps({"workloads": tables, "comparisons": cmp,
+                                                    "folders": a.results, "measured_on": where or None}, indent=1))
+    plot(tables, out / "chameleon.png")
     print(md)
     return 0
 

@@ -73,6 +73,46 @@ def test_report_from_a_suite_folder(tmp_path) -> None:
     assert "search steps per search" in md and "| chameleon |" in md
 
 
+def _folder(path, workload: str, specs: list[str], task) -> RunDir:
+    run = RunDir(path).create()
+    curves = [fake_curve(s, task, 0.5 if s == BASELINE else 0.4) for s in specs]
+    rows = [{"workload": workload, "group": "g", "op": "conv2d", "seed": 0, "flops": task.flops, **r}
+            for c in curves for r in c.rows]
+    summary = {"group": "g", "op": "conv2d", "flops": task.flops,
+               "tuners": {c.tuner: {"trials": c.rows[-1]["trials"], "wall_s": c.wall_s, "split": c.totals(),
+                                    "search": c.search, "median_ms": c.best_s * 1e3, "check": "ok"} for c in curves}}
+    run.add_ops(workload, rows, summary)
+    return run
+
+
+def test_report_over_several_folders(tmp_path, capsys) -> None:
+    """Workloads measured on different kinds of machine, one folder each, reported together:
+    each section names its folder, the comparisons average per-workload ratios, and a workload
+    in two folders or several folders without --out are refused."""
+    import pytest
+
+    from tensortune.task import Task
+
+    task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
+    a = _folder(tmp_path / "a", "C6", [BASELINE, CHAMELEON], task)
+    b = _folder(tmp_path / "b", "C7", [BASELINE, CHAMELEON], task)
+    out = tmp_path / "both"
+    assert main([str(a.path), str(b.path), "--out", str(out)]) == 0
+    rep = json.loads((out / "chameleon.json").read_text())
+    assert set(rep["workloads"]) == {"C6", "C7"} and rep["folders"] == [str(a.path), str(b.path)]
+    assert set(rep["comparisons"]["wall"]["per_workload"]) == {"C6", "C7"}
+    md = (out / "chameleon.md").read_text()
+    assert f"From `{a.path}`" in md and f"From `{b.path}`" in md and "Workloads from 2 folders" in md
+    assert not (a.path / "chameleon.md").exists()
+    c = _folder(tmp_path / "c", "C6", [BASELINE], task)
+    capsys.readouterr()
+    assert main([str(a.path), str(c.path), "--out", str(tmp_path / "x")]) == 1
+    assert "workload C6 is in" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main([str(a.path), str(b.path)])
+    assert e.value.code == 2
+
+
 def test_settled_and_first_reaching() -> None:
     rows = [{"trials": 8, "elapsed_s": 1.0, "best_ms": 3.0}, {"trials": 16, "elapsed_s": 2.0, "best_ms": 2.0},
             {"trials": 24, "elapsed_s": 3.0, "best_ms": 2.0}, {"trials": 32, "elapsed_s": 4.0, "best_ms": 1.5}]

@@ -89,3 +89,29 @@ def test_unrecognised_functions_are_generic_with_a_reason():
     assert pat.op is None and "multiply-accumulate" in pat.reason
     task = Task.from_fused(te.create_prim_func([x, s]), name_hint="fused_sum_mean3")
     assert task.template_name == "generic" and task.kernel_class == "sum-mean"
+
+
+def test_an_epilogue_that_broadcasts_the_anchor_is_generic_and_runs():
+    """Squeeze-and-excitation (EfficientNet): a 1x1 conv on a 1x1 map, its sigmoid gate multiplied
+    into the whole 7x7 feature map in the same fused function. The templates write an epilogue
+    per tile of the anchor's output, which cannot hold the larger map (TVM refused the schedule
+    for most configs), so the function goes to the generic template, and computes the right answer."""
+    s = te.placeholder((1, 8, 1, 1), name="s")
+    w = te.placeholder((16, 8, 1, 1), name="w")
+    fmap = te.placeholder((1, 16, 7, 7), name="fmap")
+    rc = te.reduce_axis((0, 8))
+    conv = te.compute((1, 16, 1, 1), lambda n, f, y, x: te.sum(s[n, rc, y, x] * w[f, rc, 0, 0], axis=rc), name="conv")
+    gate = te.compute(conv.shape, lambda *i: te.sigmoid(conv(*i)), name="T_sigmoid")
+    out = te.compute(fmap.shape, lambda n, f, y, x: fmap[n, f, y, x] * gate[n, f, 0, 0], name="T_multiply")
+    func = te.create_prim_func([s, w, fmap, out])
+    pat = analyze_func(func)
+    assert pat.op is None and "not elementwise over the anchor's output" in pat.reason
+    task = Task.from_fused(func, name_hint="fused_conv2d_sigmoid_multiply")
+    assert task.template_name == "generic"
+    args = task.make_inputs(0)
+    ex = tvm.compile(task.instantiate(task.default_config()), target=make_target(task.target_json))
+    dev = tvm.cpu()
+    res = tvm.runtime.tensor(task.output_buffer(), dev)
+    ex.mod["main"](*(tvm.runtime.tensor(x, dev) for x in args), res)
+    expected = args[2] * (1 / (1 + np.exp(-np.einsum("nc,fc->nf", args[0][:, :, 0, 0], args[1][:, :, 0, 0]))))[:, :, None, None]
+    np.testing.assert_allclose(res.numpy(), expected, rtol=1e-4, atol=1e-5)

@@ -18,6 +18,10 @@ Recognised anchors (a multiply-accumulate reduction block ``C += X * Y``):
   ``out[..., i, j] += A[..., i, k] * B[..., k, j]`` (``B[..., j, k]``: dense).
 - ``dense_pack``: ``out[..., i, j] += A[..., i, k] * W[j // NB, k, j % NB]`` (a weight packed at
   compile time, :func:`tensortune.task.ops.dense_pack_te`).
+
+The blocks after the anchor form its epilogue only when each is elementwise over the anchor's
+output (as many points): a function that broadcasts the anchor's result into a larger tensor
+(squeeze-and-excitation's gate multiplied into the feature map) is generic.
 """
 from __future__ import annotations
 
@@ -215,6 +219,11 @@ def analyze_func(func: Any) -> FuncPattern:
     before, after = blocks[:k], blocks[k + 1:]
     if any(b.reduction for b in after):
         return _generic("a reduction after the anchor")
+    out_elems = _prod([anchor.extent(v) for v in anchor.spatial])
+    if any(_prod(b.extents) != out_elems for b in after):
+        # e.g. squeeze-and-excitation: a 1x1 conv's per-channel gate multiplied into the whole
+        # feature map. The templates write the epilogue per tile of the anchor's output.
+        return _generic("the epilogue is not elementwise over the anchor's output (it broadcasts or reshapes it)")
     ep_ops = tuple(_epilogue_op(b) for b in after)
     common = {"anchor": anchor.name, "epilogue": tuple(b.name for b in after), "epilogue_ops": ep_ops}
     if len(anchor.reduction) == 1:
