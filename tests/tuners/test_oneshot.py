@@ -137,6 +137,28 @@ def test_parallel_feature_extraction_matches_local(task) -> None:
     assert np.array_equal(par.extract(task, configs[:5]), rows[:5])  # cached
 
 
+def test_a_config_the_template_cannot_schedule_scores_empty_and_the_search_goes_on(monkeypatch) -> None:
+    """A template that raises for some configs (TVM refusing a schedule) gives those configs empty
+    (zero) rows in this process and in an extraction worker, instead of ending the search."""
+    from tensortune.features.parallel import ParallelExtractor, _rows_in_worker
+
+    odd = Task.from_op("conv2d", (7, 7, 32, 32, 3, 1, 1), target=ZNVER4)  # a shape no other test caches
+    cls = type(odd.template)
+    apply = cls.apply
+
+    def refusing(self, t, config):
+        if config.index % 2:
+            raise RuntimeError("Check failed: required.CanProveSinglePoint(...)")
+        return apply(self, t, config)
+
+    monkeypatch.setattr(cls, "apply", refusing)
+    configs = odd.space.sample(random.Random(3), 8)
+    assert {c.index % 2 for c in configs} == {0, 1}
+    for rows in (ParallelExtractor("curve", workers=1).extract(odd, configs),
+                 _rows_in_worker(odd.json_text, "curve", [c.index for c in configs])):
+        assert [not r.any() for r in rows] == [bool(c.index % 2) for c in configs]
+
+
 def test_command_line(predictor_dir, tmp_path, capfd) -> None:
     from tensortune.cli import main
 

@@ -81,13 +81,16 @@ class FeatureExtractor(ABC):
 
     def extract(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
         """Rows for ``configs`` (zero-padded to the longest row), cached per config."""
-        def make(c: Config) -> np.ndarray:
-            try:
-                return np.asarray(self.extract_one(task, c), dtype=np.float32)
-            except Exception:  # noqa: BLE001 - a config that cannot be scheduled scores as empty
-                return np.zeros(0, dtype=np.float32)
+        return pad_rows([self.cache.get(task, c, lambda c=c: self.row(task, c)) for c in configs])
 
-        return pad_rows([self.cache.get(task, c, lambda c=c: make(c)) for c in configs])
+    def row(self, task: Any, config: Config) -> np.ndarray:
+        """:meth:`extract_one` as float32, or an empty row (zeros once padded) for a config the
+        template cannot schedule: the search goes on, and if the config is picked its build
+        fails and is recorded as an ``instantiation`` error like any other fault."""
+        try:
+            return np.asarray(self.extract_one(task, config), dtype=np.float32)
+        except Exception:  # noqa: BLE001 - a config that cannot be scheduled scores as empty
+            return np.zeros(0, dtype=np.float32)
 
 
 def pad_rows(rows: Sequence[np.ndarray], width: int | None = None) -> np.ndarray:

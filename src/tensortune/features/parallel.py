@@ -44,7 +44,7 @@ def _rows_in_worker(task_json: str, name: str, indices: list[int]) -> np.ndarray
             _TASKS.clear()
         task = _TASKS[task_json] = Task.from_json(json.loads(task_json))
     ex = _EXTRACTORS.get(name) or _EXTRACTORS.setdefault(name, get_extractor(name, cache_size=0))
-    return pad_rows([ex.extract_one(task, task.space.get(i)) for i in indices])
+    return pad_rows([ex.row(task, task.space.get(i)) for i in indices])
 
 
 def _workers(n: int) -> list[Any]:
@@ -96,7 +96,7 @@ class ParallelExtractor:
 
     def _extract(self, task: Any, configs: list[Config]) -> list[np.ndarray]:
         if len(configs) < MIN_PARALLEL or self.workers == 1:
-            return [self.local.extract_one(task, c) for c in configs]
+            return [self.local.row(task, c) for c in configs]
         pool = _workers(self.workers)
         parts = [configs[i::len(pool)] for i in range(len(pool))]
 
@@ -105,7 +105,7 @@ class ParallelExtractor:
             if out.status == "ok":
                 return list(out.value)
             self.fallbacks += 1
-            return [self.local.extract_one(task, c) for c in part]
+            return [self.local.row(task, c) for c in part]
 
         with ThreadPoolExecutor(len(pool)) as ex:
             results = list(ex.map(run, pool, parts))
