@@ -28,9 +28,9 @@ The whole run is about 45 min a workload. Sessions land on different kinds of ma
 can be spread over several folders, one per kind (``chameleon-ops-znver4-DATE``, ...), each
 holding whole workloads that no other folder holds (``--workloads C3,C4``): ``python -m
 bench.chameleon F1 F2 ... --out DIR`` then reports them together. Every workload's tuners still
-come from one invocation on one machine, and its section names that machine; the comparisons
-are ratios taken within a workload before they are averaged over workloads, so no latency of
-one machine is ever set against another's.
+come from one folder, on one kind of machine, and its section names that machine and the
+invocations; the comparisons are ratios taken within a workload before they are averaged over
+workloads, so no latency of one machine is ever set against another's.
 """
 from __future__ import annotations
 

@@ -220,10 +220,12 @@ def analyze_func(func: Any) -> FuncPattern:
     if any(b.reduction for b in after):
         return _generic("a reduction after the anchor")
     out_elems = _prod([anchor.extent(v) for v in anchor.spatial])
-    if any(_prod(b.extents) != out_elems for b in after):
+    for b in after:
         # e.g. squeeze-and-excitation: a 1x1 conv's per-channel gate multiplied into the whole
         # feature map. The templates write the epilogue per tile of the anchor's output.
-        return _generic("the epilogue is not elementwise over the anchor's output (it broadcasts or reshapes it)")
+        if _prod(b.extents) != out_elems:
+            return _generic(f"the epilogue is not elementwise over the anchor's output ({b.name} covers "
+                            f"{_prod(b.extents)} points, the anchor {out_elems})")
     ep_ops = tuple(_epilogue_op(b) for b in after)
     common = {"anchor": anchor.name, "epilogue": tuple(b.name for b in after), "epilogue_ops": ep_ops}
     if len(anchor.reduction) == 1:
