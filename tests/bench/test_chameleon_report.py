@@ -50,14 +50,7 @@ def test_report_from_a_suite_folder(tmp_path) -> None:
 
     task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
     specs = [BASELINE, CHAMELEON, "chameleon:variant=sa-adaptive", "chameleon:variant=sa-diversity"]
-    run = RunDir(tmp_path / "r").create()
-    curves = [fake_curve(s, task, 0.5 if s == BASELINE else 0.4) for s in specs]
-    rows = [{"workload": "C6", "group": "g", "op": "conv2d", "seed": 0, "flops": task.flops, **r}
-            for c in curves for r in c.rows]
-    summary = {"group": "g", "op": "conv2d", "flops": task.flops,
-               "tuners": {c.tuner: {"trials": c.rows[-1]["trials"], "wall_s": c.wall_s, "split": c.totals(),
-                                    "search": c.search, "median_ms": c.best_s * 1e3, "check": "ok"} for c in curves}}
-    run.add_ops("C6", rows, summary)
+    run = _folder(tmp_path / "r", "C6", specs, task)
     assert main([str(run.path)]) == 0
     out = json.loads((run.path / "chameleon.json").read_text())
     t = out["workloads"]["C6"]
