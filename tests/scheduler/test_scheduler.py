@@ -26,7 +26,8 @@ class FakeTuner:
         self.task, self.clock, self.overrun, self.log = task, clock, overrun, log
 
     def tune(self, n_trial, measurer, time_budget=None, database=None, callbacks=(), cpu_budget=None,
-             energy_budget=None):
+             energy_budget=None, min_trials=0):
+        assert min_trials == 1  # every task measures one batch, whatever its share
         self.log.append((self.task.name, time_budget))
         self.clock.now += time_budget + self.overrun
         return SimpleNamespace(trials_measured=1, errors={}, best_config=None, best_cost=float("inf"),
@@ -229,7 +230,7 @@ def test_cpu_budget_caps_the_whole_run(tmp_path) -> None:
             self.task = task
 
         def tune(self, n_trial, measurer, time_budget=None, database=None, callbacks=(), cpu_budget=None,
-                 energy_budget=None):
+                 energy_budget=None, min_trials=0):
             seen.append(cpu_budget)
             return SimpleNamespace(trials_measured=4, errors={}, best_config=None, best_cost=float("inf"),
                                    stop_reason="cpu_budget", cost=RunCost(wall_s=1.0, tuner_cpu_s=4.0))
@@ -244,3 +245,34 @@ def test_cpu_budget_caps_the_whole_run(tmp_path) -> None:
     s.measurer = SimpleNamespace(options=MeasureOptions.cold(), build_s=0.0, run_s=0.0)
     cost = s.cost()  # one that does: the rest of the wall time is the search's
     assert cost["build_s"] == cost["run_s"] == 0.0 and cost["search_s"] == pytest.approx(cost["wall_s"], abs=1e-3)
+
+
+def test_a_tuner_whose_set_up_outlasts_its_share_still_measures_one_batch(tmp_path, monkeypatch) -> None:
+    # efficientnet_b0's autotvm run: late in the run the transfer model's fit took 9-10 s, more
+    # than the shares left to 7 light tasks, and they measured nothing; now each measures a batch
+    c = Clock()
+    monkeypatch.setattr(sched, "time", c)
+    import tensortune.tuners.session as session
+
+    monkeypatch.setattr(session, "time", c)
+
+    class SlowStart(RandomTuner):
+        def begin(self, database):
+            c.now += 10.0  # the set-up alone is longer than the budget
+
+    class Ticking(StubMeasurer):
+        def measure(self, inputs, on_result=None):
+            c.now += 0.1 * len(inputs)
+            return super().measure(inputs, on_result)
+
+    m = Ticking()
+    db = Database(tmp_path / "slow.db")
+    alone = SlowStart(small_task(0), seed=0, batch_size=4).tune(12, m, time_budget=2.0, database=db)
+    assert alone.trials_measured == 0 and alone.stop_reason == "time_budget"  # a plain call keeps its clock
+    tasks_ = [ModelTask(small_task(k), 1) for k in range(3)]
+    s = SequentialScheduler(tasks_, lambda task, r: SlowStart(task, seed=0, batch_size=4), m, db,
+                            trials_per_task=12, time_budget=25.0)
+    out = s.run()
+    assert [o.measured for o in out] == [4, 4, 4]  # one batch each, then the clock stops them
+    assert all(o.stop_reason == "time_budget" for o in out)
+    db.close()

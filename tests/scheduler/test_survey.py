@@ -29,7 +29,7 @@ class Tuner:
         self.task, self.db, self.improving, self.log, self.best = task, db, improving, log, 1.0
 
     def tune(self, n_trial, measurer, time_budget=None, database=None, callbacks=(), cpu_budget=None,
-             energy_budget=None):
+             energy_budget=None, min_trials=0):
         have = self.db.counts.get(self.task.workload_key, 0)
         n = max(0, n_trial - have)
         self.db.counts[self.task.workload_key] = have + n

@@ -16,9 +16,11 @@ the confirmed one.
 
 With a time budget, ``sequential`` gives each task a share of the remaining time in
 proportion to its weight x FLOPs, but at least :data:`MIN_SHARE` of an even split of the whole
-budget, and time a task does not use passes to the tasks after it. A tuner checks its clock
-between batches, and confirms and verifies its best at the end, so it runs past its budget by
-about one batch: the mean overrun of the tasks so far is taken off each next share, and every
+budget, and time a task does not use passes to the tasks after it. Every task measures at least
+one batch, whatever its share: its tuner's set-up counts against the share (autotvm's transfer
+fit took 9-10 s per task late in efficientnet_b0's run, longer than the shares left to 7 light
+tasks, which then measured nothing). A tuner checks its clock between batches, and confirms and
+verifies its best at the end, so it runs past its budget by about one batch: the mean overrun of the tasks so far is taken off each next share, and every
 later task's minimum share (and overrun) is kept back, so that the light tasks tuned last are
 not starved by the heavy ones. (Shares of the remaining time alone left 5 of resnet18's 22
 tasks untuned in 60 minutes: the overruns of the heavy tasks ate the light ones' few seconds.)
@@ -39,7 +41,7 @@ from ..models.extract import ModelTask
 
 #: The smallest time share of a task, as a fraction of an even split of the budget.
 MIN_SHARE = 0.25
-#: The least time budget handed to a tuner (it always measures one batch before it looks at the clock).
+#: The least time budget handed to a tuner (``sequential`` has it measure one batch whatever the clock says).
 MIN_TASK_BUDGET_S = 1.0
 #: Trials per task when only a time budget is given (a cap the clock normally ends first).
 UNBOUNDED_TRIALS = 100_000
@@ -151,15 +153,17 @@ class TaskScheduler:
             self.tuners[key] = self.make_tuner(mt.task, 0)
         return self.tuners[key]
 
-    def _tune(self, mt: ModelTask, n_trial: int, time_budget: float | None) -> int:
-        """One ``Tuner.tune`` call of ``mt``'s tuner up to ``n_trial`` stored trials; returns trials
-        measured (confirmation re-measurements not included)."""
+    def _tune(self, mt: ModelTask, n_trial: int, time_budget: float | None, min_trials: int = 0) -> int:
+        """One ``Tuner.tune`` call of ``mt``'s tuner up to ``n_trial`` stored trials, at least
+        ``min_trials`` of them whatever ``time_budget`` says; returns trials measured
+        (confirmation re-measurements not included)."""
         self.current = mt
         out = self.outcomes[mt.task.workload_key]
         cpu_left = None if self.cpu_budget is None else self.cpu_budget - self.cpu_s
         energy_left = None if self.energy_budget is None else self.energy_budget - (self.energy_j or 0.0)
         res = self.tuner_for(mt).tune(n_trial, self.measurer, time_budget=time_budget, database=self.database,
-                                      callbacks=[self._callback], cpu_budget=cpu_left, energy_budget=energy_left)
+                                      callbacks=[self._callback], cpu_budget=cpu_left, energy_budget=energy_left,
+                                      min_trials=min_trials)
         if res.cost is not None:
             self.cpu_s += res.cost.cpu_s
             if res.cost.energy_j is not None:
@@ -229,7 +233,7 @@ class SequentialScheduler(TaskScheduler):
                 spare = left - over - (len(rest) - 1) * (max(floor, MIN_TASK_BUDGET_S) + over)
                 budget = max(min(share - over, spare), MIN_TASK_BUDGET_S)
             t0 = time.perf_counter()
-            self._tune(mt, self.trials, budget)
+            self._tune(mt, self.trials, budget, min_trials=1)  # one batch at least
             if budget is not None:
                 overruns.append(max(0.0, time.perf_counter() - t0 - budget))
 

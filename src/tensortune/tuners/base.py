@@ -204,13 +204,15 @@ class Tuner(ABC):
         database: Any = None,
         cpu_budget: float | None = None,
         energy_budget: float | None = None,
+        min_trials: int = 0,
     ) -> TuneResult:
         """Ask, measure and tell until the budget is spent: one :class:`~.session.TuningSession`
-        (its ``run`` says what the budget, database and confirmation do)."""
+        (its ``run`` says what the budget, database and confirmation do; ``min_trials`` are
+        measured whatever the time budget)."""
         from .session import TuningSession
 
         return TuningSession(self, measurer, database, callbacks).run(n_trial, early_stopping, time_budget,
-                                                                      cpu_budget, energy_budget)
+                                                                      cpu_budget, energy_budget, min_trials)
 
     def _unmeasured_default(self) -> Config | None:
         """The template's default config, if asked for and not measured yet."""

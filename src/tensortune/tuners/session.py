@@ -51,9 +51,11 @@ class TuningSession:
         self.callbacks = list(callbacks)
 
     def run(self, n_trial: int, early_stopping: int | None = None, time_budget: float | None = None,
-            cpu_budget: float | None = None, energy_budget: float | None = None) -> "TuneResult":
+            cpu_budget: float | None = None, energy_budget: float | None = None,
+            min_trials: int = 0) -> "TuneResult":
         """Measure up to ``n_trial`` configs; stop early on the time budget (seconds of wall
-        time), the CPU budget (CPU-seconds of this process and of the builder and runner
+        time, from the start: the tuner's set-up, such as a transfer model's fit, counts), but
+        not before ``min_trials`` were measured (batches are measured whole), the CPU budget (CPU-seconds of this process and of the builder and runner
         processes' work on its candidates) or the energy budget (joules; refused with
         :class:`~tensortune.measure.energy.EnergyUnavailable` on a machine without a counter),
         after ``early_stopping`` trials without improvement, or when the space is exhausted.
@@ -98,7 +100,8 @@ class TuningSession:
                 have.add(record_trial(database, tuner, inp, res, context))
 
         while measured < budget:
-            if time_budget is not None and time.perf_counter() - start >= time_budget:
+            if (time_budget is not None and measured >= min_trials
+                    and time.perf_counter() - start >= time_budget):
                 stop = "time_budget"
                 break
             if cpu_budget is not None and meter.cpu_s() >= cpu_budget:
