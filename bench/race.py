@@ -5,7 +5,11 @@
 
 ``tensortune race`` twice on the same models and tuners, each into databases of its own: once
 suspending the worst tuner of each model after every round (Trimmer's §V-C), once with
-``--no-suspend`` (every tuner to completion: ``--rounds`` rounds each). Reported: the total CPU-seconds (and
+``--no-suspend`` (every tuner to completion: ``--rounds`` rounds each). Each race's output is
+kept (``OUT/race-MODE.json``), so a stopped run goes on with the race it had not finished; the
+folder's ``meta.json`` holds the machine and settings of the first start, and a later start on
+another kind of machine, or with other settings, is refused (its CPU-seconds would not compare).
+Reported: the total CPU-seconds (and
 energy where the machine counts it) of each, the saving, and each model's best final latency.
 The paper's Table VII: 40.9% less energy for MobileNet, 21.8% for AlexNet. Writes
 ``OUT/race.json`` and ``OUT/race.md``.
@@ -16,9 +20,35 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from .common import machine_info, machine_line, write_text
 from .modelruns import run_json
+
+
+def check_folder(out: Path, settings: dict[str, Any]) -> str | None:
+    """Why ``out`` cannot take this race (None when it can): its ``meta.json`` (written here on
+    the first start) names another kind of machine or other settings."""
+    from tensortune.target import machine_id, same_machine
+
+    here = machine_id()
+    meta = out / "meta.json"
+    if not meta.exists():
+        write_text(meta, json.dumps({"machine": here, "settings": settings}, indent=1))
+        return None
+    try:
+        kept = json.loads(meta.read_text())
+        machine, before = kept["machine"], kept["settings"]
+    except (ValueError, KeyError, TypeError):
+        return f"{meta} is not a race folder's record; use another --out"
+    if not same_machine(machine, here):
+        return (f"{out} was started on {machine.get('cpu_model')} ({machine.get('llvm_cpu')}, "
+                f"{machine.get('cores')} cores), this is {here['cpu_model']} ({here['llvm_cpu']}, "
+                f"{here['cores']} cores): its costs would not compare; use another --out")
+    changed = sorted(k for k in settings if before.get(k) != settings[k])
+    if changed:
+        return f"{out} was started with other settings ({', '.join(f'{k}={before.get(k)!r}' for k in changed)}); use another --out"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     models = a.models.split(",")
+    refusal = check_folder(out, {"models": models, "tuners": a.tuners, "rounds": a.rounds, "batch": a.batch})
+    if refusal:
+        print(f"python -m bench.race: {refusal}", file=sys.stderr)
+        return 2
     runs = {}
     for mode, flags in (("suspend", []), ("all", ["--no-suspend"])):
         runs[mode] = run_json(["race", *models, "--tuners", a.tuners, "--rounds", str(a.rounds),
