@@ -112,7 +112,7 @@ def test_nchw_mode_packs_nothing() -> None:
     assert not any(t.task.op == "dense_pack" for t in model_tasks(model, host_target_json(), layout="nchw"))
 
 
-@pytest.mark.parametrize("op", ["exp", "erf", "tanh", "softmax", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("op", ["exp", "erf", "tanh", "softmax", "gelu", "gelu_tanh", "sigmoid", "silu"])
 def test_fast_math_matches_numpy(op: str) -> None:
     import math
 
@@ -128,12 +128,19 @@ def test_fast_math_matches_numpy(op: str) -> None:
     with bb.function("main", [v]):
         fn = {"exp": relax.op.exp, "erf": relax.op.erf, "tanh": relax.op.tanh,
               "softmax": lambda t: relax.op.nn.softmax(t, axis=-1), "gelu": relax.op.nn.gelu,
-              "gelu_tanh": relax.op.nn.gelu_tanh}[op]
+              "gelu_tanh": relax.op.nn.gelu_tanh, "sigmoid": relax.op.sigmoid, "silu": relax.op.nn.silu}[op]
         out = bb.emit(fn(v))
         bb.emit_func_output(out)
     mod = relax.transform.LegalizeOps(FAST_MATH)(bb.get())
     names = [gv.name_hint for gv in mod.functions]
-    assert any(n.startswith(("fast_", "softmax", "gelu")) for n in names), names
+    assert any(n.startswith(("fast_", "softmax", "gelu", "tir_sigmoid", "silu")) for n in names), names
+    if op in ("sigmoid", "silu"):  # one block, named as TVM's own legalization names it
+        from tensortune.task.pattern import _blocks
+
+        func = next(f for gv, f in mod.functions.items() if gv.name_hint != "main")
+        assert [b.name for b in _blocks(func)] == ["T_" + op]
+        assert "fast" in str(func) or "reinterpret" in str(func)  # the polynomial, not tir.sigmoid
+        assert "sigmoid(" not in str(func).replace("T_sigmoid", "")
     target = make_target(host_target_json())
     ex = tvm.compile(mod, target=target)
     vm = relax.VirtualMachine(ex, tvm.cpu())
@@ -143,5 +150,6 @@ def test_fast_math_matches_numpy(op: str) -> None:
     e = np.exp(xd - xd.max(-1, keepdims=True))
     want = {"exp": np.exp(xd), "erf": erf, "tanh": np.tanh(xd), "softmax": e / e.sum(-1, keepdims=True),
             "gelu": 0.5 * xd * (1 + np.vectorize(math.erf)(xd / math.sqrt(2))),
-            "gelu_tanh": 0.5 * xd * (1 + np.tanh(math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3)))}[op]
+            "gelu_tanh": 0.5 * xd * (1 + np.tanh(math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3))),
+            "sigmoid": 1 / (1 + np.exp(-xd)), "silu": xd / (1 + np.exp(-xd))}[op]
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
