@@ -20,9 +20,9 @@ budget, and time a task does not use passes to the tasks after it. Every task me
 one batch, whatever its share: its tuner's set-up counts against the share (autotvm's transfer
 fit took 9-10 s per task late in efficientnet_b0's run, longer than the shares left to 7 light
 tasks, which then measured nothing). A tuner checks its clock between batches, and confirms and
-verifies its best at the end, so it runs past its budget by about one batch: the mean overrun of the tasks so far is taken off each next share, and every
-later task's minimum share (and overrun) is kept back, so that the light tasks tuned last are
-not starved by the heavy ones. (Shares of the remaining time alone left 5 of resnet18's 22
+verifies its best at the end, so it runs past its budget by about one batch: the mean overrun
+of the tasks so far is taken off each next share, and every later task's minimum share (and
+overrun) is kept back, so that the light tasks tuned last are not starved by the heavy ones. (Shares of the remaining time alone left 5 of resnet18's 22
 tasks untuned in 60 minutes: the overruns of the heavy tasks ate the light ones' few seconds.)
 
 A CPU budget (CPU-seconds: the tuner's own and its candidates' building and running) or an

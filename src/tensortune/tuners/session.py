@@ -55,8 +55,9 @@ class TuningSession:
             min_trials: int = 0) -> "TuneResult":
         """Measure up to ``n_trial`` configs; stop early on the time budget (seconds of wall
         time, from the start: the tuner's set-up, such as a transfer model's fit, counts), but
-        not before ``min_trials`` were measured (batches are measured whole), the CPU budget (CPU-seconds of this process and of the builder and runner
-        processes' work on its candidates) or the energy budget (joules; refused with
+        not before ``min_trials`` were measured (batches are measured whole), the CPU budget
+        (CPU-seconds of this process and of the builder and runner processes' work on its
+        candidates) or the energy budget (joules; refused with
         :class:`~tensortune.measure.energy.EnergyUnavailable` on a machine without a counter),
         after ``early_stopping`` trials without improvement, or when the space is exhausted.
         The result's ``cost`` has the run's wall time, CPU-seconds and energy
