@@ -42,9 +42,8 @@ def check_folder(out: Path, settings: dict[str, Any]) -> str | None:
     except (ValueError, KeyError, TypeError):
         return f"{meta} is not a race folder's record; use another --out"
     if not same_machine(machine, here):
-        return (f"{out} was started on {machine.get('cpu_model')} ({machine.get('llvm_cpu')}, "
-                f"{machine.get('cores')} cores), this is {here['cpu_model']} ({here['llvm_cpu']}, "
-                f"{here['cores']} cores): its costs would not compare; use another --out")
+        return (f"{out} was started on {machine_line({'machine_id': machine})}, this is "
+                f"{machine_line({'machine_id': here})}: its costs would not compare; use another --out")
     changed = sorted(k for k in settings if before.get(k) != settings[k])
     if changed:
         return f"{out} was started with other settings ({', '.join(f'{k}={before.get(k)!r}' for k in changed)}); use another --out"

@@ -82,20 +82,12 @@ def _one_block(te_fn: Callable[[Any], Any], name: str) -> Legalize:
         from tvm import relax, te
 
         shape = call.args[0].ty.shape
-        dims = list(shape) if shape is not None else []
-        if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+        if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
             return _default(bb, call)
-        x = te.placeholder(dims, "float32", "x")  # the relax shape's own (int64) extents
-        out = te_fn(x)
-        inner, todo = [], list(out.op.input_tensors)
-        while todo:  # the TE stages before the last one, consumers first
-            op = todo.pop(0).op
-            if isinstance(op, te.ComputeOp) and op.name not in inner:
-                inner.append(op.name)
-                todo.extend(op.input_tensors)
-        sch = st.Schedule(tvm.IRModule({"main": te.create_prim_func([x, out])}))
-        for stage in inner:
-            sch.compute_inline(sch.get_sblock(stage))
+        x = te.placeholder(list(shape), "float32", "x")  # the relax shape's own (int64) extents
+        sch = st.Schedule(tvm.IRModule({"main": te.create_prim_func([x, te_fn(x)])}))
+        for block in sch.get_child_blocks(sch.get_sblock("root"))[:-1]:  # all but the output
+            sch.compute_inline(block)
         gv = bb.add_func(sch.mod["main"].without_attr("global_symbol"), name)
         return relax.call_tir(gv, [call.args[0]], call.ty)
 

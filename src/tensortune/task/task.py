@@ -181,7 +181,7 @@ class Task:
         convolution with a SiLU report 4x its GFLOP/s. Other functions: TVM's estimate."""
         if self.func_json is None:
             return get_op(self.op).flops(self.args)
-        if self.pattern.op is not None and self.pattern.op == self.op:
+        if self.pattern.op == self.op:  # a recognised anchor (None for a generic function)
             try:
                 anchor = get_op(self.op).flops(self.args)
             except Exception:  # noqa: BLE001 - args the op's formula does not know: TVM's estimate
