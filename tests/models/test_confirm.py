@@ -161,12 +161,13 @@ def test_a_confirmed_model_slower_than_a_whole_variant_keeps_that_variant(model,
             assert t.chosen == (want if any(c.label == want for c in t.candidates) else "best")
 
 
-def test_the_whole_model_verdict_is_on_paired_rounds_not_on_medians(model, tuned_db, monkeypatch):
+def test_the_whole_model_verdict_is_on_paired_rounds_not_on_medians(model, tuned_db, monkeypatch,
+                                                                      runner_up_wins_in_model):
     # The confirmed model's rounds 3-5 fell in a slow spell that hit the tuned model only in 4-5:
     # by medians it is 3x slower, but round by round it is as fast, so it stands.
     times = {"tuned": [1.0, 1.0, 1.0, 3.0, 3.0], "untuned": [4.0] * 5, "confirmed": [1.0, 1.0, 3.0, 3.0, 3.0]}
     monkeypatch.setattr("tensortune.models.reference.interleaved_rounds", lambda fns, **kw: {k: times[k] for k in fns})
-    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
+    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=1)  # a runner-up: a new confirmed model
     assert rep.latency_ms["confirmed"] == pytest.approx(3000.0) and rep.latency_ms["tuned"] == pytest.approx(1000.0)
     assert rep.paired_ratio == pytest.approx(1.0) and rep.kept == "confirmed"
     assert rep.to_json()["paired_ratio"] == pytest.approx(1.0)
