@@ -329,7 +329,8 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
                    "tuners": {c.tuner: {"trials": c.trials, "wall_s": c.wall_s,
                                         "search_best_ms": c.best_s * 1e3 if c.best_s < float("inf") else None,
                                         "errors": c.errors, "note": c.note, "split": c.totals(),
-                                        **({"search": c.search} if c.search else {}), **final[c.tuner]}
+                                        **({"search": c.search} if c.search else {}),
+                                        "best": c.to_json()["best"], **final[c.tuner]}
                               for c in curves}}
         run.add_ops(name, rows, summary)
         run.drop_tuners(name)
