@@ -42,6 +42,7 @@ from typing import Any
 
 from .common import fmt as _f, geomean, gflops, save_figure, write_text
 from .suite.provenance import ops_measured_on
+from .suite.remeasure import paired_ratio, rounds_line, states
 from .suite.report import curves, first_reaching, settled
 from .suite.store import RunDir
 
@@ -61,9 +62,13 @@ def per_search_steps(summary: dict[str, Any]) -> float | None:
 
 
 def workload_table(name: str, summary: dict[str, Any], work: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Per tuner: settled trials/seconds, final GFLOP/s, search steps, k, search share."""
+    """Per tuner: settled trials/seconds, final GFLOP/s, the baseline's final latency over the
+    tuner's (paired rounds, and per state of the host when the rounds fell in two), search
+    steps, k, search share."""
     out = {}
+    two = 1 in states(summary)
     for tuner, s in summary["tuners"].items():
+        paired = paired_ratio(summary, BASELINE, tuner)
         rows = work.get(tuner, [])
         st = settled(rows)
         search = s.get("search") or {}
@@ -82,7 +87,11 @@ def workload_table(name: str, summary: dict[str, Any], work: dict[str, list[dict
                       ((split.get("search_s") or 0.0) / wall if wall else None),
                       "build_share": (split.get("build_s") or 0.0) / wall if wall else None,
                       "run_share": (split.get("run_s") or 0.0) / wall if wall else None,
-                      "stop": search.get("stop_reason"), "check": s.get("check")}
+                      "stop": search.get("stop_reason"), "check": s.get("check"),
+                      "baseline_over": paired["ratio"] if paired else None,
+                      "baseline_over_by_state": [(p or {}).get("ratio") for p in
+                                                 (paired_ratio(summary, BASELINE, tuner, k) for k in (0, 1))]
+                      if two else None}
     return out
 
 
@@ -112,8 +121,7 @@ def compare(tables: dict[str, dict[str, Any]], cv: dict[str, Any]) -> dict[str, 
         cham = first_reaching(cv[w][CHAMELEON], target)
         per[w] = {"baseline_s": base["seconds"] if base else None, "chameleon_s": cham["seconds"] if cham else None,
                   "speedup": base["seconds"] / cham["seconds"] if base and cham else None,
-                  "final_ratio": (t[BASELINE]["final_ms"] / t[CHAMELEON]["final_ms"])
-                  if t[BASELINE]["final_ms"] and t[CHAMELEON]["final_ms"] else None,
+                  "final_ratio": t[CHAMELEON].get("baseline_over"),
                   "wall_ratio": t[BASELINE]["wall_s"] / t[CHAMELEON]["wall_s"] if t[CHAMELEON]["wall_s"] else None}
     out["wall"] = {"per_workload": per, "reached": sum(1 for v in per.values() if v["speedup"]),
                    "geomean_speedup": geomean([v["speedup"] for v in per.values() if v["speedup"]]),
@@ -123,18 +131,27 @@ def compare(tables: dict[str, dict[str, Any]], cv: dict[str, Any]) -> dict[str, 
 
 
 def markdown(tables: dict[str, dict[str, Any]], cmp: dict[str, Any], provenance: str,
-             where: dict[str, str] | None = None) -> str:
+             where: dict[str, str] | None = None, rounds: dict[str, str] | None = None) -> str:
     """The report; ``where`` (workload -> its folder and machine, for a report over several
-    folders) adds a line under each workload's heading."""
-    lines = ["# Chameleon: variants, steps, measurements and wall time", "", provenance, ""]
+    folders) adds a line under each workload's heading, ``rounds`` (workload -> its
+    re-measurement in words) another."""
+    lines = ["# Chameleon: variants, steps, measurements and wall time", "", provenance, "",
+             f"Final GFLOP/s: the medians of the re-measurement's stable rounds (`bench/suite/remeasure.py`). "
+             f"Baseline / tuner latency: the median over those rounds of {BASELINE}'s latency over the tuner's in "
+             f"the same round (> 1: the tuner's kernel is faster); where the host was in two states, the ratio "
+             f"at the lower / higher copy bandwidth follows in brackets.", ""]
     for w, t in tables.items():
         lines += [f"## {w}", ""] + ([where[w], ""] if where and w in where else [])
-        lines += ["| tuner | final GFLOP/s | trials | settled at (trials / s) | wall s | "
+        lines += [rounds.get(w, ""), ""] if rounds and rounds.get(w) else []
+        lines += ["| tuner | final GFLOP/s | baseline / tuner latency | trials | settled at (trials / s) | wall s | "
                   "steps per search | searches | k per plan | own search share | build / run share |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for tuner, r in t.items():
             k = r["k"] or []
-            lines.append(f"| {tuner} | {_f(r['final_gflops'])} | {_f(r['trials'], 'd')} | "
+            by = r.get("baseline_over_by_state")
+            over = _f(r.get("baseline_over"), ".3f") + (
+                f" ({_f(by[0], '.3f')} / {_f(by[1], '.3f')})" if by else "")
+            lines.append(f"| {tuner} | {_f(r['final_gflops'])} | {over} | {_f(r['trials'], 'd')} | "
                          f"{_f(r['settled_trials'], 'd')} / {_f(r['settled_s'])} | {_f(r['wall_s'])} | "
                          f"{_f(r['steps_per_search'])} | {_f(r['searches'], 'd')} | "
                          f"{(str(min(k)) + '-' + str(max(k))) if k else '-'} | {_f(r['search_share'], '.0%')} | "
@@ -232,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"workload, averaged over the workloads only then.")
     out = Path(a.out) if a.out else runs[0][0].path
     out.mkdir(parents=True, exist_ok=True)
-    md = markdown(tables, cmp, provenance, where)
+    md = markdown(tables, cmp, provenance, where, {w: rounds_line(s) for _, summary in runs for w, s in summary.items()})
     write_text(out / "chameleon.md", md)
     (out / "chameleon.json").write_text(json.dumps({"workloads": tables, "comparisons": cmp,
                                                     "folders": a.results, "measured_on": where or None}, indent=1))

@@ -22,7 +22,8 @@ full system (``--full``, default ``fasor:mode=quality``), per workload and varia
   variant's over the full system's (> 1: the variant takes longer; the paper's "no transfer"
   took 3.6x longer);
 * **final latency**: both sides' best kernels re-measured and checked by the suite, the variant's
-  median over the full system's (> 1: the variant's code is slower);
+  latency over the full system's, round by round, median over the stable rounds
+  (``bench/suite/remeasure.py``; > 1: the variant's code is slower);
 * the trials and wall time each spent in all (quality mode stops after ``patience`` iterations
   without a better measurement).
 
@@ -38,6 +39,7 @@ from typing import Any
 
 from .common import fmt as _f, geomean, gflops, save_figure, write_text
 from .suite.provenance import ops_measured_on
+from .suite.remeasure import paired_ratio
 from .suite.report import curves, first_reaching, settled
 from .suite.specs import parse
 from .suite.store import RunDir
@@ -74,8 +76,7 @@ def compare(summary: dict[str, Any], cv: dict[str, Any], full: str = FULL) -> di
             row: dict[str, Any] = {
                 "final_gflops": gflops(s["flops"], t[var].get("median_ms")),
                 "full_gflops": gflops(s["flops"], t[full].get("median_ms")),
-                "latency_ratio": (t[var]["median_ms"] / t[full]["median_ms"])
-                if t[var].get("median_ms") and t[full].get("median_ms") else None,
+                "latency_ratio": (paired_ratio(s, var, full) or {}).get("ratio"),
                 "trials": t[var].get("trials"), "full_trials_all": t[full].get("trials"),
                 "wall_s": t[var].get("wall_s"), "full_wall_s": t[full].get("wall_s"),
                 "check": t[var].get("check")}

@@ -4,7 +4,8 @@
 
 Per workload of ``RESULTS/ops_summary.json``: each side's final GFLOP/s (the suite's re-measured,
 checked median of its interleaved rounds), trials and tuning wall time, the GFLOP/s ratio tuner /
-baseline and the wall-time ratio baseline / tuner; then their geometric means and the workloads
+baseline (the median of the per-round ratios, both sides timed in the same rounds:
+``bench/suite/remeasure.py``) and the wall-time ratio baseline / tuner; then their geometric means and the workloads
 that meet both targets (the tuner's final GFLOP/s within ``--within`` of the baseline's, with
 ``--less-wall`` times less wall time). A side whose kernel failed its check has no final figure,
 and its workload meets no target.
@@ -22,6 +23,7 @@ from typing import Any
 
 from .common import fmt as _f, geomean, gflops, write_text
 from .suite.provenance import ops_measured_on
+from .suite.remeasure import paired_ratio
 from .suite.specs import slug
 from .suite.store import RunDir
 
@@ -36,7 +38,8 @@ def compare(summaries: dict[str, dict[str, Any]], tuner: str, baseline: str, wit
             continue
         tg, bg = gflops(s["flops"], t.get("median_ms")), gflops(s["flops"], b.get("median_ms"))
         lib = s.get("library") or {}
-        ratio = tg / bg if tg and bg else None
+        paired = paired_ratio(s, baseline, tuner)  # the baseline's latency over the tuner's, round by round
+        ratio = paired["ratio"] if paired else None
         wall = b["wall_s"] / t["wall_s"] if t.get("wall_s") else None
         rows[w] = {"tuner_gflops": tg, "baseline_gflops": bg, "gflops_ratio": ratio,
                    "tuner_trials": t.get("trials"), "baseline_trials": b.get("trials"),

@@ -8,6 +8,8 @@
                         [--confirm-tuned]
     python -m bench report RESULTS
     python -m bench drop RESULTS MODEL:TUNER --why "..."   (tune one whole-model system again)
+    python -m bench remeasure RESULTS [--workloads C1,...] [--rounds 9] [--no-library]
+                                            (time the kept best kernels again; see remeasure.py)
 
 A tuner is ``NAME[:KEY=VALUE...]``: ``autotvm:objective=reg``, ``autotvm:cost_model=treegru``,
 ``autotvm:transfer=true`` (a database that keeps the run's earlier workloads). What the older
@@ -43,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import FULL, METASCHEDULE, QUICK, SUITES, Settings
+from .config import FULL, METASCHEDULE, QUICK, REMEASURE_ROUNDS, SUITES, Settings
 from .deadline import Deadline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +96,13 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("results")
     d.add_argument("system", help="MODEL:TUNER, e.g. resnet18:autotvm")
     d.add_argument("--why", required=True, help="the reason, kept in models.json (e.g. the fix it waits for)")
+    m = sub.add_parser("remeasure", help="time a folder's kept best kernels again (interleaved rounds, each "
+                                         "checked for a change of the host's state; bench/suite/remeasure.py)")
+    m.add_argument("results")
+    m.add_argument("--workloads", type=_csv, help="these workloads only (default: every finished one)")
+    m.add_argument("--rounds", type=int, default=REMEASURE_ROUNDS, help=f"interleaved rounds (default {REMEASURE_ROUNDS})")
+    m.add_argument("--no-library", dest="library", action="store_false",
+                   help="leave numpy / PyTorch out of the rounds")
     from .soak import add_parser as add_soak_parser  # faults at scale (bench/suite/soak.py)
 
     add_soak_parser(sub)
@@ -235,6 +244,49 @@ def cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_remeasure(a: argparse.Namespace) -> int:
+    """``python -m bench remeasure``: the folder's machine and thread count only; each workload's
+    earlier figures are kept in its ``remeasures_before``."""
+    from tensortune.measure import MeasureOptions
+
+    from . import provenance
+    from .remeasure import remeasure_folder
+    from .store import RunDir
+
+    if a.rounds < 1:
+        raise SystemExit("--rounds must be positive")
+    run = RunDir(a.results)
+    summary = run.ops_summary()
+    if not summary:
+        raise SystemExit(f"{a.results}: no finished operator workload here (ops_summary.json)")
+    names = list(a.workloads or summary)
+    unknown = [w for w in names if w not in summary]
+    if unknown:
+        raise SystemExit(f"{a.results}: no finished workload {', '.join(unknown)}; finished: {', '.join(summary)}")
+    earlier = run.runs()
+    threads = next((r["threads"] for r in reversed(earlier) if "ops" in r.get("settings", {}).get("suites", [])
+                    and r.get("threads")), None)
+    if threads is None:
+        raise SystemExit(f"{a.results}: its meta.json names no operator-suite invocation with its thread count")
+    os.environ["TVM_NUM_THREADS"] = str(threads)  # before TVM starts its thread pool
+    s = dataclasses.replace(FULL, suites=("remeasure",), rounds=a.rounds, library=a.library)
+    m = meta(s, threads, Path(a.results))
+    this = provenance.invocation(s, threads, m["machine"])
+    provenance.check_resume(Path(a.results), earlier, run.has_results(), this)  # same machine, same libraries
+    kept = run.read_json("meta", {})
+    kept["runs"] = earlier + [this]
+    run.invocation = len(earlier)
+    t0 = time.perf_counter()
+    run.write_json("meta", kept)
+    done = remeasure_folder(run, names, a.rounds, MeasureOptions(threads=threads), a.library)
+    this["wall_s"] = time.perf_counter() - t0
+    kept["wall_s"] = sum(r.get("wall_s") or 0.0 for r in kept["runs"])
+    run.write_json("meta", kept)
+    print(f"re-measured {', '.join(done) or 'nothing'} in {this['wall_s'] / 60:.1f} min; `python -m bench report "
+          f"{a.results}` and the per-system reports read the new figures", flush=True)
+    return 0
+
+
 def cmd_drop(a: argparse.Namespace) -> int:
     from .store import RunDir
     from .wholemodel import drop_system
@@ -262,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_soak(a)
     if a.cmd == "drop":
         return cmd_drop(a)
+    if a.cmd == "remeasure":
+        return cmd_remeasure(a)
     return cmd_run(a) if a.cmd == "run" else cmd_report(a)
 
 

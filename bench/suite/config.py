@@ -49,6 +49,9 @@ class Settings:
 
 
 FULL = Settings()
+#: Rounds of ``python -m bench remeasure`` (a folder's kept kernels timed again): more than a run's
+#: final rounds, so that each state of the host (``remeasure.py``) has rounds of its own.
+REMEASURE_ROUNDS = 9
 #: Smoke run: a few workloads, small budgets; under 10 minutes on a 2-core machine. MetaSchedule
 #: is left out of its model part: its gradient scheduler gives each of resnet18's 20 tasks one
 #: iteration before any budget applies (15 min here even at 16 candidates per iteration); the

@@ -8,27 +8,25 @@ search/model, building and running. Then every tuner's best kernel is built agai
 in ``rounds`` interleaved rounds by tensortune's runner, with its output checked against the
 reference: the final figures are those medians, so drift of the machine cannot favour the
 tuner that ran at a quiet moment, and a MetaSchedule kernel (which MetaSchedule never checks)
-counts only if it computes the right answer.
+counts only if it computes the right answer. Each round is also checked for a change of the
+host's state (``remeasure.py``), and the best kernels are kept in the summary, so that
+``python -m bench remeasure`` can time them again.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tensortune.measure import BuildResult, MeasureInput, MeasureOptions, Measurer
+from tensortune.measure import MeasureOptions, Measurer
 from tensortune.task import Task
 from tensortune.utils.progress import ProgressBar
 
 from . import metaschedule as msa
 from .config import METASCHEDULE
 from .deadline import Deadline
-from .specs import slug
+from .remeasure import LIBRARY, ROUNDS, remeasure  # noqa: F401 - LIBRARY is part of this module's interface
 from .store import RunDir
 
 
@@ -166,93 +164,6 @@ def run_metaschedule(task: Task, budget: int, seed: int, options: MeasureOptions
     return curve
 
 
-def _artifact(task: Task, curve: Curve, out_dir: str, name: str) -> str | None:
-    """Build the curve's best kernel once into ``out_dir/NAME.so`` (None: it does not build).
-    ``name`` is a file name, not the tuner spec: a spec can hold a path (``fasor:model=DIR``)."""
-    from tensortune.measure.worker import build_candidate
-    from tensortune.target import make_target
-
-    if curve.best is None:
-        return None
-    path = os.path.join(out_dir, f"{name}.so")
-    if curve.tuner == METASCHEDULE:
-        try:
-            return msa.export_module(curve.best, make_target(task.target_json), path)
-        except Exception:  # noqa: BLE001
-            return None
-    kind, built, _, _ = build_candidate(task.json_text, curve.best.to_json()["knobs"], out_dir)
-    if kind != "none" or built is None:
-        return None
-    shutil.move(built, path)
-    return path
-
-
-#: The name of the library anchor among the re-measured systems.
-LIBRARY = "library"
-
-
-def remeasure(task: Task, curves: list[Curve], rounds: int, options: MeasureOptions,
-              library: bool = False) -> dict[str, dict[str, Any]]:
-    """Each tuner's best kernel timed again in ``rounds`` interleaved rounds (order rotated),
-    its output checked against the reference before every round; with ``library`` the same
-    computation in numpy or PyTorch (:func:`tensortune.utils.libs.library_latency`, in this
-    process) takes its turn in every round too.
-
-    Returns tuner -> ``median_ms``, ``samples_ms``, ``check`` (``ok`` or why not) and ``verified``
-    (True only when every round's run checked the output and it matched; a kernel that is not
-    verified has no median), plus ``"library"`` -> ``median_ms``, ``samples_ms``, ``name``."""
-    from tensortune.utils.libs import has_library, library_latency
-
-    out: dict[str, dict[str, Any]] = {}
-    tmp = tempfile.mkdtemp(prefix="tensortune-remeasure-")
-    try:
-        libs = {c.tuner: _artifact(task, c, tmp, f"{i}-{slug(c.tuner)}") for i, c in enumerate(curves)}
-        check: dict[str, str] = {}
-        for c in curves:
-            if libs[c.tuner]:
-                check[c.tuner] = "ok"
-            else:
-                check[c.tuner] = "best kernel did not build" if c.best is not None else c.note or "no kernel"
-        order = [t for t in libs if libs[t]]
-        with_lib = library and has_library(task)
-        samples: dict[str, list[float]] = {t: [] for t in order + [LIBRARY] * with_lib}
-        verified = {t: True for t in order}
-        lib_name = ""
-        with Measurer(options) as m:
-            dummy = MeasureInput(task, task.default_config())  # the runner needs only the task
-            turns = order + [LIBRARY] * with_lib
-            for r in range(rounds if turns else 0):
-                k = r % len(turns)
-                for tuner in turns[k:] + turns[:k]:
-                    if tuner == LIBRARY:
-                        lib_name, sec = library_latency(task, options.threads)
-                        samples[LIBRARY].append(sec)
-                        continue
-                    if check[tuner] != "ok":
-                        continue
-                    copy = f"{os.path.splitext(libs[tuner])[0]}-{r}.so"  # the runner deletes what it ran
-                    shutil.copy(libs[tuner], copy)
-                    res = m.runner.run([dummy], [BuildResult(copy)], check_correctness=True)[0]
-                    if res.ok:
-                        samples[tuner].append(res.cost)
-                        verified[tuner] = verified[tuner] and bool(res.extra.get("verified"))
-                    else:
-                        check[tuner] = f"{res.error.value}: {res.error_msg.splitlines()[0][:160] if res.error_msg else ''}"
-        for c in curves:
-            s = samples.get(c.tuner, [])
-            ok = check[c.tuner] == "ok" and bool(s) and verified[c.tuner]
-            if check[c.tuner] == "ok" and not ok:
-                check[c.tuner] = "output not checked"
-            out[c.tuner] = {"median_ms": statistics.median(s) * 1e3 if ok else None,
-                            "samples_ms": [x * 1e3 for x in s], "check": check[c.tuner], "verified": ok}
-        if samples.get(LIBRARY):
-            out[LIBRARY] = {"name": lib_name, "median_ms": statistics.median(samples[LIBRARY]) * 1e3,
-                            "samples_ms": [x * 1e3 for x in samples[LIBRARY]]}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
 def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], tuners: list[str], budget: int,
             seed: int, options: MeasureOptions, rounds: int, progress: bool = True, ms_batch: int = msa.MS_BATCH,
             on_step: Callable[[], None] = lambda: None, start_from_default: bool = True, library: bool = True,
@@ -315,9 +226,10 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
                   f"best {best} {c.note}", flush=True)
         if not deadline.allows(f"{name}'s final measurements", 120.0):
             return
-        final = remeasure(task, curves, rounds, options, library)
+        final = remeasure(task, [(c.tuner, c.best, c.note) for c in curves], rounds, options, library)
         lib = final.pop(LIBRARY, None)
-        print(f"{name} re-measured ({rounds} interleaved rounds): " + ", ".join(
+        log = final.pop(ROUNDS)
+        print(f"{name} re-measured ({rounds} interleaved rounds, {log['stable']} stable): " + ", ".join(
             f"{t} {v['median_ms']:.3f} ms" if v["median_ms"] else f"{t} {v['check']}" for t, v in final.items())
             + (f", {lib['name']} {lib['median_ms']:.3f} ms" if lib else ""), flush=True)
         rows = []
@@ -325,7 +237,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
             for r in c.rows:
                 rows.append({"workload": name, "group": group, "op": op, "seed": seed, "flops": task.flops, **r})
         summary = {"group": group, "op": op, "shape": shape, "flops": task.flops, "order": order,
-                   "bytes": task_bytes(task), "library": lib,
+                   "bytes": task_bytes(task), "library": lib, "remeasure": log,
                    "tuners": {c.tuner: {"trials": c.trials, "wall_s": c.wall_s,
                                         "search_best_ms": c.best_s * 1e3 if c.best_s < float("inf") else None,
                                         "errors": c.errors, "note": c.note, "split": c.totals(),

@@ -26,6 +26,7 @@ from ..common import fmt as _fmt, gflops, save_figure, write_text
 from .config import METASCHEDULE
 from tensortune.measure.peak import roofline
 from .provenance import commit_text, machine_of, measured_on
+from .remeasure import rounds_line
 from .store import RunDir
 
 COLORS = {"random": "tab:gray", "genetic": "tab:olive", "autotvm": "tab:blue", METASCHEDULE: "tab:red",
@@ -395,6 +396,9 @@ def write_report(path: Path) -> Path:
         if lib_ratios:
             md += ["", f"Ceiling of the search spaces: median best / library **{statistics.median(lib_ratios):.2f}** "
                        f"over {len(lib_ratios)} workloads."]
+        if any(s.get("remeasure") for s in summary.values()):  # the rounds' state check (remeasure.py)
+            md += ["", "Re-measurement per workload (medians over the stable rounds; `bench/suite/remeasure.py`):", ""]
+            md += [f"- {wl}: {rounds_line(s)}" for wl, s in summary.items()]
         md.append("")
         ttq, budgets = {}, {}
         for wl, work in cv.items():

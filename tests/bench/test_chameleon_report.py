@@ -112,7 +112,29 @@ def test_settled_and_first_reaching() -> None:
     assert settled(rows) == {"trials": 32, "seconds": 4.0, "best_ms": 1.5}
     assert first_reaching(rows, 2.0) == {"trials": 16, "seconds": 2.0}
     assert first_reaching(rows, 1.0) is None
-    tables = {"w": {BASELINE: {"search_best_ms": 2.0, "final_ms": 2.0, "wall_s": 4.0},
-                    CHAMELEON: {"search_best_ms": 1.5, "final_ms": 1.5, "wall_s": 4.0}}}
+    tables = {"w": {BASELINE: {"search_best_ms": 2.0, "final_ms": 2.0, "wall_s": 4.0, "baseline_over": 1.0},
+                    CHAMELEON: {"search_best_ms": 1.5, "final_ms": 1.5, "wall_s": 4.0, "baseline_over": 1.3}}}
     cmp = compare(tables, {"w": {BASELINE: rows[:2], CHAMELEON: [rows[0], rows[3]]}})
     assert cmp["wall"]["per_workload"]["w"]["speedup"] == 2.0 / 4.0
+
+
+def test_final_latency_is_compared_round_by_round_and_per_state() -> None:
+    """The baseline's kernel and chameleon's timed in the same rounds: the host changed state
+    after round 1 (copy 31 -> 41 GB/s) and slowed chameleon's kernel only. Over all rounds the
+    state with more rounds decides (0.8); the report gives each state's ratio beside it."""
+    from bench.chameleon import markdown, workload_table
+
+    log = [{"copy_gbs": [g, g], "stable": True} for g in (31, 31, 41, 41, 41)]
+    summary = {"flops": 1e9, "remeasure": {"rounds": log}, "tuners": {
+        BASELINE: {"median_ms": 1.0, "rounds_ms": [1.0, 1.0, 1.0, 1.0, 1.0], "wall_s": 10.0},
+        CHAMELEON: {"median_ms": 1.25, "rounds_ms": [0.98, 0.98, 1.25, 1.25, 1.25], "wall_s": 5.0}}}
+    work = {BASELINE: [{"trials": 8, "elapsed_s": 4.0, "best_ms": 1.0}],
+            CHAMELEON: [{"trials": 8, "elapsed_s": 2.0, "best_ms": 1.0}]}
+    t = workload_table("C1", summary, work)
+    assert t[CHAMELEON]["baseline_over"] == 1.0 / 1.25
+    assert t[CHAMELEON]["baseline_over_by_state"] == [1.0 / 0.98, 1.0 / 1.25]
+    assert t[BASELINE]["baseline_over"] == 1.0
+    cmp = compare({"C1": t}, {"C1": work})
+    assert cmp["wall"]["per_workload"]["C1"]["final_ratio"] == 1.0 / 1.25
+    md = markdown({"C1": t}, cmp, "here", None, {"C1": "Re-measured in 5 interleaved rounds"})
+    assert "| chameleon | 800.0 | 0.800 (1.020 / 0.800) |" in md and "Re-measured in 5 interleaved rounds" in md

@@ -25,6 +25,7 @@ from bench import common  # noqa: E402
 from bench.suite import cli, provenance, report  # noqa: E402
 from bench.suite.config import METASCHEDULE  # noqa: E402
 from bench.suite.ops import Curve, remeasure  # noqa: E402
+from bench.suite.remeasure import ROUNDS  # noqa: E402
 from tensortune.measure.peak import roofline  # noqa: E402
 from bench.suite.store import RunDir  # noqa: E402
 
@@ -197,9 +198,7 @@ def test_remeasure_verifies_metaschedule_kernels() -> None:
     right = tvm.IRModule({"main": task.prim_func().with_attr("global_symbol", "main")})
     options = MeasureOptions(threads=1, number=1, repeat=1, min_repeat_ms=0)
     for mod, verified in ((right, True), (_wrong_matmul(32), False)):
-        c = Curve(METASCHEDULE)
-        c.best = mod
-        got = remeasure(task, [c], 1, options)[METASCHEDULE]
+        got = remeasure(task, [(METASCHEDULE, mod, "")], 1, options)[METASCHEDULE]
         assert got["verified"] is verified
         if verified:
             assert got["check"] == "ok" and got["median_ms"] > 0
@@ -215,12 +214,10 @@ def test_remeasure_names_kernels_apart_from_their_tuner_specs() -> None:
 
     task = Task.from_op("matmul", {"M": 32, "N": 32, "K": 32})
     options = MeasureOptions(threads=1, number=1, repeat=1, min_repeat_ms=0)
-    curves = [Curve("fasor:model=runs/a/b"), Curve("fasor:model=runs/a:b")]
-    for c in curves:
-        c.best = task.default_config()
-    got = remeasure(task, curves, 1, options)
-    assert set(got) == {c.tuner for c in curves}
-    assert all(g["verified"] and g["check"] == "ok" and g["median_ms"] > 0 for g in got.values())
+    specs = ["fasor:model=runs/a/b", "fasor:model=runs/a:b"]
+    got = remeasure(task, [(t, task.default_config(), "") for t in specs], 1, options, probe=False)
+    assert set(got) == {*specs, ROUNDS}
+    assert all(got[t]["verified"] and got[t]["check"] == "ok" and got[t]["median_ms"] > 0 for t in specs)
 
 
 def _tables(md: str) -> list[tuple[list[str], list[dict[str, str]]]]:
@@ -402,6 +399,16 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     row = next(x for x in md.splitlines() if x.startswith("| tiny | random | ") and x.count("|") == 11)
     cells = [c.strip() for c in row.split("|")[1:-1]]  # check (s), switched, untuned, tuned, confirmed, kept, before, after
     assert "### In-model check" in md and cells[5] != "-" and cells[8] != "-" and cells[9] != "-", row
+    # the kept best kernels are timed again: new rounds with the probe, the earlier figures kept
+    assert cli.main(["remeasure", str(out), "--rounds", "2"]) == 0
+    again = run.ops_summary()["MMT"]
+    assert again["run"] == 0 and again["remeasure"]["run"] == 4 and len(again["remeasure"]["rounds"]) == 2
+    assert all(len(e["rounds_ms"]) == 2 for e in again["tuners"].values()) and again["library"]["name"] == "numpy"
+    assert again["remeasures_before"][0]["tuners"]["random"]["median_ms"] == s["tuners"]["random"]["median_ms"]
+    assert run.read_json("meta")["runs"][4]["settings"]["suites"] == ["remeasure"]
+    assert len(run.ops_rows()) == len(rows)
+    with pytest.raises(SystemExit, match="no finished workload C9"):
+        cli.main(["remeasure", str(out), "--workloads", "C9"])
     # last, so that everything above is checked whether or not it worked: MetaSchedule must have
     # produced a kernel that the suite verified (it never checks its own) and tuned part of the model
     ms_op = s["tuners"]["metaschedule"]
