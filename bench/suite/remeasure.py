@@ -191,12 +191,13 @@ def paired_ratio(summary: dict[str, Any], a: str, b: str, state: int | None = No
     """``a``'s re-measured latency over ``b``'s (``library`` names the anchor): the median of the
     per-round ratios over the stable rounds (of ``state`` when given, see :func:`states`), or
     over every round where fewer than half are stable. ``{"ratio", "rounds", "lo", "hi",
-    "paired"}``; a summary without per-round times gives the ratio of the medians (``paired``
-    False); None when either side has no verified time."""
+    "paired"}``. A summary written before rounds were recorded pairs its ``samples_ms`` by
+    position when both sides have as many (then one per round, in round order) and gives the
+    ratio of the medians otherwise (``paired`` False); None when either side has no verified time."""
     ea, eb = _entry(summary, a), _entry(summary, b)
     if not ea or not eb or not ea.get("median_ms") or not eb.get("median_ms"):
         return None
-    ra, rb = ea.get("rounds_ms"), eb.get("rounds_ms")
+    ra, rb = ea.get("rounds_ms", ea.get("samples_ms")), eb.get("rounds_ms", eb.get("samples_ms"))
     if ra is None or rb is None or len(ra) != len(rb):
         return {"ratio": ea["median_ms"] / eb["median_ms"], "rounds": 0, "lo": None, "hi": None, "paired": False}
     st = states(summary) or [0] * len(ra)

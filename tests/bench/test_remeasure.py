@@ -67,8 +67,12 @@ def test_one_state_and_the_fallbacks() -> None:
     # fewer than half the rounds stable: every round is used
     shaky = _summary([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], [31, 32, 33], [True, False, False])
     assert paired_ratio(shaky, "a", "b")["rounds"] == 3
-    # a summary written before rounds were recorded: the ratio of the medians, not paired
-    old = {"tuners": {"a": {"median_ms": 2.0}, "b": {"median_ms": 1.0}}}
+    # a summary written before rounds were recorded: its samples, one per round, paired by position
+    old = {"tuners": {"a": {"median_ms": 1.1, "samples_ms": [1.0, 1.1, 1.5]},
+                      "b": {"median_ms": 1.0, "samples_ms": [1.0, 1.0, 1.0]}}}
+    assert paired_ratio(old, "a", "b") == {"ratio": 1.1, "rounds": 3, "lo": 1.0, "hi": 1.5, "paired": True}
+    # ... unless a side missed a round: the ratio of the medians, not paired
+    old["tuners"]["a"] = {"median_ms": 2.0, "samples_ms": [2.0, 2.0]}
     assert paired_ratio(old, "a", "b") == {"ratio": 2.0, "rounds": 0, "lo": None, "hi": None, "paired": False}
     assert states(old) == [] and rounds_line(old).startswith("Re-measured before rounds were recorded")
     # a side without a verified time has no ratio
