@@ -108,7 +108,7 @@ def remeasure(task: Task, kernels: list[tuple[str, Any, str]], rounds: int, opti
         verified = {t: True for t in order}
         lib_name = ""
         log: list[dict[str, Any]] = []
-        gbs = CopyProbe(options.threads) if probe and turns else None
+        gbs = CopyProbe() if probe and turns else None
         with Measurer(options) as m:
             dummy = MeasureInput(task, task.default_config())  # the runner needs only the task
 

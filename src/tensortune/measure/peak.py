@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+import time
 from typing import Any
 
 import numpy as np
@@ -64,44 +64,42 @@ def _copy_kernel(n: int, cores: int, lanes: int = 16) -> Any:
     return copy
 
 
-def _timer(func: Any, target: Any, args: list[np.ndarray], repeat: int = REPEAT,
-           min_repeat_ms: int = 50) -> Callable[[], list[float]]:
-    """``func`` built once; the returned callable times it (seconds of each of ``repeat`` runs)."""
+def _time(func: Any, target: Any, args: list[np.ndarray], min_repeat_ms: int = 50) -> list[float]:
     import tvm
 
     ex = tvm.compile(tvm.IRModule({"main": func}), target=target)
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(x, dev) for x in args]
-    f = ex.mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return lambda: list(f(*tensors).results)
-
-
-def _time(func: Any, target: Any, args: list[np.ndarray], min_repeat_ms: int = 50) -> list[float]:
-    return _timer(func, target, args, min_repeat_ms=min_repeat_ms)()
+    return list(ex.mod.time_evaluator("main", dev, number=1, repeat=REPEAT, min_repeat_ms=min_repeat_ms)(*tensors).results)
 
 
 class CopyProbe:
-    """The host's memory state between timed kernels: GB/s of the parallel copy of
-    ``mib`` MiB (built once; each call is the median of ``repeat`` copies, about 0.1 s).
+    """The host's memory state between timed kernels: GB/s of copying ``mib`` MiB with numpy
+    (bytes read plus written; each call is the median of ``repeat`` copies, about 0.1 s).
 
     On some hosts a state of the machine that lasts minutes changes the speed of some kernels
-    and not of others (2026-11-26, znver4: template kernels 1.07 <-> 1.25 ms while this copy
+    and not of others (2026-11-26, znver4: template kernels 1.07 <-> 1.25 ms while a large copy
     went 31 <-> 41 GB/s at the same moments). The re-measurement probes it around each round
-    so that a report can tell the rounds of one state from those of another."""
+    so that a report can tell the rounds of one state from those of another. The copy is numpy's,
+    on one thread: a TVM-built parallel copy would leave a TVM thread pool in the process that
+    also times PyTorch, and that pool's spinning stalled PyTorch's convolutions (about 20 ms a
+    call, 0.15 ms without) in some rounds."""
 
-    def __init__(self, threads: int, mib: int = COPY_MB, repeat: int = 5) -> None:
-        from ..target import host_target_json, make_target
-
+    def __init__(self, mib: int = COPY_MB, repeat: int = 5) -> None:
         n = mib * 2**20 // 4
-        n -= n % (threads * 16)
-        self.moved = 2.0 * n * 4
-        self._time = _timer(_copy_kernel(n, threads), make_target(host_target_json()),
-                            [np.random.rand(n).astype("float32"), np.zeros(n, "float32")], repeat=repeat,
-                            min_repeat_ms=0)
+        self.src = np.random.default_rng(0).random(n, dtype=np.float32)
+        self.dst = np.empty_like(self.src)
+        self.repeat = repeat
+        np.copyto(self.dst, self.src)  # first touch of the pages
 
     def __call__(self) -> float:
-        """The copy's bandwidth now, GB/s (bytes read plus written)."""
-        return self.moved / statistics.median(self._time()) / 1e9
+        """The copy's bandwidth now, GB/s."""
+        secs = []
+        for _ in range(self.repeat):
+            t0 = time.perf_counter()
+            np.copyto(self.dst, self.src)
+            secs.append(time.perf_counter() - t0)
+        return 2.0 * self.src.nbytes / statistics.median(secs) / 1e9
 
 
 def measure_peak(threads: int) -> dict[str, Any]:
