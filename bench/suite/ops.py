@@ -8,9 +8,9 @@ search/model, building and running. Then every tuner's best kernel is built agai
 in ``rounds`` interleaved rounds by tensortune's runner, with its output checked against the
 reference: the final figures are those medians, so drift of the machine cannot favour the
 tuner that ran at a quiet moment, and a MetaSchedule kernel (which MetaSchedule never checks)
-counts only if it computes the right answer. Each round is also checked for a change of the
-host's state (``remeasure.py``), and the best kernels are kept in the summary, so that
-``python -m bench remeasure`` can time them again.
+counts only if it computes the right answer. That re-measurement runs in a fresh process, each
+round checked for a change of the host's state (``remeasure.py``), and the best kernels are kept
+in the summary, so that ``python -m bench remeasure`` can time them again.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tensortune.utils.progress import ProgressBar
 from . import metaschedule as msa
 from .config import METASCHEDULE
 from .deadline import Deadline
-from .remeasure import LIBRARY, ROUNDS, remeasure  # noqa: F401 - LIBRARY is part of this module's interface
+from .remeasure import LIBRARY, ROUNDS, remeasure, remeasure_isolated  # noqa: F401 - this module's interface
 from .store import RunDir
 
 
@@ -226,7 +226,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
                   f"best {best} {c.note}", flush=True)
         if not deadline.allows(f"{name}'s final measurements", 120.0):
             return
-        final = remeasure(task, [(c.tuner, c.best, c.note) for c in curves], rounds, options, library)
+        final = remeasure_isolated(task, [(c.tuner, c.best, c.note) for c in curves], rounds, options, library)
         lib = final.pop(LIBRARY, None)
         log = final.pop(ROUNDS)
         print(f"{name} re-measured ({rounds} interleaved rounds, {log['stable']} stable): " + ", ".join(

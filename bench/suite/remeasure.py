@@ -167,6 +167,52 @@ def remeasure(task: Task, kernels: list[tuple[str, Any, str]], rounds: int, opti
     return out
 
 
+def _kernel_json(best: Any) -> dict[str, Any] | None:
+    """A best kernel as JSON: a tensortune config's knobs or TVM's JSON of a scheduled IRModule."""
+    import tvm
+
+    if best is None:
+        return None
+    return {"irmodule": tvm.ir.save_json(best)} if isinstance(best, tvm.IRModule) else {"config": best.to_json()}
+
+
+def _remeasure_child(task: dict[str, Any], kernels: list[tuple[str, dict[str, Any] | None, str]], rounds: int,
+                     options: dict[str, Any], library: bool) -> dict[str, dict[str, Any]]:
+    """:func:`remeasure` from JSON, in the fresh process :func:`remeasure_isolated` starts."""
+    import tvm
+
+    t = Task.from_json(task)
+    back = [(name, None if k is None else tvm.ir.load_json(k["irmodule"]) if "irmodule" in k
+             else t.space.config_from_json(k["config"]), note) for name, k, note in kernels]
+    return remeasure(t, back, rounds, MeasureOptions(**options), library)
+
+
+def remeasure_isolated(task: Task, kernels: list[tuple[str, Any, str]], rounds: int, options: MeasureOptions,
+                       library: bool = False) -> dict[str, dict[str, Any]]:
+    """:func:`remeasure` in a fresh (spawned) process, as ``python -m bench remeasure`` does.
+
+    The process that tuned holds thread pools (XGBoost's, PyTorch's, TVM's from MetaSchedule's
+    search) and a large heap; timed from it, every kernel and PyTorch ran 15-25% slower than from
+    a fresh process (2026-11-26, rocketlake, C2: 0.66-0.77 against 0.55-0.59 ms; PyTorch 0.91
+    against 0.68 ms), the ratios between kernels much the same. A process that fails is a result:
+    every kernel gets its error as ``check``."""
+    import dataclasses
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    payload = (task.to_json(), [(t, _kernel_json(k), note) for t, k, note in kernels], rounds,
+               dataclasses.asdict(options), library)
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(_remeasure_child, *payload).result()
+    except Exception as e:  # noqa: BLE001 - a crashed re-measurement is recorded, the run goes on
+        why = f"re-measurement process failed: {type(e).__name__}: {str(e).strip()[:160]}"
+        out: dict[str, dict[str, Any]] = {t: {"median_ms": None, "median_of": "", "samples_ms": [], "rounds_ms": [],
+                                              "check": why, "verified": False} for t, _, _ in kernels}
+        out[ROUNDS] = {"rounds": [], "stable": 0, "rule": why}
+        return out
+
+
 # ------------------------------------------------------------------ reading a workload's summary
 def _entry(summary: dict[str, Any], name: str) -> dict[str, Any] | None:
     return summary.get("library") if name == LIBRARY else summary.get("tuners", {}).get(name)

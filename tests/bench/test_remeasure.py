@@ -77,3 +77,23 @@ def test_one_state_and_the_fallbacks() -> None:
     assert states(old) == [] and rounds_line(old).startswith("Re-measured before rounds were recorded")
     # a side without a verified time has no ratio
     assert paired_ratio({"tuners": {"a": {"median_ms": None}, "b": {"median_ms": 1.0}}}, "a", "b") is None
+
+
+def test_the_run_re_measures_in_a_fresh_process_and_a_failed_one_is_a_result() -> None:
+    from bench.suite.remeasure import remeasure_isolated
+    from tensortune.measure import MeasureOptions
+    from tensortune.task import Task
+
+    task = Task.from_op("matmul", {"M": 32, "N": 32, "K": 32})
+    options = MeasureOptions(threads=1, number=1, repeat=1, min_repeat_ms=0)
+    got = remeasure_isolated(task, [("one", task.default_config(), "")], 2, options, library=True)
+    assert got["one"]["verified"] and len(got["one"]["rounds_ms"]) == 2 and got[LIBRARY]["name"] == "numpy"
+    assert len(got[ROUNDS]["rounds"]) == 2
+
+    class Broken:  # a kernel the fresh process cannot rebuild: its knobs are not the space's
+        def to_json(self) -> dict:
+            return {"knobs": {"no_such_knob": 3}}
+
+    bad = remeasure_isolated(task, [("bad", Broken(), "")], 1, options)
+    assert bad["bad"]["check"].startswith("re-measurement process failed") and bad["bad"]["median_ms"] is None
+    assert bad[ROUNDS]["rounds"] == [] and bad[ROUNDS]["stable"] == 0
