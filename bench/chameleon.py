@@ -22,7 +22,10 @@ chains of at most 500 steps.) This script reads ``RESULTS/ops_batches.csv`` and
   latency, diversity-aware or greedy sampling over adaptive sampling (Fig. 7b: 1.98x with SA,
   2.33x with RL), each side counted to the first batch reaching the worse of the two finals;
   and the wall time ``chameleon`` needs to reach the baseline's final latency against the
-  baseline's own time to it (target: 3x less; the paper: 4.45x).
+  baseline's own time to it (target: 3x less; the paper: 4.45x), from the search curves and,
+  since a curve's best is one timing exposed to the host's state at its moment, from the
+  re-measured kernels too: the whole wall times over the workloads where chameleon's kernel is
+  within 2% of the baseline's, compared round by round.
 
 The whole run is about 45 min a workload. Sessions land on different kinds of machine, so it
 can be spread over several folders, one per kind (``chameleon-ops-znver4-DATE``, ...), each
@@ -47,6 +50,9 @@ from .suite.report import curves, first_reaching, settled
 from .suite.store import RunDir
 
 BASELINE = "autotvm:objective=reg"
+#: chameleon "reaches" the baseline's final latency when its re-measured kernel is at most this
+#: much slower, paired round by round
+FINAL_WITHIN = 0.02
 CHAMELEON = "chameleon"
 #: (label, the side that should need more, the side that should need less)
 STEP_PAIRS = (("SA / PPO, adaptive sampling", "chameleon:variant=sa-adaptive", CHAMELEON),
@@ -127,6 +133,12 @@ def compare(tables: dict[str, dict[str, Any]], cv: dict[str, Any]) -> dict[str, 
                    "geomean_speedup": geomean([v["speedup"] for v in per.values() if v["speedup"]]),
                    "geomean_final_ratio": geomean([v["final_ratio"] for v in per.values() if v["final_ratio"]]),
                    "geomean_wall_ratio": geomean([v["wall_ratio"] for v in per.values() if v["wall_ratio"]])}
+    # the same question from the re-measured kernels: the search curves' bests are single timings,
+    # each exposed to the host's state at its moment; the final kernels are compared round by round
+    matched = {w: v["wall_ratio"] for w, v in per.items()
+               if v["final_ratio"] and v["wall_ratio"] and v["final_ratio"] >= 1 - FINAL_WITHIN}
+    out["wall"].update(final_within=FINAL_WITHIN, matched=len(matched),
+                       geomean_wall_ratio_matched=geomean(list(matched.values())))
     return out
 
 
@@ -173,7 +185,11 @@ def markdown(tables: dict[str, dict[str, Any]], cmp: dict[str, Any], provenance:
               f"| final latency, baseline / chameleon | {_f(wv['geomean_final_ratio'], '.3f')}x | "
               f"{len(wv['per_workload'])} | up to 1.064x |",
               f"| whole tuning wall time, baseline / chameleon | {_f(wv['geomean_wall_ratio'], '.2f')}x | "
-              f"{len(wv['per_workload'])} | - |", ""]
+              f"{len(wv['per_workload'])} | - |",
+              f"| whole tuning wall time, baseline / chameleon, where chameleon's re-measured kernel is within "
+              f"{wv.get('final_within', FINAL_WITHIN):.0%} of the baseline's | "
+              f"{_f(wv.get('geomean_wall_ratio_matched'), '.2f')}x | {wv.get('matched', 0)} of "
+              f"{len(wv['per_workload'])} | 4.45x |", ""]
     return "\n".join(lines)
 
 

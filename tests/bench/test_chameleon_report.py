@@ -138,3 +138,13 @@ def test_final_latency_is_compared_round_by_round_and_per_state() -> None:
     assert cmp["wall"]["per_workload"]["C1"]["final_ratio"] == 1.0 / 1.25
     md = markdown({"C1": t}, cmp, "here", None, {"C1": "Re-measured in 5 interleaved rounds"})
     assert "| chameleon | 800.0 | 0.800 (1.020 / 0.800) |" in md and "Re-measured in 5 interleaved rounds" in md
+
+
+def test_wall_time_where_the_re_measured_kernels_match() -> None:
+    """The whole wall times count where chameleon's paired final is within 2% of the baseline's."""
+    rows = [{"trials": 8, "elapsed_s": 1.0, "best_ms": 1.0}]
+    tables = {w: {BASELINE: {"search_best_ms": 1.0, "wall_s": 400.0, "baseline_over": 1.0},
+                  CHAMELEON: {"search_best_ms": 1.0, "wall_s": wall, "baseline_over": over}}
+              for w, wall, over in (("near", 80.0, 0.99), ("far", 40.0, 0.9))}
+    cmp = compare(tables, {w: {BASELINE: rows, CHAMELEON: rows} for w in tables})
+    assert cmp["wall"]["matched"] == 1 and abs(cmp["wall"]["geomean_wall_ratio_matched"] - 5.0) < 1e-9
