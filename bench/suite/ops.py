@@ -26,7 +26,8 @@ from tensortune.utils.progress import ProgressBar
 from . import metaschedule as msa
 from .config import METASCHEDULE
 from .deadline import Deadline
-from .remeasure import LIBRARY, ROUNDS, remeasure, remeasure_isolated  # noqa: F401 - this module's interface
+from .remeasure import (LIBRARY, ROUNDS, final_line, kernel_from_json, kernel_to_json,  # noqa: F401 - interface
+                        remeasure, remeasure_isolated)
 from .store import RunDir
 
 
@@ -72,27 +73,15 @@ class Curve:
     def to_json(self) -> dict[str, Any]:
         """The curve as JSON, its best kernel included: a tensortune config as its knob values, a
         MetaSchedule module as TVM's JSON of the IRModule (never pickled)."""
-        import tvm
-
-        best: dict[str, Any] | None = None
-        if isinstance(self.best, tvm.IRModule):
-            best = {"irmodule": tvm.ir.save_json(self.best)}
-        elif self.best is not None:
-            best = {"config": self.best.to_json()}
         return {"tuner": self.tuner, "rows": self.rows, "wall_s": self.wall_s,
-                "best_s": self.best_s if self.best_s < float("inf") else None, "best": best,
+                "best_s": self.best_s if self.best_s < float("inf") else None, "best": kernel_to_json(self.best),
                 "errors": self.errors, "note": self.note, "search": self.search}
 
     @classmethod
     def from_json(cls, d: dict[str, Any], task: Task) -> "Curve":
         """The curve :meth:`to_json` wrote, its best kernel rebuilt against ``task``."""
-        import tvm
-
-        best = d.get("best") or {}
-        kernel = (tvm.ir.load_json(best["irmodule"]) if "irmodule" in best
-                  else task.space.config_from_json(best["config"]) if "config" in best else None)
         return cls(d["tuner"], list(d["rows"]), float(d["wall_s"]),
-                   float("inf") if d.get("best_s") is None else float(d["best_s"]), kernel,
+                   float("inf") if d.get("best_s") is None else float(d["best_s"]), kernel_from_json(d.get("best"), task),
                    int(d["errors"]), d.get("note", ""), dict(d.get("search") or {}))
 
 
@@ -229,9 +218,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
         final = remeasure_isolated(task, [(c.tuner, c.best, c.note) for c in curves], rounds, options, library)
         lib = final.pop(LIBRARY, None)
         log = final.pop(ROUNDS)
-        print(f"{name} re-measured ({rounds} interleaved rounds, {log['stable']} stable): " + ", ".join(
-            f"{t} {v['median_ms']:.3f} ms" if v["median_ms"] else f"{t} {v['check']}" for t, v in final.items())
-            + (f", {lib['name']} {lib['median_ms']:.3f} ms" if lib else ""), flush=True)
+        print(final_line(name, rounds, final, log, lib), flush=True)
         rows = []
         for c in curves:
             for r in c.rows:
@@ -242,7 +229,7 @@ def run_ops(run: RunDir, workloads: list[tuple[str, str, str, dict[str, int]]], 
                                         "search_best_ms": c.best_s * 1e3 if c.best_s < float("inf") else None,
                                         "errors": c.errors, "note": c.note, "split": c.totals(),
                                         **({"search": c.search} if c.search else {}),
-                                        "best": c.to_json()["best"], **final[c.tuner]}
+                                        "best": kernel_to_json(c.best), **final[c.tuner]}
                               for c in curves}}
         run.add_ops(name, rows, summary)
         run.drop_tuners(name)

@@ -167,8 +167,9 @@ def remeasure(task: Task, kernels: list[tuple[str, Any, str]], rounds: int, opti
     return out
 
 
-def _kernel_json(best: Any) -> dict[str, Any] | None:
-    """A best kernel as JSON: a tensortune config's knobs or TVM's JSON of a scheduled IRModule."""
+def kernel_to_json(best: Any) -> dict[str, Any] | None:
+    """A best kernel as JSON (never pickled): a tensortune config as its knob values, a
+    MetaSchedule module as TVM's JSON of the IRModule; None for no kernel."""
     import tvm
 
     if best is None:
@@ -176,14 +177,28 @@ def _kernel_json(best: Any) -> dict[str, Any] | None:
     return {"irmodule": tvm.ir.save_json(best)} if isinstance(best, tvm.IRModule) else {"config": best.to_json()}
 
 
+def kernel_from_json(d: dict[str, Any] | None, task: Task) -> Any:
+    """The kernel :func:`kernel_to_json` wrote, rebuilt against ``task`` (None for none)."""
+    import tvm
+
+    d = d or {}
+    return (tvm.ir.load_json(d["irmodule"]) if "irmodule" in d
+            else task.space.config_from_json(d["config"]) if "config" in d else None)
+
+
+def final_line(name: str, rounds: int, final: dict[str, dict[str, Any]], log: dict[str, Any],
+               lib: dict[str, Any] | None) -> str:
+    """One workload's re-measured figures in a line, for the console."""
+    return (f"{name} re-measured ({rounds} interleaved rounds, {log['stable']} stable): " + ", ".join(
+        f"{t} {v['median_ms']:.3f} ms" if v["median_ms"] else f"{t} {v['check']}" for t, v in final.items())
+        + (f", {lib['name']} {lib['median_ms']:.3f} ms" if lib else ""))
+
+
 def _remeasure_child(task: dict[str, Any], kernels: list[tuple[str, dict[str, Any] | None, str]], rounds: int,
                      options: dict[str, Any], library: bool) -> dict[str, dict[str, Any]]:
     """:func:`remeasure` from JSON, in the fresh process :func:`remeasure_isolated` starts."""
-    import tvm
-
     t = Task.from_json(task)
-    back = [(name, None if k is None else tvm.ir.load_json(k["irmodule"]) if "irmodule" in k
-             else t.space.config_from_json(k["config"]), note) for name, k, note in kernels]
+    back = [(name, kernel_from_json(k, t), note) for name, k, note in kernels]
     return remeasure(t, back, rounds, MeasureOptions(**options), library)
 
 
@@ -200,7 +215,7 @@ def remeasure_isolated(task: Task, kernels: list[tuple[str, Any, str]], rounds: 
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    payload = (task.to_json(), [(t, _kernel_json(k), note) for t, k, note in kernels], rounds,
+    payload = (task.to_json(), [(t, kernel_to_json(k), note) for t, k, note in kernels], rounds,
                dataclasses.asdict(options), library)
     try:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -282,17 +297,15 @@ def remeasure_folder(run: Any, names: list[str], rounds: int, options: MeasureOp
     Each workload's tuner entries and library anchor get the new figures, its ``remeasure`` the
     new rounds (with the invocation that measured them), and ``remeasures_before`` the earlier
     figures, oldest first. A workload stored before best kernels were kept is skipped, with a line."""
-    from .ops import Curve
-
+    every = run.ops_summary()
     done = []
     for name in names:
-        s = run.ops_summary()[name]
+        s = every[name]
         if not any("best" in t for t in s["tuners"].values()):
             print(f"{name}: its best kernels were not kept (stored before they were), skipped", flush=True)
             continue
         task = Task.from_op(s["op"], s["shape"])
-        kernels = [(t, Curve.from_json({"tuner": t, "rows": [], "wall_s": 0.0, "best": e.get("best"), "errors": 0},
-                                       task).best, e.get("note") or "") for t, e in s["tuners"].items()]
+        kernels = [(t, kernel_from_json(e.get("best"), task), e.get("note") or "") for t, e in s["tuners"].items()]
         final = remeasure(task, kernels, rounds, options, library)
         log, lib = final.pop(ROUNDS), final.pop(LIBRARY, None)
         keys = ("median_ms", "median_of", "samples_ms", "rounds_ms", "check", "verified")
@@ -303,11 +316,7 @@ def remeasure_folder(run: Any, names: list[str], rounds: int, options: MeasureOp
             e.update(final[t])
         s["library"] = lib
         s["remeasure"] = {**log, "run": run.invocation}
-        every = run.ops_summary()
-        every[name] = s
         run.write_json("ops_summary", every)
         done.append(name)
-        print(f"{name} re-measured ({rounds} rounds, {log['stable']} stable): " + ", ".join(
-            f"{t} {v['median_ms']:.3f} ms" if v["median_ms"] else f"{t} {v['check']}" for t, v in final.items())
-            + (f", {lib['name']} {lib['median_ms']:.3f} ms" if lib else ""), flush=True)
+        print(final_line(name, rounds, final, log, lib), flush=True)
     return done

@@ -22,8 +22,9 @@ fit took 9-10 s per task late in efficientnet_b0's run, longer than the shares l
 tasks, which then measured nothing). A tuner checks its clock between batches, and confirms and
 verifies its best at the end, so it runs past its budget by about one batch: the mean overrun
 of the tasks so far is taken off each next share, and every later task's minimum share (and
-overrun) is kept back, so that the light tasks tuned last are not starved by the heavy ones. (Shares of the remaining time alone left 5 of resnet18's 22
-tasks untuned in 60 minutes: the overruns of the heavy tasks ate the light ones' few seconds.)
+overrun) is kept back, so that the light tasks tuned last are not starved by the heavy ones.
+(Shares of the remaining time alone left 5 of resnet18's 22 tasks untuned in 60 minutes: the
+overruns of the heavy tasks ate the light ones' few seconds.)
 
 A CPU budget (CPU-seconds: the tuner's own and its candidates' building and running) or an
 energy budget (joules, where the machine has a counter) caps the whole run on top of the trials
