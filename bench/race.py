@@ -1,29 +1,45 @@
 """The race with and without suspension: ``python -m bench.race``.
 
     python -m bench.race [--models mobilenet_v2] [--tuners trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy]
-                         [--rounds 8] [--batch 64] [--out bench/results/race]
+                         [--rounds 8] [--batch 64] [--out bench/results/race] [--stop-after MINUTES]
 
-``tensortune race`` twice on the same models and tuners, each into databases of its own: once
-suspending the worst tuner of each model after every round (Trimmer's §V-C), once with
-``--no-suspend`` (every tuner to completion: ``--rounds`` rounds each). Each race's output is
-kept (``OUT/race-MODE.json``), so a stopped run goes on with the race it had not finished; the
-folder's ``meta.json`` holds the machine and settings of the first start, and a later start on
-another kind of machine, or with other settings, is refused (its CPU-seconds would not compare).
-Reported: the total CPU-seconds (and
-energy where the machine counts it) of each, the saving, and each model's best final latency.
-The paper's Table VII: 40.9% less energy for MobileNet, 21.8% for AlexNet. Writes
-``OUT/race.json`` and ``OUT/race.md``.
+``tensortune race`` on the same models and tuners twice, each into databases of its own: once
+suspending the worst tuner of each model after every round (Trimmer's §V-C: ``OUT/suspend/``),
+once with every tuner run to completion (``--rounds`` rounds each: ``OUT/all/``).
+
+The race to completion has no suspension and no shared budget, so each tuner's run in it is
+independent of the others': it runs one tuner at a time (``tensortune race MODELS --tuners ONE
+--no-suspend``), and its cost is the sum of theirs. That splits the longest step into parts
+of about 40 minutes (at the defaults), so that it can be spread over sittings of one kind of
+machine. Each part's output is kept as it finishes (``OUT/race-suspend.json``,
+``OUT/race-all/TUNER.json``), so a stopped run goes on with the first part it had not finished
+(that part from the start); ``--stop-after`` stops before a part that would not finish in time.
+The folder's ``meta.json`` holds the machine and settings of the first start, and a later
+start on another kind of machine, or with other settings, is refused (its CPU-seconds would not
+compare).
+
+Reported: the total CPU-seconds (and energy where the machine counts it) of each race, the
+saving, each model's best final latency, and every (model, tuner) pair's figures. The paper's
+Table VII: 40.9% less energy for MobileNet, 21.8% for AlexNet. Writes ``OUT/race.json`` and
+``OUT/race.md`` once both races are complete.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from .common import machine_info, machine_line, write_text
 from .modelruns import run_json
+from .suite.deadline import Deadline
+
+#: Minutes a part takes at 8 rounds of 64 per task on one model (mobilenet_v2, 2 cores), for
+#: ``--stop-after`` before any part of that race is kept: the race with suspension, one tuner
+#: of the race to completion.
+PART_MINUTES = {"suspend": 70.0, "all": 45.0}
 
 
 def check_folder(out: Path, settings: dict[str, Any]) -> str | None:
@@ -50,34 +66,46 @@ def check_folder(out: Path, settings: dict[str, Any]) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.race", description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="mobilenet_v2")
-    p.add_argument("--tuners", default="trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy")
-    p.add_argument("--rounds", type=int, default=8, help="rounds of a tuner run to completion")
-    p.add_argument("--batch", type=int, default=64, help="measurements per task and round (Trimmer's 64)")
-    p.add_argument("--out", default="bench/results/race")
-    a = p.parse_args(argv)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    models = a.models.split(",")
-    refusal = check_folder(out, {"models": models, "tuners": a.tuners, "rounds": a.rounds, "batch": a.batch})
-    if refusal:
-        print(f"python -m bench.race: {refusal}", file=sys.stderr)
-        return 2
-    runs = {}
-    for mode, flags in (("suspend", []), ("all", ["--no-suspend"])):
-        runs[mode] = run_json(["race", *models, "--tuners", a.tuners, "--rounds", str(a.rounds),
-                               "--batch", str(a.batch), "--db-dir", str(out / mode), *flags], out / f"race-{mode}.json",
-                               fresh=[out / mode])
+def parts(out: Path, models: list[str], tuners: list[str]) -> list[tuple[str, str, Path, list[Path]]]:
+    """The race's parts, in order: (race, tuner or "", kept output, databases to drop before a
+    fresh start). The race with suspension is one part; the race to completion, one per tuner."""
+    from tensortune.cluster.race import db_slug, file_stem
+
+    rows = [("suspend", "", out / "race-suspend.json", [out / "suspend"])]
+    for t in tuners:
+        rows.append(("all", t, out / "race-all" / f"{file_stem(t)}.json",
+                     [out / "all" / f"{db_slug(m, t)}.db" for m in models]))
+    return rows
+
+
+def estimate_s(race: str, kept: list[dict[str, Any]], models: int, rounds: int, batch: int) -> float:
+    """Seconds a part of ``race`` takes: the longest kept part of that race, else
+    :data:`PART_MINUTES` scaled by the models and the measurements per task."""
+    if kept:
+        return max(k["wall_s"] for k in kept)
+    return 60.0 * PART_MINUTES[race] * models * rounds * batch / (8 * 64)
+
+
+def combine(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The race to completion from its parts: entries together, costs and wall times summed
+    (energy only where every part counted it)."""
+    energy = [o["energy_j"] for o in outputs]
+    return {"entries": [e for o in outputs for e in o["entries"]], "wall_s": sum(o["wall_s"] for o in outputs),
+            "cpu_s": sum(o["cpu_s"] for o in outputs),
+            "energy_j": sum(energy) if energy and all(x is not None for x in energy) else None,
+            "suspend": False, "batch": outputs[0]["batch"] if outputs else None, "parts": len(outputs)}
+
+
+def report(runs: dict[str, dict[str, Any]], models: list[str], tuners: str, rounds: int, batch: int) -> tuple[dict, str]:
+    """``race.json``'s content and ``race.md``'s text for both races."""
     best = {mode: {m: min((e["final_latency_ms"] for e in r["entries"] if e["model"] == m and e["final_latency_ms"]),
                           default=None) for m in models} for mode, r in runs.items()}
     saving = 1 - runs["suspend"]["cpu_s"] / runs["all"]["cpu_s"] if runs["all"]["cpu_s"] else None
     result = {"machine": machine_info(), "runs": runs, "best_ms": best, "cpu_saving": saving}
-    (out / "race.json").write_text(json.dumps(result, indent=1))
     lines = ["# Tuners raced with and without suspension", "",
-             f"{machine_line()}; tuners {a.tuners}; {a.rounds} rounds of {a.batch} "
-             "measurements per task to completion.", "",
+             f"{machine_line()}; tuners {tuners}; {rounds} rounds of {batch} "
+             "measurements per task to completion. The race to completion ran one tuner at a time "
+             f"({runs['all'].get('parts', 1)} parts); its wall time is their sum.", "",
              "| race | CPU-s | energy J | wall s | " + " | ".join(f"best {m} ms" for m in models) + " |",
              "|---|---:|---:|---:|" + "---:|" * len(models)]
     for mode, r in runs.items():
@@ -86,8 +114,54 @@ def main(argv: list[str] | None = None) -> int:
                      + " | ".join(f"{best[mode][m]:.3f}" if best[mode][m] else "-" for m in models) + " |")
     if saving is not None:
         lines += ["", f"CPU-seconds saved by suspension: {saving:.1%}"]
-    write_text(out / "race.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    lines += ["", "| race | model | tuner | status | rounds | trials | final ms | CPU-s |",
+              "|---|---|---|---|---:|---:|---:|---:|"]
+    for mode, r in runs.items():
+        for e in r["entries"]:
+            lat = f"{e['final_latency_ms']:.3f}" if e["final_latency_ms"] else "-"
+            lines.append(f"| {mode} | {Path(e['model']).stem} | {e['tuner']} | {e['status']} | {len(e['rounds'])} | "
+                         f"{e['trials']} | {lat} | {e['cpu_s']:.0f} |")
+    return result, "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.race", description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="mobilenet_v2")
+    p.add_argument("--tuners", default="trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy")
+    p.add_argument("--rounds", type=int, default=8, help="rounds of a tuner run to completion")
+    p.add_argument("--batch", type=int, default=64, help="measurements per task and round (Trimmer's 64)")
+    p.add_argument("--out", default="bench/results/race")
+    p.add_argument("--stop-after", type=float, metavar="MINUTES",
+                   help="stop before a part that would not finish within MINUTES; the same command goes on")
+    a = p.parse_args(argv)
+    if a.stop_after is not None and a.stop_after <= 0:
+        raise SystemExit("--stop-after must be positive")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    models = a.models.split(",")
+    tuners = [t.strip() for t in a.tuners.split(",") if t.strip()]
+    refusal = check_folder(out, {"models": models, "tuners": a.tuners, "rounds": a.rounds, "batch": a.batch})
+    if refusal:
+        print(f"python -m bench.race: {refusal}", file=sys.stderr)
+        return 2
+    deadline = Deadline(a.stop_after)
+    t0 = time.perf_counter()
+    done: dict[str, list[dict[str, Any]]] = {"suspend": [], "all": []}
+    for race, tuner, keep, fresh in parts(out, models, tuners):
+        if not keep.exists():
+            step = f"the race {'with suspension' if race == 'suspend' else f'to completion: {tuner}'}"
+            if not deadline.allows(step, estimate_s(race, done[race], len(models), a.rounds, a.batch)):
+                print(f"stopped after {(time.perf_counter() - t0) / 60:.1f} min; parts so far in {out}; "
+                      "the same command goes on", flush=True)
+                return 0
+        args = ["race", *models, "--tuners", tuner or a.tuners, "--rounds", str(a.rounds), "--batch", str(a.batch),
+                "--db-dir", str(out / race)] + (["--no-suspend"] if race == "all" else [])
+        done[race].append(run_json(args, keep, fresh=fresh))
+    runs = {"suspend": done["suspend"][0], "all": combine(done["all"])}
+    result, text = report(runs, models, a.tuners, a.rounds, a.batch)
+    (out / "race.json").write_text(json.dumps(result, indent=1))
+    write_text(out / "race.md", text)
+    print(text)
     return 0
 
 

@@ -44,3 +44,73 @@ def test_a_refused_folder_runs_nothing_and_exits_2(tmp_path, machine, monkeypatc
     monkeypatch.setattr(race, "run_json", lambda *a, **k: pytest.fail("a refused folder must not race"))
     assert race.main(args) == 2
     assert "rounds=3" in capsys.readouterr().err
+
+
+def _output(tuners: list[str], cpu: float, wall: float, suspend: bool, energy=None) -> dict:
+    entries = [{"model": "mobilenet_v2", "tuner": t, "status": "done", "rounds": [{}, {}], "trials": 128,
+                "final_latency_ms": 2.0 + i, "cpu_s": cpu / len(tuners), "energy_j": energy} for i, t in enumerate(tuners)]
+    return {"entries": entries, "wall_s": wall, "cpu_s": cpu, "energy_j": energy, "suspend": suspend, "batch": 64}
+
+
+@pytest.fixture
+def fake_race(monkeypatch):
+    """``run_json`` faked: each part's output is written to its kept file, as the real one does."""
+    calls = []
+
+    def run_json(cmd, keep, fresh=()):
+        if keep.exists():
+            return json.loads(keep.read_text())
+        calls.append((cmd, keep, list(fresh)))
+        tuners = cmd[cmd.index("--tuners") + 1].split(",")
+        out = _output(tuners, 100.0 * len(tuners), 60.0 * len(tuners), "--no-suspend" not in cmd)
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        keep.write_text(json.dumps(out))
+        return out
+
+    monkeypatch.setattr(race, "run_json", run_json)
+    return calls
+
+
+def test_the_race_to_completion_runs_one_tuner_at_a_time_and_sums_their_costs(tmp_path, machine, fake_race,
+                                                                             capsys) -> None:
+    assert race.main(["--tuners", "trimmer,chameleon:variant=ppo-greedy", "--out", str(tmp_path)]) == 0
+    cmds = [c for c, _, _ in fake_race]
+    assert [c[c.index("--tuners") + 1] for c in cmds] == ["trimmer,chameleon:variant=ppo-greedy", "trimmer",
+                                                          "chameleon:variant=ppo-greedy"]
+    assert "--no-suspend" not in cmds[0] and all("--no-suspend" in c for c in cmds[1:])
+    # each part of the race to completion drops only its own databases on a fresh start
+    assert fake_race[2][2] == [tmp_path / "all" / "mobilenet_v2-chameleon_variant_ppo-greedy.db"]
+    assert (tmp_path / "race-all" / "chameleon_variant_ppo-greedy.json").exists()
+    result = json.loads((tmp_path / "race.json").read_text())
+    assert result["runs"]["all"]["cpu_s"] == 200.0 and result["runs"]["all"]["wall_s"] == 120.0
+    assert result["runs"]["all"]["energy_j"] is None and len(result["runs"]["all"]["entries"]) == 2
+    assert result["cpu_saving"] == pytest.approx(0.0)
+    text = (tmp_path / "race.md").read_text()
+    assert "2 parts" in text and "| all | mobilenet_v2 | trimmer | done | 2 | 128 | 2.000 | 100 |" in text
+
+
+def test_stop_after_stops_before_a_part_that_does_not_fit_and_the_same_command_goes_on(tmp_path, machine,
+                                                                                      fake_race) -> None:
+    args = ["--tuners", "trimmer,autotvm", "--out", str(tmp_path)]
+    (tmp_path / "race-suspend.json").write_text(json.dumps(_output(["trimmer", "autotvm"], 150.0, 3000.0, True)))
+    # a part of the race to completion is estimated at 45 min with none kept: 30 min is too little
+    assert race.main([*args, "--stop-after", "30"]) == 0
+    assert fake_race == [] and not (tmp_path / "race.md").exists()
+    assert race.main([*args, "--stop-after", "50"]) == 0  # one part fits; then its 60 s is the estimate
+    assert len(fake_race) == 2 and (tmp_path / "race.md").exists()
+    assert race.main([*args, "--stop-after", "1"]) == 0  # everything kept: nothing runs again
+    assert len(fake_race) == 2
+
+
+def test_parts_and_estimates() -> None:
+    from pathlib import Path
+
+    rows = race.parts(Path("R"), ["mobilenet_v2", "m.onnx"], ["autotvm"])
+    assert rows[0] == ("suspend", "", Path("R/race-suspend.json"), [Path("R/suspend")])
+    assert rows[1] == ("all", "autotvm", Path("R/race-all/autotvm.json"),
+                       [Path("R/all/mobilenet_v2-autotvm.db"), Path("R/all/m-autotvm.db")])
+    assert race.estimate_s("all", [], 1, 8, 64) == 45 * 60
+    assert race.estimate_s("suspend", [], 2, 4, 64) == 70 * 60
+    assert race.estimate_s("all", [{"wall_s": 10.0}, {"wall_s": 30.0}], 1, 8, 64) == 30.0
+    both = race.combine([_output(["a"], 10.0, 5.0, False, energy=3.0), _output(["b"], 20.0, 5.0, False, energy=4.0)])
+    assert both["energy_j"] == 7.0 and both["cpu_s"] == 30.0 and both["parts"] == 2

@@ -52,6 +52,16 @@ def host_lock(node_ip: str, tries: int = 10) -> Any:
     raise RuntimeError(f"no live measurement lock on {node_ip} after {tries} tries")
 
 
+def file_stem(text: str) -> str:
+    """``text`` as a file name: anything but letters, digits, ``-``, ``_`` and ``.`` made ``_``."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+
+
+def db_slug(model: str, tuner: str) -> str:
+    """The file stem of a (model, tuner) pair's database in a race's folder (``MODEL-TUNER``)."""
+    return file_stem(f"{Path(model).stem}-{tuner}")
+
+
 def _ray() -> Any:
     import ray
 
@@ -275,8 +285,7 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
         actor_cls = make_tuner_actor()
         for model in models:
             for tuner in tuners:
-                slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{Path(model).stem}-{tuner}")
-                e = Entry(model, tuner, str(db_dir / f"{slug}.db"))
+                e = Entry(model, tuner, str(db_dir / f"{db_slug(model, tuner)}.db"))
                 e.actor = actor_cls.remote(model, tuner, e.db, seed, batch, lock_name(node))
                 entries.append(e)
         pending = {e.actor.round.remote(): e for e in entries}
