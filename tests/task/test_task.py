@@ -298,3 +298,24 @@ def test_none_template_has_one_config() -> None:
     assert len(t.space) == 1
     assert t.default_config().index == 0
     assert t.workload_key != Task.from_op(*MATMUL).workload_key
+
+
+def test_a_generic_function_counts_one_operation_per_point_of_each_stage() -> None:
+    """A fast-math softmax (TOPI's polynomial exp) counts as its five stages (max, subtract, exp,
+    sum, divide), one operation per point each, not as the 30-odd operations of the polynomial (TVM's estimate);
+    a padding stage only moves data and counts none."""
+    from tvm import te, topi, tirx
+    from tvm.s_tir import analysis
+
+    import tvm
+
+    x = te.placeholder((4, 32), name="X")
+    soft = te.create_prim_func([x, topi.nn.fast_softmax(x, axis=1)])
+    t = Task.from_primfunc(soft)
+    assert t.pattern.op is None
+    assert t.flops == 5 * 4 * 32  # none of the stages is a multiply-accumulate
+    assert float(analysis.estimate_tir_flops(tvm.IRModule({"main": soft}))) > 5 * t.flops
+    pad = te.compute((6, 34), lambda i, j: tirx.if_then_else(
+        tirx.all(i >= 1, i < 5, j >= 1, j < 33), x[i - 1, j - 1], tirx.const(0.0, "float32")), name="pad")
+    out = te.compute((6, 34), lambda i, j: te.max(pad[i, j], 0.0), name="relu")
+    assert Task.from_primfunc(te.create_prim_func([x, out])).flops == 6 * 34

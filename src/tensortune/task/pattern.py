@@ -233,6 +233,42 @@ def analyze_func(func: Any) -> FuncPattern:
     return _conv(anchor, x, y, before, common)
 
 
+def _moves_data(e: Any) -> bool:
+    """``e`` only moves data: a load, a constant, or a choice between them (padding)."""
+    e = _strip_cast(e)
+    kind = type(e).__name__
+    if _is_load(e) or kind in ("FloatImm", "IntImm"):
+        return True
+    if kind == "Select":
+        return _moves_data(e.true_value) and _moves_data(e.false_value)
+    if kind == "Call" and str(e.op.name).split(".")[-1] == "if_then_else":
+        return _moves_data(e.args[1]) and _moves_data(e.args[2])
+    return False
+
+
+def block_flops(func: Any) -> float | None:
+    """Floating-point operations of one call of ``func``, counted per block the way an anchor and
+    its epilogue are: 2 per point of a multiply-accumulate reduction, none for a block that only
+    moves data (a copy, a transpose, a padding stage), and 1 per point of any other block (an
+    elementwise or reducing stage, whatever its expression). A fast-math activation
+    (:mod:`tensortune.models.fastmath`) is a polynomial of some 30 operations per element, which
+    TVM's estimate counts in full; here it is one, as ``relu`` is. None where the blocks cannot be
+    read or an extent is symbolic."""
+    try:
+        blocks = _blocks(func)
+    except Exception:  # noqa: BLE001 - no root block, nested blocks ...
+        return None
+    total = 0.0
+    for b in blocks:
+        if any(e < 0 for e in b.extents) or type(b.store).__name__ != "BufferStore":
+            return None
+        if _mac_operands(b) is not None:
+            total += 2.0 * _prod(b.extents)
+        elif not _moves_data(b.store.value):
+            total += float(_prod(b.extents))
+    return total
+
+
 def _prod(xs: list[int]) -> int:
     p = 1
     for v in xs:

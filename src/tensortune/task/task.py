@@ -178,7 +178,9 @@ class Task:
         (2 per multiply-add) and one per output element for each epilogue block, the way an
         activation is counted: a fast-math activation (:mod:`tensortune.models.fastmath`) is a
         polynomial of some 30 operations per element, and counting them all would make a
-        convolution with a SiLU report 4x its GFLOP/s. Other functions: TVM's estimate."""
+        convolution with a SiLU report 4x its GFLOP/s. Other functions are counted the same way
+        block by block (:func:`~tensortune.task.pattern.block_flops`), and where their blocks
+        cannot be read, by TVM's estimate."""
         if self.func_json is None:
             return get_op(self.op).flops(self.args)
         if self.pattern.op == self.op:  # a recognised anchor (None for a generic function)
@@ -188,11 +190,16 @@ class Task:
                 anchor = None
             if anchor is not None:
                 return float(anchor + len(self.pattern.epilogue) * float(np.prod(self.out_shape)))
+        from .pattern import block_flops
+
+        counted = block_flops(self.prim_func())
+        if counted is not None:
+            return counted
         from tvm.s_tir import analysis
 
         import tvm
 
-        try:  # the anchor's multiply-adds (+ the epilogue's elementwise work) of a fused function
+        try:
             return float(analysis.estimate_tir_flops(tvm.IRModule({"main": self.prim_func()})))
         except Exception:
             return float(np.prod(self.out_shape))
