@@ -64,6 +64,9 @@ def test_report_from_a_suite_folder(tmp_path) -> None:
     assert "C6" in out["comparisons"]["wall"]["per_workload"]
     md = (run.path / "chameleon.md").read_text()
     assert "search steps per search" in md and "| chameleon |" in md
+    # the fake measurer is exact, so each kernel's re-measured latency is its search's best
+    assert abs(t[CHAMELEON]["final_over_search"] - 1.0) < 1e-9
+    assert "## A search's best against its kernel re-measured" in md and "| chameleon | 1.000 |" in md
 
 
 def _folder(path, workload: str, specs: list[str], task) -> RunDir:
