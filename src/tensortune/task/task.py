@@ -177,7 +177,7 @@ class Task:
         A fused function with a recognised anchor counts the anchor's operations as its op does
         (2 per multiply-add) and one per output element for each epilogue block, the way an
         activation is counted: a fast-math activation (:mod:`tensortune.models.fastmath`) is a
-        polynomial of some 30 operations per element, and counting them all would make a
+        polynomial of dozens of operations per element, and counting them all would make a
         convolution with a SiLU report 4x its GFLOP/s. Other functions are counted the same way
         block by block (:func:`~tensortune.task.pattern.block_flops`), and where their blocks
         cannot be read, by TVM's estimate."""
