@@ -26,7 +26,7 @@ output (as many points): a function that broadcasts the anchor's result into a l
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class FuncPattern:
     epilogue_ops: tuple[str, ...] = ()  # one short name per epilogue block (add, relu, clip, ...)
     n_outputs: int = 1
     reason: str = ""  # why op is None
+    flops: float | None = None  # operations of one call counted block by block (_count_flops)
 
     @property
     def kernel_class(self) -> str:
@@ -198,11 +199,16 @@ def _generic(reason: str, n_outputs: int = 1) -> FuncPattern:
 
 
 def analyze_func(func: Any) -> FuncPattern:
-    """Classify ``func`` (see the module doc); never raises for a well-formed PrimFunc."""
+    """Classify ``func`` (see the module doc), with its operations counted block by block;
+    never raises for a well-formed PrimFunc."""
     try:
         blocks = _blocks(func)
     except Exception as e:  # noqa: BLE001 - no root block, nested blocks ...
         return _generic(f"unusual block structure ({str(e).splitlines()[0][:80]})")
+    return replace(_classify(func, blocks), flops=_count_flops(blocks))
+
+
+def _classify(func: Any, blocks: list[_Block]) -> FuncPattern:
     params = {p.__chandle__() for p in func.params}  # TVM 0.27: parameters are the buffers
     outputs = {w.__chandle__() for b in blocks for w in b.write_buffers if w.__chandle__() in params}
     n_out = max(1, len(outputs))
@@ -246,18 +252,14 @@ def _moves_data(e: Any) -> bool:
     return False
 
 
-def block_flops(func: Any) -> float | None:
-    """Floating-point operations of one call of ``func``, counted per block the way an anchor and
-    its epilogue are: 2 per point of a multiply-accumulate reduction, none for a block that only
-    moves data (a copy, a transpose, a padding stage), and 1 per point of any other block (an
-    elementwise or reducing stage, whatever its expression). A fast-math activation
+def _count_flops(blocks: list[_Block]) -> float | None:
+    """Floating-point operations of one call of a function with these blocks, counted the way an
+    anchor and its epilogue are: 2 per point of a multiply-accumulate reduction, none for a block
+    that only moves data (a copy, a transpose, a padding stage), and 1 per point of any other
+    block (an elementwise or reducing stage, whatever its expression). A fast-math activation
     (:mod:`tensortune.models.fastmath`) is a polynomial that TVM's estimate counts in full (85
-    operations per element for ``fast_exp``); here it is one, as ``relu`` is. None where the
-    blocks cannot be read or an extent is symbolic."""
-    try:
-        blocks = _blocks(func)
-    except Exception:  # noqa: BLE001 - no root block, nested blocks ...
-        return None
+    operations per element for ``fast_exp``); here it is one, as ``relu`` is. None where an extent
+    is symbolic or a block is not a plain store."""
     total = 0.0
     for b in blocks:
         if any(e < 0 for e in b.extents) or type(b.store).__name__ != "BufferStore":

@@ -179,8 +179,8 @@ class Task:
         activation is counted: a fast-math activation (:mod:`tensortune.models.fastmath`) is a
         polynomial of dozens of operations per element, and counting them all would make a
         convolution with a SiLU report 4x its GFLOP/s. Other functions are counted the same way
-        block by block (:func:`~tensortune.task.pattern.block_flops`), and where their blocks
-        cannot be read, by TVM's estimate."""
+        block by block (:attr:`FuncPattern.flops <tensortune.task.pattern.FuncPattern>`), and where
+        their blocks cannot be read, by TVM's estimate."""
         if self.func_json is None:
             return get_op(self.op).flops(self.args)
         if self.pattern.op == self.op:  # a recognised anchor (None for a generic function)
@@ -190,11 +190,8 @@ class Task:
                 anchor = None
             if anchor is not None:
                 return float(anchor + len(self.pattern.epilogue) * float(np.prod(self.out_shape)))
-        from .pattern import block_flops
-
-        counted = block_flops(self.prim_func())
-        if counted is not None:
-            return counted
+        if self.pattern.flops is not None:  # counted when the function's blocks were read
+            return self.pattern.flops
         from tvm.s_tir import analysis
 
         import tvm
