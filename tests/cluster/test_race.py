@@ -46,6 +46,42 @@ def test_race_survives_a_killed_actor_and_keeps_its_records(local_ray, onnx_path
     assert out["cpu_s"] > 0 and ("random", 3) in rows
 
 
+@pytest.mark.timeout(600)
+def test_each_task_batch_and_the_model_timing_hold_the_host(onnx_path, tmp_path, monkeypatch) -> None:
+    """Nothing an actor does beside another's timing: its searches and model updates run inside
+    its turn on the host, not only its measurements."""
+    from contextlib import contextmanager
+
+    import tensortune.models.reference as reference
+    from tensortune.cluster.race import Competitor
+
+    held, seen = [False], []
+
+    @contextmanager
+    def turn():
+        assert not held[0], "turns do not nest"
+        held[0] = True
+        try:
+            yield
+        finally:
+            held[0] = False
+
+    c = Competitor(onnx_path, "random", str(tmp_path / "c.db"), batch=2, turn=turn)
+    for tuner in c.tuners.values():
+        def tune(*args, _tune=tuner.tune, **kwargs):
+            seen.append(("tune", held[0]))
+            return _tune(*args, **kwargs)
+        tuner.tune = tune
+    timing = reference.interleaved_latency
+    monkeypatch.setattr(reference, "interleaved_latency",
+                        lambda *a, **k: (seen.append(("timing", held[0])), timing(*a, **k))[1])
+    row = c.round()
+    c.close()
+    assert row["measured"] > 0 and row["latency_s"] > 0
+    assert [kind for kind, _ in seen] == ["tune"] * len(c.tasks) + ["timing"]
+    assert all(inside for _, inside in seen) and not held[0]
+
+
 def test_the_worst_is_suspended(onnx_path, tmp_path) -> None:
     from tensortune.cluster.race import Entry, _suspend_worst
 

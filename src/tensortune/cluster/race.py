@@ -10,20 +10,26 @@ model by their latest improvement (the relative latency change of their last rou
 ``suspend``, suspends the worst while more than one is left. An actor that dies (killed, or its
 node lost) is reported as such and the race goes on without it.
 
-**One measurement at a time per host.** Every actor's building, running and model timing goes
-through a lock held by a named actor per node (:class:`HostLock`): measurements never overlap on
-one machine, so on 2 cores Ray gives no speed-up; compare the total cost, not the wall time. An
-actor that dies holding the lock (or waiting for it) is forgotten by it when the coordinator
-learns of the death, so the others never wait for a dead holder.
+**One actor at work per host.** A host's actors take turns through a lock held by a named actor
+per node (:class:`HostLock`): an actor holds it for each task's batch (its search, cost-model
+update, building and measuring) and for its model timing, so nothing else any actor does runs
+beside a timing. Holding it for the measurements alone is not enough: on 2 cores one actor's
+search (PPO, simulated annealing, XGBoost fitting) beside another's model timing made
+mobilenet_v2 measure 136 and 300 ms where it takes 3.2 (rocketlake, 2026-11-27), and the
+suspension ranks by those timings. On one host Ray therefore gives no speed-up; compare the
+total cost, not the wall time. Actors on different hosts run at once. An actor that dies
+holding the lock (or waiting for it) is forgotten by it when the coordinator learns of the
+death, so the others never wait for a dead holder.
 ``ray.init()`` starts a local instance unless an address is given (``--ray-address``), in which
 case it joins that cluster.
 """
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 #: Trimmer's round size (measurements per task and round).
 RACE_BATCH = 64
@@ -74,7 +80,7 @@ def make_lock_actor() -> Any:
 
     @ray.remote(num_cpus=0)
     class HostLock:
-        """One measurement at a time on a host: an asyncio lock behind a named actor."""
+        """One actor at work at a time on a host: an asyncio lock behind a named actor."""
 
         def __init__(self) -> None:
             import asyncio
@@ -112,44 +118,24 @@ def make_lock_actor() -> Any:
     return HostLock
 
 
-class LockedMeasurer:
-    """A measurer whose every measurement holds the host lock (building included: on a small
-    machine a build disturbs another actor's timing)."""
-
-    def __init__(self, measurer: Any, lock: Any, who: str) -> None:
-        self.m, self.lock, self.who = measurer, lock, who
-        self.options = measurer.options
-        self.wait_s = 0.0
-
-    def _held(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        ray = _ray()
-        t0 = time.perf_counter()
-        ray.get(self.lock.acquire.remote(self.who))
-        self.wait_s += time.perf_counter() - t0
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            ray.get(self.lock.release.remote(self.who))
-
-    def measure(self, inputs: Any, on_result: Any = None) -> Any:
-        return self._held(self.m.measure, inputs, on_result)
-
-    def measure_rounds(self, inputs: Any, rounds: int, on_result: Any = None) -> Any:
-        return self._held(self.m.measure_rounds, inputs, rounds, on_result)
-
-    def verify(self, inp: Any) -> Any:
-        return self._held(self.m.verify, inp)
-
-    def hold(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn`` (e.g. the model's timing) holding the lock."""
-        return self._held(fn, *args)
+@contextmanager
+def host_turn(lock: Any, who: str) -> Iterator[None]:
+    """The host lock (a :class:`HostLock` handle) held by ``who`` for the block."""
+    ray = _ray()
+    ray.get(lock.acquire.remote(who))
+    try:
+        yield
+    finally:
+        ray.get(lock.release.remote(who))
 
 
 class Competitor:
     """What a :class:`TunerActor` does (kept apart from Ray so it can be used and tested directly)."""
 
     def __init__(self, model: str, tuner: str, db_path: str, seed: int = 0, batch: int = RACE_BATCH,
-                 lock: Any = None) -> None:
+                 turn: Callable[[], ContextManager[Any]] = nullcontext) -> None:
+        """``turn()``: a context that holds the host for the block (:func:`host_turn` on a Ray
+        node; by default nothing is held)."""
         from ..database import Database
         from ..measure import MeasureOptions, Measurer
         from ..models.compile import model_tasks
@@ -163,8 +149,8 @@ class Competitor:
         self.model = load_model(model)
         self.tasks = [t for t in model_tasks(self.model) if t.tunable]
         self.db = Database(db_path)
-        measurer = Measurer(MeasureOptions.cold())
-        self.measurer = measurer if lock is None else LockedMeasurer(measurer, lock, f"{model}/{tuner}")
+        self.measurer = Measurer(MeasureOptions.cold())
+        self.turn = turn
         self.tuners = {t.task.workload_key: get_tuner(name, t.task, seed=seed, options=opts) for t in self.tasks}
         self.rounds = 0
         self.cpu_s = 0.0
@@ -172,28 +158,27 @@ class Competitor:
         self.trials = 0
 
     def latency(self) -> float:
-        """The model compiled with this database's bests, timed (seconds; the lock held)."""
+        """The model compiled with this database's bests, timed (seconds; the host held)."""
         from ..models.compile import compile_model
         from ..models.reference import interleaved_latency, set_threads
         from ..target import cpu_count
 
-        def timed() -> float:
+        with self.turn():
             set_threads(cpu_count())
             cm = compile_model(self.model, self.db)
             return interleaved_latency({"m": cm.callable(self.model.example_inputs)}, rounds=3,
                                        min_time_s=0.2)["m"].median_ms / 1e3
 
-        hold = getattr(self.measurer, "hold", None)
-        return hold(timed) if hold is not None else timed()
-
     def round(self) -> dict[str, Any]:
-        """One batch per task, then the model's latency; returns the round's figures."""
+        """One batch per task (each in a turn of its own on the host), then the model's latency;
+        returns the round's figures."""
         t0 = time.perf_counter()
         measured = 0
         for t in self.tasks:
             tuner = self.tuners[t.task.workload_key]
             have = self.db.count(t.task.workload_key)
-            res = tuner.tune(have + self.batch, self.measurer, database=self.db)
+            with self.turn():
+                res = tuner.tune(have + self.batch, self.measurer, database=self.db)
             measured += res.trials_measured
             if res.cost is not None:
                 self.cpu_s += res.cost.cpu_s
@@ -206,7 +191,6 @@ class Competitor:
                 "cpu_s": self.cpu_s, "energy_j": self.energy_j, "wall_s": time.perf_counter() - t0}
 
     def close(self) -> None:
-        self.measurer = getattr(self.measurer, "m", self.measurer)
         self.measurer.close()
         self.db.close()
 
@@ -218,7 +202,8 @@ def make_tuner_actor() -> Any:
     @ray.remote(num_cpus=0, max_restarts=0)
     class TunerActor:  # its lock name "MODEL/TUNER" is the coordinator's key of it
         def __init__(self, model: str, tuner: str, db_path: str, seed: int, batch: int, lock_name_: str) -> None:
-            self.c = Competitor(model, tuner, db_path, seed, batch, ray.get_actor(lock_name_))
+            lock = ray.get_actor(lock_name_)
+            self.c = Competitor(model, tuner, db_path, seed, batch, lambda: host_turn(lock, f"{model}/{tuner}"))
 
         def round(self) -> dict[str, Any]:
             return self.c.round()
