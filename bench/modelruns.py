@@ -24,6 +24,7 @@ def run_json(cmd: list[str], keep: Path, fresh: Sequence[Path] = ()) -> dict[str
         return json.loads(keep.read_text())
     for path in fresh:
         remove_database(path)
+    keep.parent.mkdir(parents=True, exist_ok=True)  # before the run: its output is written only at its end
     full = [sys.executable, "-m", "tensortune.cli", *cmd, "--json"]
     print("$", " ".join(full), flush=True)
     proc = subprocess.run(full, capture_output=True, text=True)

@@ -39,7 +39,7 @@ from .suite.deadline import Deadline
 #: Minutes a part takes at 8 rounds of 64 per task on one model (mobilenet_v2, 2 cores), for
 #: ``--stop-after`` before any part of that race is kept: the race with suspension, one tuner
 #: of the race to completion.
-PART_MINUTES = {"suspend": 70.0, "all": 45.0}
+PART_MINUTES = {"suspend": 90.0, "all": 50.0}
 
 
 def check_folder(out: Path, settings: dict[str, Any]) -> str | None:

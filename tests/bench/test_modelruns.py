@@ -24,11 +24,12 @@ def test_an_interrupted_run_starts_again_from_empty_databases(tmp_path: Path, mo
 
     def fake(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess:
         assert not db.exists() and not Path(f"{db}-wal").exists() and not folder.exists()
+        assert keep.parent.is_dir()  # made before the run, which may take an hour
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"cost": {"wall_s": 1.0}}) + "\n", stderr="")
 
     monkeypatch.setattr(modelruns.subprocess, "run", fake)
-    keep = tmp_path / "m.tune.json"
+    keep = tmp_path / "parts" / "m.tune.json"  # a folder the run's output is the first thing in
     out = modelruns.run_json(["tune", "m", "--db", str(db)], keep, fresh=[db, folder])
     assert out == {"cost": {"wall_s": 1.0}} and len(calls) == 1 and calls[0][-1] == "--json"
     db.write_text("finished")  # the finished run's database stays, and the run is not repeated
