@@ -69,7 +69,8 @@ def check_folder(out: Path, settings: dict[str, Any]) -> str | None:
 def parts(out: Path, models: list[str], tuners: list[str]) -> list[tuple[str, str, Path, list[Path]]]:
     """The race's parts, in order: (race, tuner or "", kept output, databases to drop before a
     fresh start). The race with suspension is one part; the race to completion, one per tuner."""
-    from tensortune.cluster.race import db_slug, file_stem
+    from tensortune.cluster.race import db_slug
+    from tensortune.utils.names import file_stem
 
     rows = [("suspend", "", out / "race-suspend.json", [out / "suspend"])]
     for t in tuners:
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         done[race].append(run_json(args, keep, fresh=fresh))
     runs = {"suspend": done["suspend"][0], "all": combine(done["all"])}
     result, text = report(runs, models, a.tuners, a.rounds, a.batch)
-    (out / "race.json").write_text(json.dumps(result, indent=1))
+    write_text(out / "race.json", json.dumps(result, indent=1))
     write_text(out / "race.md", text)
     print(text)
     return 0

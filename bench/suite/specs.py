@@ -51,7 +51,9 @@ def keeps_history(spec: str) -> bool:
 
 def slug(spec: str) -> str:
     """A file-name-safe form of the spec."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in spec)
+    from tensortune.utils.names import file_stem
+
+    return file_stem(spec)
 
 
 def options_of(spec: str) -> dict[str, Any]:

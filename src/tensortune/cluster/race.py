@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Sequence
 
+from ..utils.names import file_stem
+
 #: Trimmer's round size (measurements per task and round).
 RACE_BATCH = 64
 
@@ -56,11 +58,6 @@ def host_lock(node_ip: str, tries: int = 10) -> Any:
         except ray.exceptions.RayActorError:
             time.sleep(0.2 * (attempt + 1))
     raise RuntimeError(f"no live measurement lock on {node_ip} after {tries} tries")
-
-
-def file_stem(text: str) -> str:
-    """``text`` as a file name: anything but letters, digits, ``-``, ``_`` and ``.`` made ``_``."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
 
 
 def db_slug(model: str, tuner: str) -> str:
