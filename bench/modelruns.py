@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .common import remove_database, write_text
 
@@ -27,12 +29,29 @@ def run_json(cmd: list[str], keep: Path, fresh: Sequence[Path] = ()) -> dict[str
     keep.parent.mkdir(parents=True, exist_ok=True)  # before the run: its output is written only at its end
     full = [sys.executable, "-m", "tensortune.cli", *cmd, "--json"]
     print("$", " ".join(full), flush=True)
-    proc = subprocess.run(full, capture_output=True, text=True)
+    proc = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tail: deque[str] = deque(maxlen=1)
+    echo = threading.Thread(target=_echo, args=(proc.stderr, tail), daemon=True)
+    echo.start()
+    stdout = proc.stdout.read() if proc.stdout else ""
+    proc.wait()
+    echo.join()
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: failed: {proc.stderr.strip().splitlines()[-1:]}")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"{' '.join(cmd)}: failed: {list(tail)}")
+    data = json.loads(stdout.strip().splitlines()[-1])
     write_text(keep, json.dumps(data, indent=1))
     return data
+
+
+def _echo(stream: IO[str] | None, tail: deque[str]) -> None:
+    """Pass a run's stderr (its per-round lines, its warnings) through as it comes, so an
+    hour-long run shows where it is and leaves its rounds in the caller's log even if its
+    output is lost; its last line is kept for the error message."""
+    for line in stream or ():
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        if line.strip():
+            tail.append(line.strip())
 
 
 def latency(model: str, db_path: Path) -> dict[str, Any]:

@@ -18,10 +18,15 @@ The folder's ``meta.json`` holds the machine and settings of the first start, an
 start on another kind of machine, or with other settings, is refused (its CPU-seconds would not
 compare).
 
+Once both races are complete, every raced pair's final model is checked against the reference
+and timed in one interleaved benchmark per model, beside the untuned model, PyTorch and ONNX
+Runtime (``OUT/final.json``, kept): the final latencies compared are these, not the races' own
+last-round timings, which were taken hours apart.
+
 Reported: the total CPU-seconds (and energy where the machine counts it) of each race, the
-saving, each model's best final latency, and every (model, tuner) pair's figures. The paper's
-Table VII: 40.9% less energy for MobileNet, 21.8% for AlexNet. Writes ``OUT/race.json`` and
-``OUT/race.md`` once both races are complete.
+saving, each model's best final latency, every (model, tuner) pair's figures and the final
+benchmark. The paper's Table VII: 40.9% less energy for MobileNet, 21.8% for AlexNet. Writes
+``OUT/race.json`` and ``OUT/race.md`` once both races are complete.
 """
 from __future__ import annotations
 
@@ -97,12 +102,64 @@ def combine(outputs: list[dict[str, Any]]) -> dict[str, Any]:
             "suspend": False, "batch": outputs[0]["batch"] if outputs else None, "parts": len(outputs)}
 
 
-def report(runs: dict[str, dict[str, Any]], models: list[str], tuners: str, rounds: int, batch: int) -> tuple[dict, str]:
-    """``race.json``'s content and ``race.md``'s text for both races."""
-    best = {mode: {m: min((e["final_latency_ms"] for e in r["entries"] if e["model"] == m and e["final_latency_ms"]),
+def system_name(mode: str, tuner: str) -> str:
+    """A raced (race, tuner) pair's row in the final benchmark."""
+    return f"{mode} {tuner}"
+
+
+def pair_db(out: Path, mode: str, model: str, tuner: str) -> Path:
+    """A raced pair's database in the race folder ``out`` (wherever the folder was when it ran)."""
+    from tensortune.cluster.race import db_slug
+
+    return out / mode / f"{db_slug(model, tuner)}.db"
+
+
+def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every raced pair's final model (compiled with its database's bests), checked against the
+    reference and timed in one interleaved benchmark per model beside the untuned model, PyTorch
+    and ONNX Runtime: ``{model: {system: {"ms", "ok", "check"}}}``. These are the final latencies
+    the report compares. A race's own last-round timings were taken minutes to hours apart, and
+    on 2 cores one and the same mobilenet_v2 was timed 2.90-3.23 ms by one actor over five such
+    rounds (rocketlake, 2026-11-27): they do not compare across tuners."""
+    from contextlib import ExitStack
+
+    from tensortune.database import Database
+    from tensortune.models.bench import bench_model
+    from tensortune.models.compile import compile_model
+    from tensortune.models.importer import load_model
+
+    result: dict[str, dict[str, dict[str, Any]]] = {}
+    for m in models:
+        model = load_model(m)
+        with ExitStack() as stack:
+            extra = {}
+            for mode, r in runs.items():
+                for e in r["entries"]:
+                    path = pair_db(out, mode, m, e["tuner"])
+                    if e["model"] == m and path.exists():
+                        db = stack.enter_context(Database(path, readonly=True))
+                        extra[system_name(mode, e["tuner"])] = compile_model(model, db)
+            bench = bench_model(model, None, extra=extra)
+        result[m] = {r.name: {"ms": r.latency.median_ms if r.latency is not None else None, "ok": r.ok,
+                              "check": r.check}
+                     for r in bench.rows if r.name != "tensortune tuned"}  # without a database: the untuned model again
+    return result
+
+
+def report(runs: dict[str, dict[str, Any]], models: list[str], tuners: str, rounds: int, batch: int,
+           final: dict[str, dict[str, dict[str, Any]]] | None = None) -> tuple[dict, str]:
+    """``race.json``'s content and ``race.md``'s text for both races; with ``final``
+    (:func:`final_benchmark`) the final latencies are its, else each pair's last-round timing."""
+    def final_ms(mode: str, e: dict[str, Any]) -> float | None:
+        if final is None:
+            return e["final_latency_ms"]
+        row = final.get(e["model"], {}).get(system_name(mode, e["tuner"]))
+        return row["ms"] if row and row["ok"] else None
+
+    best = {mode: {m: min((ms for e in r["entries"] if e["model"] == m and (ms := final_ms(mode, e))),
                           default=None) for m in models} for mode, r in runs.items()}
     saving = 1 - runs["suspend"]["cpu_s"] / runs["all"]["cpu_s"] if runs["all"]["cpu_s"] else None
-    result = {"machine": machine_info(), "runs": runs, "best_ms": best, "cpu_saving": saving}
+    result = {"machine": machine_info(), "runs": runs, "best_ms": best, "cpu_saving": saving, "final": final}
     lines = ["# Tuners raced with and without suspension", "",
              f"{machine_line()}; tuners {tuners}; {rounds} rounds of {batch} "
              "measurements per task to completion. The race to completion ran one tuner at a time "
@@ -115,13 +172,25 @@ def report(runs: dict[str, dict[str, Any]], models: list[str], tuners: str, roun
                      + " | ".join(f"{best[mode][m]:.3f}" if best[mode][m] else "-" for m in models) + " |")
     if saving is not None:
         lines += ["", f"CPU-seconds saved by suspension: {saving:.1%}"]
-    lines += ["", "| race | model | tuner | status | rounds | trials | final ms | CPU-s |",
+    lines += ["", "Final latency: " + ("each pair's final model, its outputs checked against the reference, "
+              "timed in one interleaved benchmark per model after both races (below)." if final is not None else
+              "each pair's last-round timing (no final benchmark: these were timed apart and compare loosely)."),
+              "", "| race | model | tuner | status | rounds | trials | final ms | CPU-s |",
               "|---|---|---|---|---:|---:|---:|---:|"]
     for mode, r in runs.items():
         for e in r["entries"]:
-            lat = f"{e['final_latency_ms']:.3f}" if e["final_latency_ms"] else "-"
+            ms = final_ms(mode, e)
+            lat = f"{ms:.3f}" if ms else "-"
             lines.append(f"| {mode} | {Path(e['model']).stem} | {e['tuner']} | {e['status']} | {len(e['rounds'])} | "
                          f"{e['trials']} | {lat} | {e['cpu_s']:.0f} |")
+    for m, rows in (final or {}).items():
+        base = rows.get("tensortune untuned", {}).get("ms")
+        lines += ["", f"Final benchmark of {Path(m).stem} (interleaved rounds; speed-up: the untuned model's latency / the row's):",
+                  "", "| system | outputs | ms | speed-up |", "|---|---|---:|---:|"]
+        for name, row in rows.items():
+            ms = f"{row['ms']:.3f}" if row["ms"] else "-"
+            up = f"{base / row['ms']:.2f}x" if base and row["ms"] else "-"
+            lines.append(f"| {name} | {'match' if row['ok'] else row['check']} | {ms} | {up} |")
     return result, "\n".join(lines) + "\n"
 
 
@@ -149,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     done: dict[str, list[dict[str, Any]]] = {"suspend": [], "all": []}
     for race, tuner, keep, fresh in parts(out, models, tuners):
+        gone = [str(pair_db(out, race, m, t)) for m in models for t in ([tuner] if tuner else tuners)
+                if not pair_db(out, race, m, t).exists()]
+        if keep.exists() and gone:  # the final benchmark compiles every pair's database
+            keep.rename(keep.with_name(keep.name + ".lost"))
+            print(f"{keep}: its databases are gone ({', '.join(gone)}); the part runs again", flush=True)
         if not keep.exists():
             step = f"the race {'with suspension' if race == 'suspend' else f'to completion: {tuner}'}"
             if not deadline.allows(step, estimate_s(race, done[race], len(models), a.rounds, a.batch)):
@@ -159,7 +233,14 @@ def main(argv: list[str] | None = None) -> int:
                 "--db-dir", str(out / race)] + (["--no-suspend"] if race == "all" else [])
         done[race].append(run_json(args, keep, fresh=fresh))
     runs = {"suspend": done["suspend"][0], "all": combine(done["all"])}
-    result, text = report(runs, models, a.tuners, a.rounds, a.batch)
+    kept_final = out / "final.json"
+    if kept_final.exists():
+        final = json.loads(kept_final.read_text())
+    else:
+        print("final benchmark: every raced pair's model, checked and timed together", flush=True)
+        final = final_benchmark(runs, models, out)
+        write_text(kept_final, json.dumps(final, indent=1))
+    result, text = report(runs, models, a.tuners, a.rounds, a.batch, final)
     write_text(out / "race.json", json.dumps(result, indent=1))
     write_text(out / "race.md", text)
     print(text)

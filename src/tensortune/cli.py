@@ -1164,6 +1164,23 @@ def _predictor_train(a: argparse.Namespace, data: Any) -> int:
     return 0
 
 
+def _say_round(e: Any, row: dict[str, Any]) -> None:
+    """One line on stderr per finished round of a race (``--json`` too: a race runs for hours)."""
+    lat = f"{row['latency_s'] * 1e3:.3f} ms" if row.get("latency_s") else "no latency"
+    if row.get("change") is not None:
+        lat += f" ({row['change']:+.1%} against the round before, timed in pairs)"
+    print(f"race: {os.path.basename(e.model)} {e.tuner} round {row['round']}: {lat}, {row['trials']} trials, "
+          f"{row['cpu_s']:.0f} CPU-s, {row['wall_s']:.0f} s", file=sys.stderr, flush=True)
+
+
+def _say_status(e: Any) -> None:
+    """One line on stderr when a race's actor is suspended (with the change that ranked it), is done
+    early (its tuners have stopped) or dies."""
+    why = {"suspended": f"last round {e.improvement:+.1%}",
+           "done": "its round measured nothing: every task's tuner has stopped"}.get(e.status, e.error)
+    print(f"race: {os.path.basename(e.model)} {e.tuner} {e.status} ({why})", file=sys.stderr, flush=True)
+
+
 def cmd_race(a: argparse.Namespace) -> int:
     """``tensortune race``."""
     from .cluster.race import race
@@ -1194,7 +1211,7 @@ def cmd_race(a: argparse.Namespace) -> int:
         if m not in MODELS and not os.path.isfile(m):
             raise UsageError(f"{m}: no such file, and not a built-in model (built-ins: {', '.join(MODELS)})")
     out = race(a.models, specs, a.db_dir, a.time_budget, a.energy_budget, a.rounds, a.batch, not a.no_suspend,
-               a.ray_address, a.seed)
+               a.ray_address, a.seed, on_round=_say_round, on_status=_say_status)
     if a.json:
         print(json.dumps(out))
         return 0

@@ -1,6 +1,7 @@
 """bench.modelruns.run_json: a finished run is read back; an interrupted one starts from nothing."""
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -15,6 +16,18 @@ sys.path.insert(0, str(ROOT))
 from bench import modelruns  # noqa: E402
 
 
+class Run:
+    """A finished ``subprocess.Popen`` with the given streams."""
+
+    def __init__(self, cmd: list[str], rc: int, out: str, err: str) -> None:
+        self.args, self.returncode = cmd, None
+        self.stdout, self.stderr, self._rc = io.StringIO(out), io.StringIO(err), rc
+
+    def wait(self) -> int:
+        self.returncode = self._rc
+        return self._rc
+
+
 def test_an_interrupted_run_starts_again_from_empty_databases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db, folder = tmp_path / "m-autotvm.db", tmp_path / "race"
     for f in (db, Path(f"{db}-wal"), folder / "a.db"):  # what an attempt cut off half-way left
@@ -22,16 +35,32 @@ def test_an_interrupted_run_starts_again_from_empty_databases(tmp_path: Path, mo
         f.write_text("half")
     calls: list[list[str]] = []
 
-    def fake(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess:
+    def fake(cmd: list[str], **kw: Any) -> subprocess.Popen:
         assert not db.exists() and not Path(f"{db}-wal").exists() and not folder.exists()
         assert keep.parent.is_dir()  # made before the run, which may take an hour
         calls.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"cost": {"wall_s": 1.0}}) + "\n", stderr="")
+        return Run(cmd, 0, json.dumps({"cost": {"wall_s": 1.0}}) + "\n", "")
 
-    monkeypatch.setattr(modelruns.subprocess, "run", fake)
+    monkeypatch.setattr(modelruns.subprocess, "Popen", fake)
     keep = tmp_path / "parts" / "m.tune.json"  # a folder the run's output is the first thing in
     out = modelruns.run_json(["tune", "m", "--db", str(db)], keep, fresh=[db, folder])
     assert out == {"cost": {"wall_s": 1.0}} and len(calls) == 1 and calls[0][-1] == "--json"
     db.write_text("finished")  # the finished run's database stays, and the run is not repeated
     assert modelruns.run_json(["tune", "m", "--db", str(db)], keep, fresh=[db]) == out
     assert len(calls) == 1 and db.read_text() == "finished"
+
+
+def test_a_runs_stderr_is_passed_through_and_its_last_line_names_a_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An hour-long run's per-round lines reach the caller's log as they come; a failed run's
+    error quotes its last stderr line and keeps nothing."""
+    out = json.dumps({"entries": []}) + "\n"
+    monkeypatch.setattr(modelruns.subprocess, "Popen",
+                        lambda cmd, **kw: Run(cmd, 0, out, "race: m t round 1: 3.0 ms\nrace: m t round 2: 2.9 ms\n"))
+    assert modelruns.run_json(["race", "m"], tmp_path / "ok.json") == {"entries": []}
+    assert "race: m t round 1: 3.0 ms\nrace: m t round 2: 2.9 ms\n" in capsys.readouterr().err
+    monkeypatch.setattr(modelruns.subprocess, "Popen",
+                        lambda cmd, **kw: Run(cmd, 1, "", "race: m t round 1: 3.0 ms\nboom: no such model\n\n"))
+    with pytest.raises(SystemExit, match="boom: no such model"):
+        modelruns.run_json(["race", "m"], tmp_path / "bad.json")
+    assert not (tmp_path / "bad.json").exists()

@@ -3,11 +3,13 @@ with the same settings."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 import bench.race as race
 import tensortune.target as target
+from tensortune.cluster.race import db_slug
 
 HERE = {"cpu_model": "AMD EPYC", "llvm_cpu": "znver4", "cores": 2}
 SETTINGS = {"models": ["mobilenet_v2"], "tuners": "trimmer,autotvm", "rounds": 8, "batch": 64}
@@ -55,7 +57,10 @@ def _output(tuners: list[str], cpu: float, wall: float, suspend: bool, energy=No
 @pytest.fixture
 def fake_race(monkeypatch):
     """``run_json`` faked: each part's output is written to its kept file, as the real one does."""
-    calls = []
+    class Calls(list):
+        finals: list
+
+    calls = Calls()
 
     def run_json(cmd, keep, fresh=()):
         if keep.exists():
@@ -65,9 +70,24 @@ def fake_race(monkeypatch):
         out = _output(tuners, 100.0 * len(tuners), 60.0 * len(tuners), "--no-suspend" not in cmd)
         keep.parent.mkdir(parents=True, exist_ok=True)
         keep.write_text(json.dumps(out))
+        db_dir = Path(cmd[cmd.index("--db-dir") + 1])
+        db_dir.mkdir(parents=True, exist_ok=True)
+        for t in tuners:  # each pair's database, as the race leaves it
+            (db_dir / f"{db_slug('mobilenet_v2', t)}.db").write_text("")
         return out
 
+    def final_benchmark(runs, models, out):
+        finals.append(models)
+        rows = {"tensortune untuned": {"ms": 4.0, "ok": True, "check": "ok"}}
+        for mode, r in runs.items():
+            for i, e in enumerate(r["entries"]):  # the final benchmark's figures, not the races' own
+                rows[race.system_name(mode, e["tuner"])] = {"ms": 1.0 + i + (mode == "suspend"), "ok": True, "check": "ok"}
+        return {"mobilenet_v2": rows}
+
+    finals: list = []
     monkeypatch.setattr(race, "run_json", run_json)
+    monkeypatch.setattr(race, "final_benchmark", final_benchmark)
+    calls.finals = finals
     return calls
 
 
@@ -86,13 +106,27 @@ def test_the_race_to_completion_runs_one_tuner_at_a_time_and_sums_their_costs(tm
     assert result["runs"]["all"]["energy_j"] is None and len(result["runs"]["all"]["entries"]) == 2
     assert result["cpu_saving"] == pytest.approx(0.0)
     text = (tmp_path / "race.md").read_text()
-    assert "2 parts" in text and "| all | mobilenet_v2 | trimmer | done | 2 | 128 | 2.000 | 100 |" in text
+    assert "2 parts" in text and "| all | mobilenet_v2 | trimmer | done | 2 | 128 | 1.000 | 100 |" in text
+    # the final latencies are the final benchmark's (kept), not each race's last-round timings
+    assert result["best_ms"] == {"suspend": {"mobilenet_v2": 2.0}, "all": {"mobilenet_v2": 1.0}}
+    assert "| all chameleon:variant=ppo-greedy | match | 2.000 | 2.00x |" in text
+    assert json.loads((tmp_path / "final.json").read_text()) == result["final"] and fake_race.finals == [["mobilenet_v2"]]
+    assert race.main(["--tuners", "trimmer,chameleon:variant=ppo-greedy", "--out", str(tmp_path)]) == 0
+    assert fake_race.finals == [["mobilenet_v2"]]  # read back, not benchmarked again
+    (tmp_path / "all" / "mobilenet_v2-trimmer.db").unlink()  # a kept part whose database is gone runs again
+    (tmp_path / "final.json").unlink()
+    assert race.main(["--tuners", "trimmer,chameleon:variant=ppo-greedy", "--out", str(tmp_path)]) == 0
+    assert [c[c.index("--tuners") + 1] for c, _, _ in fake_race][3:] == ["trimmer"]
+    assert (tmp_path / "race-all" / "trimmer.json.lost").exists() and (tmp_path / "all" / "mobilenet_v2-trimmer.db").exists()
 
 
 def test_stop_after_stops_before_a_part_that_does_not_fit_and_the_same_command_goes_on(tmp_path, machine,
                                                                                       fake_race) -> None:
     args = ["--tuners", "trimmer,autotvm", "--out", str(tmp_path)]
     (tmp_path / "race-suspend.json").write_text(json.dumps(_output(["trimmer", "autotvm"], 150.0, 3000.0, True)))
+    (tmp_path / "suspend").mkdir()
+    for t in ("trimmer", "autotvm"):  # the kept part's databases
+        (tmp_path / "suspend" / f"{db_slug('mobilenet_v2', t)}.db").write_text("")
     # a part of the race to completion is estimated at 50 min with none kept: 30 min is too little
     assert race.main([*args, "--stop-after", "30"]) == 0
     assert fake_race == [] and not (tmp_path / "race.md").exists()
@@ -103,8 +137,6 @@ def test_stop_after_stops_before_a_part_that_does_not_fit_and_the_same_command_g
 
 
 def test_parts_and_estimates() -> None:
-    from pathlib import Path
-
     rows = race.parts(Path("R"), ["mobilenet_v2", "m.onnx"], ["autotvm"])
     assert rows[0] == ("suspend", "", Path("R/race-suspend.json"), [Path("R/suspend")])
     assert rows[1] == ("all", "autotvm", Path("R/race-all/autotvm.json"),
@@ -114,3 +146,28 @@ def test_parts_and_estimates() -> None:
     assert race.estimate_s("all", [{"wall_s": 10.0}, {"wall_s": 30.0}], 1, 8, 64) == 30.0
     both = race.combine([_output(["a"], 10.0, 5.0, False, energy=3.0), _output(["b"], 20.0, 5.0, False, energy=4.0)])
     assert both["energy_j"] == 7.0 and both["cpu_s"] == 30.0 and both["parts"] == 2
+
+
+@pytest.mark.timeout(600)
+def test_the_final_benchmark_checks_and_times_every_raced_pair_together(tmp_path) -> None:
+    import sys
+
+    from tensortune.database import Database
+    from tensortune.models.reference import export_onnx
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from tiny import tiny
+
+    m, x = tiny()
+    onnx = export_onnx(m, x, str(tmp_path / "tiny.onnx"))
+    runs = {}
+    for mode in ("suspend", "all"):
+        db = tmp_path / mode / "tiny-random.db"
+        db.parent.mkdir()
+        Database(db).close()  # a race's database (no records: the model compiles untuned)
+        runs[mode] = {"entries": [{"model": onnx, "tuner": "random", "db": "elsewhere/when/it/ran.db"},
+                                  {"model": onnx, "tuner": "gone", "db": str(tmp_path / mode / "none.db")}]}
+    rows = race.final_benchmark(runs, [onnx], tmp_path)[onnx]
+    assert {"suspend random", "all random", "tensortune untuned", "onnxruntime"} <= set(rows)
+    assert "tensortune tuned" not in rows and "suspend gone" not in rows  # no database: nothing to benchmark
+    assert all(rows[k]["ok"] and rows[k]["ms"] > 0 for k in ("suspend random", "all random", "tensortune untuned"))

@@ -34,9 +34,10 @@ def onnx_path(tmp_path_factory):
 def test_race_survives_a_killed_actor_and_keeps_its_records(local_ray, onnx_path, tmp_path) -> None:
     from tensortune.cluster.race import race
 
-    rows = []
+    rows, told = [], []
     out = race([onnx_path], ["random", "grid"], tmp_path / "dbs", max_rounds=3, batch=2, suspend=False,
-               on_round=lambda e, row: rows.append((e.tuner, row["round"])), kill_after={f"{onnx_path}/grid": 1})
+               on_round=lambda e, row: rows.append((e.tuner, row["round"])), kill_after={f"{onnx_path}/grid": 1},
+               on_status=lambda e: told.append((e.tuner, e.status)))
     by = {e["tuner"]: e for e in out["entries"]}
     assert by["grid"]["status"] == "died" and len(by["grid"]["rounds"]) == 1
     assert by["random"]["status"] == "done" and len(by["random"]["rounds"]) == 3
@@ -44,6 +45,7 @@ def test_race_survives_a_killed_actor_and_keeps_its_records(local_ray, onnx_path
     with Database(by["grid"]["db"], readonly=True) as db:  # the dead actor's records stay
         assert sum(db.count(t.workload_key) for t in db.tasks()) == by["grid"]["trials"] > 0
     assert out["cpu_s"] > 0 and ("random", 3) in rows
+    assert told == [("grid", "died")]  # the death is told as it is found, once
 
 
 @pytest.mark.timeout(600)
@@ -72,14 +74,36 @@ def test_each_task_batch_and_the_model_timing_hold_the_host(onnx_path, tmp_path,
             seen.append(("tune", held[0]))
             return _tune(*args, **kwargs)
         tuner.tune = tune
-    timing = reference.interleaved_latency
-    monkeypatch.setattr(reference, "interleaved_latency",
-                        lambda *a, **k: (seen.append(("timing", held[0])), timing(*a, **k))[1])
-    row = c.round()
+    timing, timed = reference.interleaved_rounds, []
+    monkeypatch.setattr(reference, "interleaved_rounds",
+                        lambda fns, *a, **k: (seen.append(("timing", held[0])), timed.append(list(fns)),
+                                              timing(fns, *a, **k))[2])
+    first, second = c.round(), c.round()
     c.close()
-    assert row["measured"] > 0 and row["latency_s"] > 0
-    assert [kind for kind, _ in seen] == ["tune"] * len(c.tasks) + ["timing"]
+    assert first["measured"] > 0 and first["latency_s"] > 0 and first["change"] is None
+    assert [kind for kind, _ in seen] == (["tune"] * len(c.tasks) + ["timing"]) * 2
     assert all(inside for _, inside in seen) and not held[0]
+    # the second round's model is timed in pairs with the first round's: its change is their ratio
+    assert timed == [["now"], ["now", "before"]]
+    assert second["latency_s"] > 0 and -0.5 < second["change"] < 0.5
+
+
+def test_the_paired_change_ranks_and_a_round_that_measured_nothing_ends_the_actor() -> None:
+    from tensortune.cluster.race import Entry, _after_round
+
+    a, b, c = Entry("m", "a", "x"), Entry("m", "b", "y"), Entry("m", "c", "z")
+    # b's timings alone say it got faster (host drift); its paired change says it did not
+    a.rounds = [{"latency_s": 1.0, "change": None, "measured": 4}, {"latency_s": 1.0, "change": -0.05, "measured": 4}]
+    b.rounds = [{"latency_s": 1.0, "change": None, "measured": 4}, {"latency_s": 0.8, "change": 0.01, "measured": 4}]
+    c.rounds = [{"latency_s": 1.0, "change": None, "measured": 4}, {"latency_s": 1.1, "change": -0.2, "measured": 0}]
+    assert b.improvement == 0.01 and a.improvement == -0.05
+    assert _after_round([a, b, c], c, False, None, True) == [c] and c.status == "done"  # its tuners stopped
+    assert _after_round([a, b, c], a, False, None, True) == [b]  # then the worst of those still running
+    assert (a.status, b.status) == ("running", "suspended")
+    assert _after_round([a, b, c], a, False, 2, True) == [] and a.status == "done"  # its rounds all run
+    old = Entry("m", "o", "w")  # rows from before the paired change: the two timings' change
+    old.rounds = [{"latency_s": 1.0}, {"latency_s": 0.9}]
+    assert old.improvement == pytest.approx(-0.1)
 
 
 def test_the_worst_is_suspended(onnx_path, tmp_path) -> None:
@@ -88,9 +112,9 @@ def test_the_worst_is_suspended(onnx_path, tmp_path) -> None:
     a, b = Entry("m", "a", "x"), Entry("m", "b", "y")
     a.rounds = [{"latency_s": 1.0}, {"latency_s": 0.8}]
     b.rounds = [{"latency_s": 1.0}, {"latency_s": 0.99}]
-    _suspend_worst([a, b], "m")
+    assert _suspend_worst([a, b], "m") is b
     assert b.status == "suspended" and a.status == "running"
-    _suspend_worst([a, b], "m")  # one left running: it stays
+    assert _suspend_worst([a, b], "m") is None  # one left running: it stays
     assert a.status == "running"
 
 
@@ -109,7 +133,9 @@ def test_race_command(local_ray, onnx_path, tmp_path, capsys) -> None:
 
     assert main(["race", onnx_path, "--tuners", "random", "--rounds", "1", "--batch", "2", "--db-dir",
                  str(tmp_path / "d"), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    seen = capsys.readouterr()
+    out = json.loads(seen.out)
+    assert "race: tiny.onnx random round 1: " in seen.err  # each round told on stderr, --json or not
     (e,) = out["entries"]
     assert e["status"] == "done" and len(e["rounds"]) == 1 and e["final_latency_ms"] > 0 and e["trials"] > 0
     assert out["energy_j"] is None and out["suspend"]

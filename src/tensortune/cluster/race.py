@@ -7,8 +7,12 @@ tuner (kept across rounds), then compiles the model with that database's bests a
 coordinator (:func:`race`) runs rounds until the shared budget (wall seconds, or joules where the
 machine counts them) is spent or every actor is done; after each round it ranks the actors of a
 model by their latest improvement (the relative latency change of their last round) and, with
-``suspend``, suspends the worst while more than one is left. An actor that dies (killed, or its
-node lost) is reported as such and the race goes on without it.
+``suspend``, suspends the worst while more than one is left. The change is measured in pairs:
+the model as this round left it timed in interleaved rounds beside the one the round before
+left, so the host's drift between rounds does not rank the actors. An actor whose round measured
+nothing (every task's tuner has stopped, e.g. chameleon after its 16 iterations) is done: it
+leaves the race and the ranking. An actor that dies (killed, or its node lost) is reported as
+such and the race goes on without it.
 
 **One actor at work per host.** A host's actors take turns through a lock held by a named actor
 per node (:class:`HostLock`): an actor holds it for each task's batch (its search, cost-model
@@ -35,6 +39,10 @@ from ..utils.names import file_stem
 
 #: Trimmer's round size (measurements per task and round).
 RACE_BATCH = 64
+#: A round's model timing: interleaved rounds of at least this many seconds each, the model
+#: compiled with this round's bests beside the one of the round before (the pair gives the change).
+TIMING_ROUNDS = 5
+TIMING_MIN_S = 0.2
 
 
 def lock_name(node_ip: str) -> str:
@@ -153,18 +161,32 @@ class Competitor:
         self.cpu_s = 0.0
         self.energy_j: float | None = None
         self.trials = 0
+        self._before: Callable[[], None] | None = None  # the model as the last round left it
 
-    def latency(self) -> float:
-        """The model compiled with this database's bests, timed (seconds; the host held)."""
+    def latency(self) -> tuple[float, float | None]:
+        """The model compiled with this database's bests, timed (seconds; the host held), and its
+        change against the model the round before left (``now / before - 1``; None in the first
+        round): the median of the per-round ratios, the two timed in interleaved rounds.
+
+        Timed alone, minutes apart, the same model varies by about 10% on a 2-core host (a race's
+        actor whose rounds measured nothing was timed at 2.90-3.23 ms for one mobilenet_v2,
+        rocketlake, 2026-11-27), more than a late round's real gain; the suspension ranks by
+        the change, so it is measured in pairs, where the host's drift cancels."""
+        import statistics
+
         from ..models.compile import compile_model
-        from ..models.reference import interleaved_latency, set_threads
+        from ..models.reference import interleaved_rounds, set_threads
         from ..target import cpu_count
 
         with self.turn():
             set_threads(cpu_count())
-            cm = compile_model(self.model, self.db)
-            return interleaved_latency({"m": cm.callable(self.model.example_inputs)}, rounds=3,
-                                       min_time_s=0.2)["m"].median_ms / 1e3
+            now = compile_model(self.model, self.db).callable(self.model.example_inputs)
+            fns = {"now": now} if self._before is None else {"now": now, "before": self._before}
+            per_round = interleaved_rounds(fns, TIMING_ROUNDS, TIMING_MIN_S)
+        self._before = now
+        change = (statistics.median(a / b for a, b in zip(per_round["now"], per_round["before"])) - 1
+                  if "before" in per_round else None)
+        return statistics.median(per_round["now"]), change
 
     def round(self) -> dict[str, Any]:
         """One batch per task (each in a turn of its own on the host), then the model's latency;
@@ -183,9 +205,10 @@ class Competitor:
                     self.energy_j = (self.energy_j or 0.0) + res.cost.energy_j
         self.rounds += 1
         self.trials += measured
-        lat = self.latency()
-        return {"round": self.rounds, "latency_s": lat, "measured": measured, "trials": self.trials,
-                "cpu_s": self.cpu_s, "energy_j": self.energy_j, "wall_s": time.perf_counter() - t0}
+        lat, change = self.latency()
+        return {"round": self.rounds, "latency_s": lat, "change": change, "measured": measured,
+                "trials": self.trials, "cpu_s": self.cpu_s, "energy_j": self.energy_j,
+                "wall_s": time.perf_counter() - t0}
 
     def close(self) -> None:
         self.measurer.close()
@@ -225,9 +248,13 @@ class Entry:
 
     @property
     def improvement(self) -> float:
-        """The relative latency change of the last round (negative: faster); 0 before two rounds."""
+        """The relative latency change of the last round (negative: faster): the paired one the
+        actor measured (:meth:`Competitor.latency`), else from the two rounds' timings; 0 before
+        two rounds."""
         if len(self.rounds) < 2:
             return float("-inf") if self.rounds else 0.0
+        if self.rounds[-1].get("change") is not None:
+            return self.rounds[-1]["change"]
         a, b = self.rounds[-2]["latency_s"], self.rounds[-1]["latency_s"]
         return (b - a) / a
 
@@ -241,9 +268,10 @@ class Entry:
 def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_budget: float | None = None,
          energy_budget: float | None = None, max_rounds: int | None = None, batch: int = RACE_BATCH,
          suspend: bool = True, address: str | None = None, seed: int = 0, on_round: Any = None,
-         kill_after: dict[str, int] | None = None) -> dict[str, Any]:
+         kill_after: dict[str, int] | None = None, on_status: Any = None) -> dict[str, Any]:
     """Race every tuner on every model (module docstring). ``max_rounds`` per actor at most;
-    ``on_round(entry, row)`` after each finished round; ``kill_after`` ({"MODEL/TUNER": round}) kills
+    ``on_round(entry, row)`` after each finished round; ``on_status(entry)`` when an actor is
+    suspended, done early (its round measured nothing) or found dead; ``kill_after`` ({"MODEL/TUNER": round}) kills
     an actor after that round (the fault test). Returns the entries and the totals."""
     if time_budget is None and energy_budget is None and max_rounds is None:
         raise ValueError("give a time budget, an energy budget or a number of rounds")
@@ -281,6 +309,8 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
                 ray.get(lock.forget.remote(f"{e.model}/{e.tuner}"))  # it may have died holding the lock
                 e.status = "died"
                 e.error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                if on_status is not None:
+                    on_status(e)
                 continue
             e.rounds.append(row)
             if on_round is not None:
@@ -290,15 +320,11 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
                 ray.kill(e.actor)
             elapsed = time.perf_counter() - t0
             spent_energy = sum((x.rounds[-1].get("energy_j") or 0.0) for x in entries if x.rounds and "latency_s" in x.rounds[-1])
-            if (time_budget is not None and elapsed >= time_budget) or \
-                    (energy_budget is not None and spent_energy >= energy_budget):
-                e.status = "done"
-                continue
-            if max_rounds is not None and len(e.rounds) >= max_rounds:
-                e.status = "done"
-                continue
-            if suspend:
-                _suspend_worst(entries, e.model)
+            spent = (time_budget is not None and elapsed >= time_budget) or \
+                (energy_budget is not None and spent_energy >= energy_budget)
+            for told in _after_round(entries, e, spent, max_rounds, suspend):
+                if on_status is not None:
+                    on_status(told)
             if e.status == "running":
                 pending[e.actor.round.remote()] = e
         for e in entries:
@@ -321,11 +347,29 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
             "suspend": suspend, "batch": batch}
 
 
-def _suspend_worst(entries: list[Entry], model: str) -> None:
+def _after_round(entries: list[Entry], e: Entry, spent: bool, max_rounds: int | None, suspend: bool) -> list[Entry]:
+    """Settle ``e`` after its round: done when the budget is ``spent`` or its rounds are all run;
+    done early when its round measured nothing (every task's tuner has stopped, e.g. chameleon
+    after its 16 iterations: more rounds would only time the same model again); else, with
+    ``suspend``, the worst running actor of its model may be suspended. Returns the entries that
+    stopped early (done early, or suspended), for telling."""
+    if spent or (max_rounds is not None and len(e.rounds) >= max_rounds):
+        e.status = "done"
+        return []
+    if e.rounds[-1].get("measured") == 0:
+        e.status = "done"
+        return [e]
+    worst = _suspend_worst(entries, e.model) if suspend else None
+    return [worst] if worst is not None else []
+
+
+def _suspend_worst(entries: list[Entry], model: str) -> Entry | None:
     """Among the running actors of ``model`` that have two rounds, suspend the one whose latest
-    round improved least, while more than one is running."""
+    round improved least, while more than one is running; the suspended entry, if any."""
     running = [e for e in entries if e.model == model and e.status == "running"]
     ranked = [e for e in running if len(e.rounds) >= 2 and "latency_s" in e.rounds[-1]]
     if len(running) > 1 and len(ranked) == len(running):
         worst = max(ranked, key=lambda e: e.improvement)
         worst.status = "suspended"
+        return worst
+    return None
