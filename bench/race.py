@@ -74,13 +74,13 @@ def check_folder(out: Path, settings: dict[str, Any]) -> str | None:
 def parts(out: Path, models: list[str], tuners: list[str]) -> list[tuple[str, str, Path, list[Path]]]:
     """The race's parts, in order: (race, tuner or "", kept output, databases to drop before a
     fresh start). The race with suspension is one part; the race to completion, one per tuner."""
-    from tensortune.cluster.race import db_slug
+    from tensortune.cluster.race import pair_db
     from tensortune.utils.names import file_stem
 
     rows = [("suspend", "", out / "race-suspend.json", [out / "suspend"])]
     for t in tuners:
         rows.append(("all", t, out / "race-all" / f"{file_stem(t)}.json",
-                     [out / "all" / f"{db_slug(m, t)}.db" for m in models]))
+                     [pair_db(out / "all", m, t) for m in models]))
     return rows
 
 
@@ -107,13 +107,6 @@ def system_name(mode: str, tuner: str) -> str:
     return f"{mode} {tuner}"
 
 
-def pair_db(out: Path, mode: str, model: str, tuner: str) -> Path:
-    """A raced pair's database in the race folder ``out`` (wherever the folder was when it ran)."""
-    from tensortune.cluster.race import db_slug
-
-    return out / mode / f"{db_slug(model, tuner)}.db"
-
-
 def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """Every raced pair's final model (compiled with its database's bests), checked against the
     reference and timed in one interleaved benchmark per model beside the untuned model, PyTorch
@@ -123,6 +116,7 @@ def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Pat
     rounds (rocketlake, 2026-11-27): they do not compare across tuners."""
     from contextlib import ExitStack
 
+    from tensortune.cluster.race import pair_db
     from tensortune.database import Database
     from tensortune.models.bench import bench_model
     from tensortune.models.compile import compile_model
@@ -135,7 +129,7 @@ def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Pat
             extra = {}
             for mode, r in runs.items():
                 for e in r["entries"]:
-                    path = pair_db(out, mode, m, e["tuner"])
+                    path = pair_db(out / mode, m, e["tuner"])  # wherever the folder was when it ran
                     if e["model"] == m and path.exists():
                         db = stack.enter_context(Database(path, readonly=True))
                         extra[system_name(mode, e["tuner"])] = compile_model(model, db)
@@ -206,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.stop_after is not None and a.stop_after <= 0:
         raise SystemExit("--stop-after must be positive")
+    from tensortune.cluster.race import pair_db
+
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     models = a.models.split(",")
@@ -218,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     done: dict[str, list[dict[str, Any]]] = {"suspend": [], "all": []}
     for race, tuner, keep, fresh in parts(out, models, tuners):
-        gone = [str(pair_db(out, race, m, t)) for m in models for t in ([tuner] if tuner else tuners)
-                if not pair_db(out, race, m, t).exists()]
+        dbs = [pair_db(out / race, m, t) for m in models for t in ([tuner] if tuner else tuners)]
+        gone = [str(db) for db in dbs if not db.exists()]
         if keep.exists() and gone:  # the final benchmark compiles every pair's database
             keep.rename(keep.with_name(keep.name + ".lost"))
             print(f"{keep}: its databases are gone ({', '.join(gone)}); the part runs again", flush=True)

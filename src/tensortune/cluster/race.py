@@ -73,6 +73,11 @@ def db_slug(model: str, tuner: str) -> str:
     return file_stem(f"{Path(model).stem}-{tuner}")
 
 
+def pair_db(db_dir: str | Path, model: str, tuner: str) -> Path:
+    """A (model, tuner) pair's database in a race's database folder (``DB_DIR/MODEL-TUNER.db``)."""
+    return Path(db_dir) / f"{db_slug(model, tuner)}.db"
+
+
 def _ray() -> Any:
     import ray
 
@@ -295,7 +300,7 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
         actor_cls = make_tuner_actor()
         for model in models:
             for tuner in tuners:
-                e = Entry(model, tuner, str(db_dir / f"{db_slug(model, tuner)}.db"))
+                e = Entry(model, tuner, str(pair_db(db_dir, model, tuner)))
                 e.actor = actor_cls.remote(model, tuner, e.db, seed, batch, lock_name(node))
                 entries.append(e)
         pending = {e.actor.round.remote(): e for e in entries}
