@@ -18,7 +18,8 @@ The folder's ``meta.json`` holds the machine and settings of the first start, an
 start on another kind of machine, or with other settings, is refused (its CPU-seconds would not
 compare).
 
-Once both races are complete, every raced pair's final model is checked against the reference
+Once both races are complete, every raced pair's database gets the in-model check that
+``tensortune tune`` runs at its end, and its final model is checked against the reference
 and timed in one interleaved benchmark per model, beside the untuned model, PyTorch and ONNX
 Runtime (``OUT/final.json``, kept): the final latencies compared are these, not the races' own
 last-round timings, which were taken hours apart.
@@ -43,8 +44,9 @@ from .suite.deadline import Deadline
 
 #: Minutes a part takes at 8 rounds of 64 per task on one model (mobilenet_v2, 2 cores), for
 #: ``--stop-after`` before any part of that race is kept: the race with suspension, one tuner
-#: of the race to completion.
-PART_MINUTES = {"suspend": 90.0, "all": 50.0}
+#: of the race to completion. The race with suspension took 72 and 102 min on rocketlake
+#: (2026-11-27: its first two rounds, four actors, take about 57 min).
+PART_MINUTES = {"suspend": 105.0, "all": 50.0}
 
 
 def check_folder(out: Path, settings: dict[str, Any]) -> str | None:
@@ -108,34 +110,54 @@ def system_name(mode: str, tuner: str) -> str:
 
 
 def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Path) -> dict[str, dict[str, dict[str, Any]]]:
-    """Every raced pair's final model (compiled with its database's bests), checked against the
-    reference and timed in one interleaved benchmark per model beside the untuned model, PyTorch
-    and ONNX Runtime: ``{model: {system: {"ms", "ok", "check"}}}``. These are the final latencies
-    the report compares. A race's own last-round timings were taken minutes to hours apart, and
-    on 2 cores one and the same mobilenet_v2 was timed 2.90-3.23 ms by one actor over five such
-    rounds (rocketlake, 2026-11-27): they do not compare across tuners."""
+    """Every raced pair's final model, checked against the reference and timed in one interleaved
+    benchmark per model beside the untuned model, PyTorch and ONNX Runtime:
+    ``{model: {system: {"ms", "ok", "check"}}}``, a pair's row with its ``in_model`` check. These
+    are the final latencies the report compares. A race's own last-round timings were taken
+    minutes to hours apart, and on 2 cores one and the same mobilenet_v2 was timed 2.90-3.23 ms
+    by one actor over five such rounds (rocketlake, 2026-11-27): they do not compare across tuners.
+
+    Each pair's database first gets the in-model check (:func:`tensortune.models.confirm.confirm_in_model`),
+    as ``tensortune tune`` runs it at its end, so each final model is the one a user of that tuner
+    gets: a round compiles every task's best measured alone, and those lose inside the model
+    often enough to matter (in the race with suspension on rocketlake, 2026-11-27, six of
+    autotvm's seven later rounds left mobilenet_v2 slower, by 0.2-2.8% each, timed in pairs). The
+    check's records join the pair's database as a confirmation group; its own figures (tuned,
+    untuned, confirmed) are kept in the row. A check that fails is reported in the row
+    (``{"skipped": "failed: ..."}``) and the pair's model is benchmarked with its bests measured
+    alone, as ``tune`` does."""
     from contextlib import ExitStack
 
     from tensortune.cluster.race import pair_db
     from tensortune.database import Database
     from tensortune.models.bench import bench_model
     from tensortune.models.compile import compile_model
+    from tensortune.models.confirm import confirm_in_model
     from tensortune.models.importer import load_model
 
     result: dict[str, dict[str, dict[str, Any]]] = {}
     for m in models:
         model = load_model(m)
+        pairs = {system_name(mode, e["tuner"]): path for mode, r in runs.items() for e in r["entries"]
+                 if e["model"] == m and (path := pair_db(out / mode, m, e["tuner"])).exists()}  # wherever it ran
+        checks = {}
+        for name, path in pairs.items():
+            try:
+                with Database(path) as db:
+                    report = confirm_in_model(model, db)
+            except Exception as exc:  # noqa: BLE001 - a failed check is a result; the bests alone stand
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                print(f"{name}: the in-model check failed ({why}); benchmarked with its bests measured alone", flush=True)
+                checks[name] = {"skipped": f"failed: {why}"}
+                continue
+            print(f"{name}: {report.summary()}", flush=True)
+            checks[name] = {k: v for k, v in report.to_json().items() if k != "tasks"}
         with ExitStack() as stack:
-            extra = {}
-            for mode, r in runs.items():
-                for e in r["entries"]:
-                    path = pair_db(out / mode, m, e["tuner"])  # wherever the folder was when it ran
-                    if e["model"] == m and path.exists():
-                        db = stack.enter_context(Database(path, readonly=True))
-                        extra[system_name(mode, e["tuner"])] = compile_model(model, db)
+            extra = {name: compile_model(model, stack.enter_context(Database(path, readonly=True)))
+                     for name, path in pairs.items()}
             bench = bench_model(model, None, extra=extra)
         result[m] = {r.name: {"ms": r.latency.median_ms if r.latency is not None else None, "ok": r.ok,
-                              "check": r.check}
+                              "check": r.check, **({"in_model": checks[r.name]} if r.name in checks else {})}
                      for r in bench.rows if r.name != "tensortune tuned"}  # without a database: the untuned model again
     return result
 
@@ -185,6 +207,20 @@ def report(runs: dict[str, dict[str, Any]], models: list[str], tuners: str, roun
             ms = f"{row['ms']:.3f}" if row["ms"] else "-"
             up = f"{base / row['ms']:.2f}x" if base and row["ms"] else "-"
             lines.append(f"| {name} | {'match' if row['ok'] else row['check']} | {ms} | {up} |")
+        checks = {name: row["in_model"] for name, row in rows.items() if row.get("in_model")}
+        if checks:
+            lines += ["", "The in-model check each pair's database had before that benchmark (its own interleaved "
+                      "timing: the model with every task's best measured alone, untuned, and with the configs "
+                      "confirmed inside the model, which the benchmark above compiled):", "",
+                      "| system | best alone ms | untuned ms | confirmed ms | tasks switched | kept | s |",
+                      "|---|---:|---:|---:|---:|---|---:|"]
+            for name, c in checks.items():
+                if c.get("skipped"):
+                    lines.append(f"| {name} | {c['skipped']} | | | | | |")
+                    continue
+                lat = c.get("latency_ms", {})
+                cells = " | ".join(f"{lat[k]:.3f}" if lat.get(k) else "-" for k in ("tuned", "untuned", "confirmed"))
+                lines.append(f"| {name} | {cells} | {c.get('changed', 0)} | {c.get('kept', '-')} | {c.get('wall_s', 0):.0f} |")
     return result, "\n".join(lines) + "\n"
 
 

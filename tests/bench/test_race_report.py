@@ -82,6 +82,10 @@ def fake_race(monkeypatch):
         for mode, r in runs.items():
             for i, e in enumerate(r["entries"]):  # the final benchmark's figures, not the races' own
                 rows[race.system_name(mode, e["tuner"])] = {"ms": 1.0 + i + (mode == "suspend"), "ok": True, "check": "ok"}
+        if "all trimmer" in rows and "suspend trimmer" in rows:  # the pairs' in-model checks
+            rows["all trimmer"]["in_model"] = {"latency_ms": {"tuned": 3.0, "untuned": 4.0, "confirmed": 2.5},
+                                               "changed": 2, "kept": "confirmed", "wall_s": 30.0}
+            rows["suspend trimmer"]["in_model"] = {"skipped": "failed: no reference"}
         return {"mobilenet_v2": rows}
 
     finals: list = []
@@ -110,6 +114,8 @@ def test_the_race_to_completion_runs_one_tuner_at_a_time_and_sums_their_costs(tm
     # the final latencies are the final benchmark's (kept), not each race's last-round timings
     assert result["best_ms"] == {"suspend": {"mobilenet_v2": 2.0}, "all": {"mobilenet_v2": 1.0}}
     assert "| all chameleon:variant=ppo-greedy | match | 2.000 | 2.00x |" in text
+    assert "| all trimmer | 3.000 | 4.000 | 2.500 | 2 | confirmed | 30 |" in text  # its in-model check
+    assert "| suspend trimmer | failed: no reference |" in text
     assert json.loads((tmp_path / "final.json").read_text()) == result["final"] and fake_race.finals == [["mobilenet_v2"]]
     assert race.main(["--tuners", "trimmer,chameleon:variant=ppo-greedy", "--out", str(tmp_path)]) == 0
     assert fake_race.finals == [["mobilenet_v2"]]  # read back, not benchmarked again
@@ -142,18 +148,27 @@ def test_parts_and_estimates() -> None:
     assert rows[1] == ("all", "autotvm", Path("R/race-all/autotvm.json"),
                        [Path("R/all/mobilenet_v2-autotvm.db"), Path("R/all/m-autotvm.db")])
     assert race.estimate_s("all", [], 1, 8, 64) == 50 * 60
-    assert race.estimate_s("suspend", [], 2, 4, 64) == 90 * 60
+    assert race.estimate_s("suspend", [], 2, 4, 64) == 105 * 60
     assert race.estimate_s("all", [{"wall_s": 10.0}, {"wall_s": 30.0}], 1, 8, 64) == 30.0
     both = race.combine([_output(["a"], 10.0, 5.0, False, energy=3.0), _output(["b"], 20.0, 5.0, False, energy=4.0)])
     assert both["energy_j"] == 7.0 and both["cpu_s"] == 30.0 and both["parts"] == 2
 
 
 @pytest.mark.timeout(600)
-def test_the_final_benchmark_checks_and_times_every_raced_pair_together(tmp_path) -> None:
+def test_the_final_benchmark_checks_and_times_every_raced_pair_together(tmp_path, monkeypatch) -> None:
     import sys
 
+    import tensortune.models.confirm as confirm
     from tensortune.database import Database
     from tensortune.models.reference import export_onnx
+
+    checked, real = [], confirm.confirm_in_model
+
+    def confirm_in_model(model, db, *args, **kwargs):  # the real check, its database seen
+        checked.append((Path(db.path).relative_to(tmp_path).as_posix(), db.readonly))
+        return real(model, db, *args, **kwargs)
+
+    monkeypatch.setattr(confirm, "confirm_in_model", confirm_in_model)
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
     from tiny import tiny
@@ -171,3 +186,13 @@ def test_the_final_benchmark_checks_and_times_every_raced_pair_together(tmp_path
     assert {"suspend random", "all random", "tensortune untuned", "onnxruntime"} <= set(rows)
     assert "tensortune tuned" not in rows and "suspend gone" not in rows  # no database: nothing to benchmark
     assert all(rows[k]["ok"] and rows[k]["ms"] > 0 for k in ("suspend random", "all random", "tensortune untuned"))
+    # each pair's database had the in-model check first (writable: its verdict is stored), as `tune` ends
+    assert checked == [("suspend/tiny-random.db", False), ("all/tiny-random.db", False)]
+    assert rows["all random"]["in_model"]["model"] == "tiny" and "in_model" not in rows["onnxruntime"]
+
+    def failing(model, db, *args, **kwargs):
+        raise RuntimeError("no reference\nmore")
+
+    monkeypatch.setattr(confirm, "confirm_in_model", failing)  # a failed check is a result: benchmarked all the same
+    rows = race.final_benchmark(runs, [onnx], tmp_path)[onnx]
+    assert rows["all random"]["in_model"] == {"skipped": "failed: no reference"} and rows["all random"]["ok"]

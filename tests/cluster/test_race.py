@@ -89,21 +89,43 @@ def test_each_task_batch_and_the_model_timing_hold_the_host(onnx_path, tmp_path,
 
 
 def test_the_paired_change_ranks_and_a_round_that_measured_nothing_ends_the_actor() -> None:
-    from tensortune.cluster.race import Entry, _after_round
+    from tensortune.cluster.race import Entry, _settle_round
 
-    a, b, c = Entry("m", "a", "x"), Entry("m", "b", "y"), Entry("m", "c", "z")
-    # b's timings alone say it got faster (host drift); its paired change says it did not
-    a.rounds = [{"latency_s": 1.0, "change": None, "measured": 4}, {"latency_s": 1.0, "change": -0.05, "measured": 4}]
-    b.rounds = [{"latency_s": 1.0, "change": None, "measured": 4}, {"latency_s": 0.8, "change": 0.01, "measured": 4}]
-    c.rounds = [{"latency_s": 1.0, "change": None, "measured": 4}, {"latency_s": 1.1, "change": -0.2, "measured": 0}]
+    def pair(change: float, measured: int = 4, tuner: str = "") -> Entry:
+        e = Entry("m", tuner, "x")
+        e.rounds = [{"latency_s": 1.0, "change": None, "measured": 4}, {"latency_s": 1.0, "change": change, "measured": measured}]
+        return e
+
+    a, b, c = pair(-0.05, tuner="a"), pair(0.01, tuner="b"), pair(-0.2, measured=0, tuner="c")
+    b.rounds[-1]["latency_s"] = 0.8  # b's timings alone say it got faster (host drift); its paired change says it did not
     assert b.improvement == 0.01 and a.improvement == -0.05
-    assert _after_round([a, b, c], c, False, None, True) == [c] and c.status == "done"  # its tuners stopped
-    assert _after_round([a, b, c], a, False, None, True) == [b]  # then the worst of those still running
-    assert (a.status, b.status) == ("running", "suspended")
-    assert _after_round([a, b, c], a, False, 2, True) == [] and a.status == "done"  # its rounds all run
+    # c's tuners stopped: done early (told), and it leaves the ranking; then the worst still running
+    assert _settle_round([a, b, c], False, None, True) == [c, b]
+    assert (a.status, b.status, c.status) == ("running", "suspended", "done")
+    assert _settle_round([a, b, c], False, None, True) == [] and a.status == "running"  # one left: it stays
+    assert _settle_round([a, b, c], False, 2, True) == [] and a.status == "done"  # its rounds all run
+    d, e = pair(0.3, tuner="d"), pair(-0.1, tuner="e")
+    assert _settle_round([d, e], True, None, True) == [] and d.status == e.status == "done"  # the budget is spent
     old = Entry("m", "o", "w")  # rows from before the paired change: the two timings' change
     old.rounds = [{"latency_s": 1.0}, {"latency_s": 0.9}]
     assert old.improvement == pytest.approx(-0.1)
+
+
+@pytest.mark.timeout(600)
+def test_a_models_rounds_are_in_step_and_a_suspended_actor_runs_no_further_round(local_ray, onnx_path, tmp_path) -> None:
+    """Every actor of a model finishes round r before any starts round r + 1: the ranking after
+    round 2 compares two round-2 changes, and the one suspended then runs no third round."""
+    from tensortune.cluster.race import race
+
+    rows, told = [], []
+    out = race([onnx_path], ["random", "grid"], tmp_path / "dbs", max_rounds=3, batch=2, suspend=True,
+               on_round=lambda e, row: rows.append(row["round"]), on_status=lambda e: told.append((e.tuner, e.status)))
+    by = {e["tuner"]: e for e in out["entries"]}
+    (gone,) = [t for t, status in told if status == "suspended"]
+    kept = ({"random", "grid"} - {gone}).pop()
+    assert len(by[gone]["rounds"]) == 2 and by[gone]["status"] == "suspended"
+    assert len(by[kept]["rounds"]) == 3 and by[kept]["status"] == "done"
+    assert rows == [1, 1, 2, 2, 3]  # in step: no round r + 1 returned before round r's last
 
 
 def test_the_worst_is_suspended(onnx_path, tmp_path) -> None:

@@ -5,9 +5,16 @@ Each (model, tuner) pair is a Ray actor (:class:`TunerActor`) with a database of
 actor gives every task of its model one batch of ``batch`` measurements through the task's own
 tuner (kept across rounds), then compiles the model with that database's bests and times it. A
 coordinator (:func:`race`) runs rounds until the shared budget (wall seconds, or joules where the
-machine counts them) is spent or every actor is done; after each round it ranks the actors of a
-model by their latest improvement (the relative latency change of their last round) and, with
-``suspend``, suspends the worst while more than one is left. The change is measured in pairs:
+machine counts them) is spent or every actor is done. A model's rounds are in step: every running
+actor of the model finishes round r before any starts round r + 1, and in between the coordinator
+ranks them by their latest improvement (the relative latency change of round r) and, with
+``suspend``, suspends the worst while more than one is left. So the ranking compares one round
+with the same round, and a suspended actor runs no round after its suspension. (Until
+2026-11-27 each actor started its next round as soon as its own returned: the ranking then set
+one actor's round r against another's round r - 1, and an actor suspended while its next round
+was already under way ran that whole round, which the race with suspension paid for; in that
+day's race on rocketlake, two of the three suspended actors ran a full round each after their
+suspension.) Models are independent: one model's round waits for no other's. The change is measured in pairs:
 the model as this round left it timed in interleaved rounds beside the one the round before
 left, so the host's drift between rounds does not rank the actors. An actor whose round measured
 nothing (every task's tuner has stopped, e.g. chameleon after its 16 iterations) is done: it
@@ -303,7 +310,15 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
                 e = Entry(model, tuner, str(pair_db(db_dir, model, tuner)))
                 e.actor = actor_cls.remote(model, tuner, e.db, seed, batch, lock_name(node))
                 entries.append(e)
-        pending = {e.actor.round.remote(): e for e in entries}
+        pending: dict[Any, Entry] = {}
+
+        def start(model: str) -> None:
+            for x in entries:
+                if x.model == model and x.status == "running":
+                    pending[x.actor.round.remote()] = x
+
+        for model in models:
+            start(model)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             ref = done[0]
@@ -316,22 +331,22 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
                 e.error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
                 if on_status is not None:
                     on_status(e)
-                continue
-            e.rounds.append(row)
-            if on_round is not None:
-                on_round(e, row)
-            key = f"{e.model}/{e.tuner}"
-            if kill_after and kill_after.get(key) == len(e.rounds):
-                ray.kill(e.actor)
+            else:
+                e.rounds.append(row)
+                if on_round is not None:
+                    on_round(e, row)
+                if kill_after and kill_after.get(f"{e.model}/{e.tuner}") == len(e.rounds):
+                    ray.kill(e.actor)
+            if any(x.model == e.model for x in pending.values()):
+                continue  # the model's round goes on: its other actors are still at it
             elapsed = time.perf_counter() - t0
             spent_energy = sum((x.rounds[-1].get("energy_j") or 0.0) for x in entries if x.rounds and "latency_s" in x.rounds[-1])
             spent = (time_budget is not None and elapsed >= time_budget) or \
                 (energy_budget is not None and spent_energy >= energy_budget)
-            for told in _after_round(entries, e, spent, max_rounds, suspend):
+            for told in _settle_round([x for x in entries if x.model == e.model], spent, max_rounds, suspend):
                 if on_status is not None:
                     on_status(told)
-            if e.status == "running":
-                pending[e.actor.round.remote()] = e
+            start(e.model)
         for e in entries:
             if e.status == "running":
                 e.status = "done"
@@ -352,20 +367,24 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
             "suspend": suspend, "batch": batch}
 
 
-def _after_round(entries: list[Entry], e: Entry, spent: bool, max_rounds: int | None, suspend: bool) -> list[Entry]:
-    """Settle ``e`` after its round: done when the budget is ``spent`` or its rounds are all run;
-    done early when its round measured nothing (every task's tuner has stopped, e.g. chameleon
-    after its 16 iterations: more rounds would only time the same model again); else, with
-    ``suspend``, the worst running actor of its model may be suspended. Returns the entries that
-    stopped early (done early, or suspended), for telling."""
-    if spent or (max_rounds is not None and len(e.rounds) >= max_rounds):
-        e.status = "done"
-        return []
-    if e.rounds[-1].get("measured") == 0:
-        e.status = "done"
-        return [e]
-    worst = _suspend_worst(entries, e.model) if suspend else None
-    return [worst] if worst is not None else []
+def _settle_round(entries: list[Entry], spent: bool, max_rounds: int | None, suspend: bool) -> list[Entry]:
+    """Settle one model's actors (``entries``) once every running one has finished the round: each
+    is done when the budget is ``spent`` or its rounds are all run; done early when its round
+    measured nothing (every task's tuner has stopped, e.g. chameleon after its 16 iterations: more
+    rounds would only time the same model again); then, with ``suspend``, the worst of those
+    still running may be suspended. Returns the entries that stopped early (done early, or
+    suspended), for telling; those still running start the next round."""
+    told: list[Entry] = []
+    for e in entries:
+        if e.status != "running":
+            continue
+        if spent or (max_rounds is not None and len(e.rounds) >= max_rounds):
+            e.status = "done"
+        elif e.rounds[-1].get("measured") == 0:
+            e.status = "done"
+            told.append(e)
+    worst = _suspend_worst(entries, entries[0].model) if suspend and entries else None
+    return told + ([worst] if worst is not None else [])
 
 
 def _suspend_worst(entries: list[Entry], model: str) -> Entry | None:
