@@ -133,7 +133,7 @@ def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Pat
     from tensortune.models.bench import bench_model
     from tensortune.models.compile import compile_model
     from tensortune.models.confirm import confirm_in_model
-    from tensortune.models.importer import load_model
+    from tensortune.models.importer import _first_line, load_model
 
     result: dict[str, dict[str, dict[str, Any]]] = {}
     for m in models:
@@ -146,7 +146,7 @@ def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Pat
                 with Database(path) as db:
                     report = confirm_in_model(model, db)
             except Exception as exc:  # noqa: BLE001 - a failed check is a result; the bests alone stand
-                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                why = _first_line(exc)
                 print(f"{name}: the in-model check failed ({why}); benchmarked with its bests measured alone", flush=True)
                 checks[name] = {"skipped": f"failed: {why}"}
                 continue

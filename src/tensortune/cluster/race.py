@@ -291,6 +291,8 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
         from ..measure.energy import require
 
         require()
+    from ..models.importer import _first_line
+
     ray = _ray()
     started = False
     if not ray.is_initialized():
@@ -328,7 +330,7 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
             except Exception as exc:  # noqa: BLE001 - a dead actor is a result; its records stay
                 ray.get(lock.forget.remote(f"{e.model}/{e.tuner}"))  # it may have died holding the lock
                 e.status = "died"
-                e.error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                e.error = _first_line(exc)
                 if on_status is not None:
                     on_status(e)
             else:
