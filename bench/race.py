@@ -13,7 +13,8 @@ independent of the others': it runs one tuner at a time (``tensortune race MODEL
 of about 40 minutes (at the defaults), so that it can be spread over sittings of one kind of
 machine. Each part's output is kept as it finishes (``OUT/race-suspend.json``,
 ``OUT/race-all/TUNER.json``), so a stopped run goes on with the first part it had not finished
-(that part from the start); ``--stop-after`` stops before a part that would not finish in time.
+(that part from the start); ``--stop-after`` stops before a part, or the final benchmark, that would
+not finish in time.
 The folder's ``meta.json`` holds the machine and settings of the first start, and a later
 start on another kind of machine, or with other settings, is refused (its CPU-seconds would not
 compare).
@@ -47,6 +48,9 @@ from .suite.deadline import Deadline
 #: of the race to completion. The race with suspension took 72 and 102 min on rocketlake
 #: (2026-11-27: its first two rounds, four actors, take about 57 min).
 PART_MINUTES = {"suspend": 105.0, "all": 50.0}
+#: Minutes of the final benchmark per model (the in-model check of eight pairs and one
+#: interleaved benchmark of ten systems; about 10 min for mobilenet_v2 on 2 cores).
+FINAL_MINUTES = 15.0
 
 
 def check_folder(out: Path, settings: dict[str, Any]) -> str | None:
@@ -107,6 +111,40 @@ def combine(outputs: list[dict[str, Any]]) -> dict[str, Any]:
 def system_name(mode: str, tuner: str) -> str:
     """A raced (race, tuner) pair's row in the final benchmark."""
     return f"{mode} {tuner}"
+
+
+def race_system(out: Path, model: str, tuner: str) -> tuple[dict[str, Any], Path, dict[str, Any], str]:
+    """A tuner's run to completion in a finished race folder, in the shape of
+    :func:`bench.modelruns.suite_system`: its cost (``{"wall_s", "cost": {"wall_s", "cpu_s"},
+    "filtered"}``, the model's rounds summed; ``filtered`` None where the race did not record
+    it), its database, its latencies from the final benchmark (``tuned_ms`` the pair's final
+    model, after the in-model check; outputs checked against the reference) and its budget in
+    words. Every tuner of the race to completion had the same budget: ``rounds`` rounds of
+    ``batch`` measurements per task, in survey rounds."""
+    from tensortune.cluster.race import pair_db
+    from tensortune.utils.names import file_stem
+
+    part, final = out / "race-all" / f"{file_stem(tuner)}.json", out / "final.json"
+    if not part.exists() or not final.exists():
+        raise SystemExit(f"{out}: no finished race with {tuner} to completion there (no {part.name} or final.json "
+                         f"yet); the race's own command goes on: python -m bench.race --out {out}")
+    entry = next((e for e in json.loads(part.read_text())["entries"] if e["model"] == model), None)
+    rows = json.loads(final.read_text()).get(model, {})
+    db = pair_db(out / "all", model, tuner)
+    if entry is None or not db.exists():
+        raise SystemExit(f"{out}: the race to completion has no {model} with {tuner}")
+    settings = json.loads((out / "meta.json").read_text())["settings"]
+    wall = sum(r["wall_s"] for r in entry["rounds"])
+    run = {"wall_s": wall, "cost": {"wall_s": wall, "cpu_s": entry["cpu_s"]}, "filtered": entry.get("filtered")}
+
+    def ms(name: str) -> float | None:
+        r = rows.get(name) or {}
+        return r.get("ms") if r.get("ok") else None
+
+    tuned = rows.get(system_name("all", tuner)) or {}
+    lat = {"tuned_ms": ms(system_name("all", tuner)), "tuned_ok": bool(tuned.get("ok")),
+           "untuned_ms": ms("tensortune untuned")}
+    return run, db, lat, f"{settings['rounds']} survey rounds of {settings['batch']} measurements per task"
 
 
 def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Path) -> dict[str, dict[str, dict[str, Any]]]:
@@ -232,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=64, help="measurements per task and round (Trimmer's 64)")
     p.add_argument("--out", default="bench/results/race")
     p.add_argument("--stop-after", type=float, metavar="MINUTES",
-                   help="stop before a part that would not finish within MINUTES; the same command goes on")
+                   help="stop before a part (or the final benchmark) that would not finish within MINUTES; "
+                        "the same command goes on")
     a = p.parse_args(argv)
     if a.stop_after is not None and a.stop_after <= 0:
         raise SystemExit("--stop-after must be positive")
@@ -269,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     if kept_final.exists():
         final = json.loads(kept_final.read_text())
     else:
+        if not deadline.allows("the final benchmark", 60.0 * FINAL_MINUTES * len(models)):
+            print(f"stopped after {(time.perf_counter() - t0) / 60:.1f} min; both races are kept in {out}; "
+                  "the same command goes on with the final benchmark", flush=True)
+            return 0
         print("final benchmark: every raced pair's model, checked and timed together", flush=True)
         final = final_benchmark(runs, models, out)
         write_text(kept_final, json.dumps(final, indent=1))

@@ -17,7 +17,11 @@ cost per 1 ms of model improvement (Fig. 13) is the tuning run's wall time and C
 With ``--suite RESULTS`` nothing is tuned: the systems come from a whole-model suite folder
 (``python -m bench run --suite models --models resnet18,mobilenet_v2 --model-tuners
 autotvm,trimmer``, or ``trimmer`` added to a folder that has autotvm), whose interleaved
-benchmark timed them all in one run.
+benchmark timed them all in one run. With ``--race RESULTS`` nothing is tuned either: the systems
+are the tuners of a finished race's run to completion (``python -m bench.race``: every tuner the
+same budget of survey rounds, so the filter's effect is the only difference between ``trimmer``
+and ``autotvm`` there), their latencies from the race's final benchmark (after the in-model
+check, one interleaved benchmark per model).
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from typing import Any
 
 from .common import fmt, machine_info, machine_line, write_text
 from .modelruns import latency, run_json, suite_system
+from .race import race_system
 
 
 def cold_shares(db_path: Path) -> dict[str, Any]:
@@ -74,19 +79,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", metavar="RESULTS", default=None,
                    help="tune nothing: read each (model, tuner) from a whole-model suite folder (its databases, "
                         "kept tune outputs and interleaved latencies; --time-budget is the folder's)")
+    p.add_argument("--race", metavar="RESULTS", default=None,
+                   help="tune nothing: read each (model, tuner) from a finished race folder's run to completion "
+                        "(its databases, costs and final benchmark; every tuner the race's rounds)")
     p.add_argument("--out", default="bench/results/trimmer")
     a = p.parse_args(argv)
+    if a.suite and a.race:
+        p.error("--suite and --race are two sources of the systems: give one")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     machine = machine_info()
+    budget = f"{a.time_budget:.0f} s of tuning per model and tuner"
     if a.suite:
         meta = json.loads((Path(a.suite) / "meta.json").read_text())
         machine = meta["machine"]  # where the suite measured
+    elif a.race:
+        machine = {"machine_id": json.loads((Path(a.race) / "meta.json").read_text())["machine"]}
     for model in a.models.split(","):
         for tuner in a.tuners.split(","):
             if a.suite:
                 run, db, lat, a.time_budget = suite_system(Path(a.suite), model, tuner)
+                budget = f"{a.time_budget:.0f} s of tuning per model and tuner"
+            elif a.race:
+                run, db, lat, budget = race_system(Path(a.race), model, tuner)
             else:
                 run = tune(model, tuner, a.time_budget, out)
                 db = out / f"{model}-{tuner}.db"
@@ -94,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             shares = cold_shares(db)
             cost = run.get("cost", {})
             gain = (lat["untuned_ms"] - lat["tuned_ms"]) if lat["tuned_ms"] and lat["untuned_ms"] else None
-            filtered = sum((t.get("search", {}).get("cold_filter") or {}).get(t["workload_key"], {}).get("filtered", 0)
-                           for t in run.get("tasks", []))
+            filtered = run["filtered"] if "filtered" in run else sum(
+                (t.get("search", {}).get("cold_filter") or {}).get(t["workload_key"], {}).get("filtered", 0)
+                for t in run.get("tasks", []))
             row = {"model": model, "tuner": tuner, **lat, **shares, "filtered": filtered,
                    "tune_wall_s": cost.get("wall_s", run.get("wall_s")), "tune_cpu_s": cost.get("cpu_s"),
                    "gain_ms": gain,
@@ -103,17 +120,19 @@ def main(argv: list[str] | None = None) -> int:
                    "cpu_s_per_ms": cost["cpu_s"] / gain if gain and gain > 0 and cost.get("cpu_s") else None}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    (out / "trimmer.json").write_text(json.dumps({"machine": machine, "suite": a.suite, "rows": rows}, indent=1))
+    (out / "trimmer.json").write_text(json.dumps({"machine": machine, "suite": a.suite, "race": a.race, "rows": rows},
+                                                 indent=1))
     lines = ["# Trimmer's cold-candidate filter on whole models", "",
-             f"{machine_line(machine)}; {a.time_budget:.0f} s of tuning per model and tuner"
+             f"{machine_line(machine)}; {budget}"
              + (f" (the systems of the suite folder {a.suite}, latencies from its interleaved benchmark)" if a.suite
-                else "") + ".", "",
+                else f" (the race to completion in {a.race}, latencies from its final benchmark after the in-model "
+                     "check)" if a.race else "") + ".", "",
              "| model | tuner | trials | failed | cold (ok) | cold + failed share of build+run time | filtered | "
              "untuned ms | tuned ms | tuning wall s | CPU-s | wall s per ms gained | CPU-s per ms gained |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['tuner']} | {r['trials']} | {r['failed']} | {r['cold']} | "
-                     f"{fmt(r['cold_share_wall'], '.1%')} | {r['filtered']} | {fmt(r['untuned_ms'], '.2f')} | "
+                     f"{fmt(r['cold_share_wall'], '.1%')} | {fmt(r['filtered'], 'd')} | {fmt(r['untuned_ms'], '.2f')} | "
                      f"{fmt(r['tuned_ms'], '.2f')} | {fmt(r['tune_wall_s'], '.0f')} | {fmt(r['tune_cpu_s'], '.0f')} | "
                      f"{fmt(r['wall_s_per_ms'])} | {fmt(r['cpu_s_per_ms'])} |")
     write_text(out / "trimmer.md", "\n".join(lines) + "\n")

@@ -140,6 +140,12 @@ def test_stop_after_stops_before_a_part_that_does_not_fit_and_the_same_command_g
     assert len(fake_race) == 2 and (tmp_path / "race.md").exists()
     assert race.main([*args, "--stop-after", "1"]) == 0  # everything kept: nothing runs again
     assert len(fake_race) == 2
+    (tmp_path / "final.json").unlink()  # both races kept, the final benchmark not yet: it needs 15 min
+    (tmp_path / "race.md").unlink()
+    assert race.main([*args, "--stop-after", "10"]) == 0
+    assert fake_race.finals == [["mobilenet_v2"]] and not (tmp_path / "race.md").exists()
+    assert race.main([*args, "--stop-after", "16"]) == 0
+    assert fake_race.finals == [["mobilenet_v2"]] * 2 and (tmp_path / "race.md").exists() and len(fake_race) == 2
 
 
 def test_parts_and_estimates() -> None:

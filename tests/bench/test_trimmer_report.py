@@ -73,3 +73,46 @@ def test_systems_are_read_from_a_suite_folder_without_tuning(tmp_path) -> None:
     assert "3600 s of tuning per model and tuner (the systems of the suite folder" in (out / "trimmer.md").read_text()
     with pytest.raises(SystemExit, match="no benchmarked trimmer system of m there; add it with"):
         main(["--suite", str(suite), "--models", "m", "--tuners", "trimmer", "--out", str(out)])
+
+
+def test_systems_are_read_from_a_finished_race_folder(tmp_path) -> None:
+    """``--race``: each tuner's run to completion, its cost the model's rounds summed, its
+    latencies the race's final benchmark, its filter drops as the race recorded them."""
+    import json
+
+    import pytest
+
+    from bench.trimmer import main
+
+    race = tmp_path / "race"
+    (race / "all").mkdir(parents=True)
+    (race / "race-all").mkdir()
+    _random_run(race / "all" / "m-trimmer.db")
+    _random_run(race / "all" / "m-autotvm.db")
+    (race / "meta.json").write_text(json.dumps({"machine": {"cpu_model": "Intel Xeon", "llvm_cpu": "rocketlake", "cores": 2},
+                                                "settings": {"models": ["m"], "rounds": 2, "batch": 32}}))
+    rounds = [{"round": 1, "wall_s": 100.0, "cpu_s": 150.0}, {"round": 2, "wall_s": 200.0, "cpu_s": 450.0}]
+    for tuner, filtered in (("trimmer", 7), ("autotvm", None)):
+        (race / "race-all" / f"{tuner}.json").write_text(json.dumps({"entries": [
+            {"model": "m", "tuner": tuner, "rounds": rounds, "cpu_s": 450.0, "trials": 64, "filtered": filtered}]}))
+    with pytest.raises(SystemExit, match="no finished race with trimmer to completion there"):
+        main(["--race", str(race), "--models", "m", "--tuners", "trimmer", "--out", str(tmp_path / "o")])
+    (race / "final.json").write_text(json.dumps({"m": {
+        "all trimmer": {"ms": 2.0, "ok": True}, "all autotvm": {"ms": 2.5, "ok": False},
+        "suspend trimmer": {"ms": 1.0, "ok": True}, "tensortune untuned": {"ms": 5.0, "ok": True}}}))
+    out = tmp_path / "out"
+    assert main(["--race", str(race), "--models", "m", "--tuners", "trimmer,autotvm", "--out", str(out)]) == 0
+    res = json.loads((out / "trimmer.json").read_text())
+    trimmer, autotvm = res["rows"]
+    assert (trimmer["tuned_ms"], trimmer["untuned_ms"], trimmer["gain_ms"], trimmer["filtered"]) == (2.0, 5.0, 3.0, 7)
+    assert trimmer["tune_wall_s"] == 300.0 and trimmer["wall_s_per_ms"] == 100.0 and trimmer["cpu_s_per_ms"] == 150.0
+    assert trimmer["trials"] == 64 and res["machine"]["machine_id"]["llvm_cpu"] == "rocketlake"
+    # a final model whose outputs did not match has no latency, so no cost per ms
+    assert autotvm["tuned_ms"] is None and autotvm["wall_s_per_ms"] is None and autotvm["filtered"] is None
+    md = (out / "trimmer.md").read_text()
+    assert "2 survey rounds of 32 measurements per task (the race to completion in" in md
+    with pytest.raises(SystemExit, match="no m with chameleon"):
+        (race / "race-all" / "chameleon.json").write_text(json.dumps({"entries": []}))
+        main(["--race", str(race), "--models", "m", "--tuners", "chameleon", "--out", str(out)])
+    with pytest.raises(SystemExit):
+        main(["--race", str(race), "--suite", str(race), "--out", str(out)])

@@ -88,6 +88,23 @@ def test_each_task_batch_and_the_model_timing_hold_the_host(onnx_path, tmp_path,
     assert second["latency_s"] > 0 and -0.5 < second["change"] < 0.5
 
 
+def test_a_round_counts_the_candidates_the_cold_filter_dropped(onnx_path, tmp_path) -> None:
+    """A trimmer actor's round reports the filter's drops so far over the model's tasks (the
+    filter's own per-task reports summed); a tuner without the filter reports none."""
+    from tensortune.cluster.race import Competitor
+    from tensortune.select.cold import ColdReport
+
+    plain = Competitor(onnx_path, "autotvm", str(tmp_path / "a.db"), batch=2)
+    assert plain.filtered() is None
+    plain.close()
+    c = Competitor(onnx_path, "trimmer", str(tmp_path / "t.db"), batch=2)
+    assert len(c.tasks) >= 2 and c.filtered() == 0
+    for i, (key, tuner) in enumerate(c.tuners.items()):
+        tuner.selector.reports[key] = ColdReport(checked=10, filtered=i + 3, calls=1)
+    assert c.filtered() == sum(range(3, 3 + len(c.tasks)))
+    c.close()
+
+
 def test_the_paired_change_ranks_and_a_round_that_measured_nothing_ends_the_actor() -> None:
     from tensortune.cluster.race import Entry, _settle_round
 

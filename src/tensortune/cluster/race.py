@@ -220,7 +220,15 @@ class Competitor:
         lat, change = self.latency()
         return {"round": self.rounds, "latency_s": lat, "change": change, "measured": measured,
                 "trials": self.trials, "cpu_s": self.cpu_s, "energy_j": self.energy_j,
-                "wall_s": time.perf_counter() - t0}
+                "filtered": self.filtered(), "wall_s": time.perf_counter() - t0}
+
+    def filtered(self) -> int | None:
+        """Candidates the cold-candidate filter dropped before measurement so far, over the
+        model's tasks (None when the tuner has no filter)."""
+        counts = [sum(r["filtered"] for r in cold.values()) for tuner in self.tuners.values()
+                  if callable(report := getattr(tuner, "search_report", None))
+                  and (cold := report().get("cold_filter")) is not None]
+        return sum(counts) if counts else None
 
     def close(self) -> None:
         self.measurer.close()
@@ -274,7 +282,8 @@ class Entry:
         last = self.rounds[-1] if self.rounds else {}
         return {"model": self.model, "tuner": self.tuner, "db": self.db, "status": self.status, "error": self.error,
                 "rounds": self.rounds, "final_latency_ms": last.get("latency_s", float("nan")) * 1e3 if last else None,
-                "trials": last.get("trials", 0), "cpu_s": last.get("cpu_s", 0.0), "energy_j": last.get("energy_j")}
+                "trials": last.get("trials", 0), "cpu_s": last.get("cpu_s", 0.0), "energy_j": last.get("energy_j"),
+                "filtered": last.get("filtered")}
 
 
 def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_budget: float | None = None,
