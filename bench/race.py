@@ -77,16 +77,21 @@ def check_folder(out: Path, settings: dict[str, Any]) -> str | None:
     return None
 
 
+def part_json(out: Path, tuner: str) -> Path:
+    """The kept output of ``tuner``'s part of the race to completion (``OUT/race-all/TUNER.json``)."""
+    from tensortune.utils.names import file_stem
+
+    return out / "race-all" / f"{file_stem(tuner)}.json"
+
+
 def parts(out: Path, models: list[str], tuners: list[str]) -> list[tuple[str, str, Path, list[Path]]]:
     """The race's parts, in order: (race, tuner or "", kept output, databases to drop before a
     fresh start). The race with suspension is one part; the race to completion, one per tuner."""
     from tensortune.cluster.race import pair_db
-    from tensortune.utils.names import file_stem
 
     rows = [("suspend", "", out / "race-suspend.json", [out / "suspend"])]
     for t in tuners:
-        rows.append(("all", t, out / "race-all" / f"{file_stem(t)}.json",
-                     [pair_db(out / "all", m, t) for m in models]))
+        rows.append(("all", t, part_json(out, t), [pair_db(out / "all", m, t) for m in models]))
     return rows
 
 
@@ -122,9 +127,8 @@ def race_system(out: Path, model: str, tuner: str) -> tuple[dict[str, Any], Path
     words. Every tuner of the race to completion had the same budget: ``rounds`` rounds of
     ``batch`` measurements per task, in survey rounds."""
     from tensortune.cluster.race import pair_db
-    from tensortune.utils.names import file_stem
 
-    part, final = out / "race-all" / f"{file_stem(tuner)}.json", out / "final.json"
+    part, final = part_json(out, tuner), out / "final.json"
     if not part.exists() or not final.exists():
         raise SystemExit(f"{out}: no finished race with {tuner} to completion there (no {part.name} or final.json "
                          f"yet); the race's own command goes on: python -m bench.race --out {out}")
@@ -137,13 +141,9 @@ def race_system(out: Path, model: str, tuner: str) -> tuple[dict[str, Any], Path
     wall = sum(r["wall_s"] for r in entry["rounds"])
     run = {"wall_s": wall, "cost": {"wall_s": wall, "cpu_s": entry["cpu_s"]}, "filtered": entry.get("filtered")}
 
-    def ms(name: str) -> float | None:
-        r = rows.get(name) or {}
-        return r.get("ms") if r.get("ok") else None
-
-    tuned = rows.get(system_name("all", tuner)) or {}
-    lat = {"tuned_ms": ms(system_name("all", tuner)), "tuned_ok": bool(tuned.get("ok")),
-           "untuned_ms": ms("tensortune untuned")}
+    tuned, untuned = rows.get(system_name("all", tuner)) or {}, rows.get("tensortune untuned") or {}
+    lat = {"tuned_ms": tuned.get("ms") if tuned.get("ok") else None, "tuned_ok": bool(tuned.get("ok")),
+           "untuned_ms": untuned.get("ms") if untuned.get("ok") else None}
     return run, db, lat, f"{settings['rounds']} survey rounds of {settings['batch']} measurements per task"
 
 
