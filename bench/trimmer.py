@@ -36,6 +36,16 @@ from .modelruns import latency, run_json, suite_system
 from .race import race_system
 
 
+def filtered_count(run: dict[str, Any]) -> int | None:
+    """Candidates the cold filter dropped over a ``tune --json`` run's tasks, or None where no task
+    carries the filter's report (a tuner without the filter: its table cell is "-", not 0)."""
+    reports = [(t.get("search", {}).get("cold_filter") or {}).get(t["workload_key"])
+               for t in run.get("tasks", []) if "cold_filter" in t.get("search", {})]
+    if not reports:
+        return None
+    return sum((r or {}).get("filtered", 0) for r in reports)
+
+
 def cold_shares(db_path: Path) -> dict[str, Any]:
     """Per database: search trials, cold and failed ones, and their share of build + run time."""
     from tensortune.database import Database
@@ -110,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             shares = cold_shares(db)
             cost = run.get("cost", {})
             gain = (lat["untuned_ms"] - lat["tuned_ms"]) if lat["tuned_ms"] and lat["untuned_ms"] else None
-            filtered = run["filtered"] if "filtered" in run else sum(
-                (t.get("search", {}).get("cold_filter") or {}).get(t["workload_key"], {}).get("filtered", 0)
-                for t in run.get("tasks", []))
+            filtered = run["filtered"] if "filtered" in run else filtered_count(run)
             row = {"model": model, "tuner": tuner, **lat, **shares, "filtered": filtered,
                    "tune_wall_s": cost.get("wall_s", run.get("wall_s")), "tune_cpu_s": cost.get("cpu_s"),
                    "gain_ms": gain,

@@ -116,3 +116,17 @@ def test_systems_are_read_from_a_finished_race_folder(tmp_path) -> None:
         main(["--race", str(race), "--models", "m", "--tuners", "chameleon", "--out", str(out)])
     with pytest.raises(SystemExit):
         main(["--race", str(race), "--suite", str(race), "--out", str(out)])
+
+
+def test_filtered_count_is_none_without_the_filter_and_sums_its_reports() -> None:
+    from bench.trimmer import filtered_count
+
+    def task(key: str, search: dict) -> dict:
+        return {"workload_key": key, "search": search}
+
+    plain = {"tasks": [task("a", {"explorer": "sa"}), task("b", {"explorer": "sa"})]}
+    assert filtered_count(plain) is None and filtered_count({}) is None
+    with_filter = {"tasks": [task("a", {"cold_filter": {"a": {"checked": 40, "filtered": 7}}}),
+                             task("b", {"cold_filter": {"b": {"checked": 0, "filtered": 0}}}),
+                             task("c", {"cold_filter": None})]}  # the filter off on c: its network not yet fitted
+    assert filtered_count(with_filter) == 7

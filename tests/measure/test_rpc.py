@@ -5,6 +5,7 @@ the batch (and tuning) goes on on the other; a bad ``--rpc`` is refused in one l
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -57,8 +58,9 @@ def kill(p: subprocess.Popen) -> None:
     p.wait()
 
 
-@pytest.fixture
-def cluster():
+@contextlib.contextmanager
+def loopback_cluster():
+    """A tracker and two servers on the loopback address: (tracker port, server processes)."""
     port = free_port()
     tracker = spawn("tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1))
     servers = []
@@ -75,28 +77,41 @@ def cluster():
             kill(p)
 
 
+@pytest.fixture
+def cluster():
+    with loopback_cluster() as c:
+        yield c
+
+
 def options(port: int | None) -> MeasureOptions:
     return MeasureOptions(repeat=3, min_repeat_ms=5, rpc=None if port is None else f"127.0.0.1:{port}:{KEY}",
                           run_timeout=60.0)
 
 
-def test_records_match_local_measurement(cluster, tmp_path) -> None:
-    port, _ = cluster
-    task = Task.from_op("matmul", [64, 64, 64])
+def test_records_match_local_measurement(tmp_path) -> None:
+    # 256^3: a tenth of a millisecond or more per run, so that timing noise (a 64^3 kernel's 7-30 us
+    # scattered 3x between two local runs) does not decide the comparison
+    task = Task.from_op("matmul", [256, 256, 256])
     configs = [task.default_config()] + task.space.sample(__import__("random").Random(0), 3)
     inputs = [MeasureInput(task, c) for c in configs]
-    with Measurer(options(port)) as remote_m:
-        assert remote_m.options.threads == 2  # the device's own thread count
-        remote = remote_m.measure(inputs)
+    # local first, before the tracker and servers start (their start-up takes a core on 2 cores).
+    # A fresh local Measurer's first batch reads up to 2x slow (once 20x: 4 ms against 0.2): known,
+    # not yet mended (the 2026-11-27 note); the second batch is the one compared
     with Measurer(options(None)) as local_m:
+        local_m.measure(inputs)
         local = local_m.measure(inputs)
+    with loopback_cluster() as (port, _):
+        with Measurer(options(port)) as remote_m:
+            assert remote_m.options.threads == 2  # the device's own thread count
+            remote = remote_m.measure(inputs)
+        with Database(tmp_path / "r.db") as db:  # stored with the device as the context's CPU
+            res = get_tuner("random", task, seed=0).tune(4, Measurer(options(port)), database=db)
+            assert res.context.cpu_model == f"rpc:{KEY}" and res.trials_measured == 4
     for r, l in zip(remote, local):
         assert r.ok and r.extra["verified"] and l.ok, (r.error_msg, l.error_msg)
-        assert 1 / 3 < r.cost / l.cost < 3  # the same machine behind the loopback: the same kernels' speed
+        # the same machine behind the loopback: the same kernels' speed (fastest repeats compared)
+        assert 1 / 3 < min(r.costs) / min(l.costs) < 3, (r.costs, l.costs)
         assert r.threads == 2 and r.energy_j is None
-    with Database(tmp_path / "r.db") as db:  # stored with the device as the context's CPU
-        res = get_tuner("random", task, seed=0).tune(4, Measurer(options(port)), database=db)
-        assert res.context.cpu_model == f"rpc:{KEY}" and res.trials_measured == 4
 
 
 def test_a_server_dying_mid_batch_becomes_errors_and_tuning_goes_on(cluster) -> None:
