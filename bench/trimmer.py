@@ -39,11 +39,10 @@ from .race import race_system
 def filtered_count(run: dict[str, Any]) -> int | None:
     """Candidates the cold filter dropped over a ``tune --json`` run's tasks, or None where no task
     carries the filter's report (a tuner without the filter: its table cell is "-", not 0)."""
-    reports = [(t.get("search", {}).get("cold_filter") or {}).get(t["workload_key"])
-               for t in run.get("tasks", []) if "cold_filter" in t.get("search", {})]
-    if not reports:
-        return None
-    return sum((r or {}).get("filtered", 0) for r in reports)
+    from tensortune.select.cold import filtered_total
+
+    searches = [t.get("search", {}) for t in run.get("tasks", [])]
+    return filtered_total(s["cold_filter"] for s in searches if "cold_filter" in s)
 
 
 def cold_shares(db_path: Path) -> dict[str, Any]:

@@ -225,10 +225,10 @@ class Competitor:
     def filtered(self) -> int | None:
         """Candidates the cold-candidate filter dropped before measurement so far, over the
         model's tasks (None when the tuner has no filter)."""
-        counts = [sum(r["filtered"] for r in cold.values()) for tuner in self.tuners.values()
-                  if callable(report := getattr(tuner, "search_report", None))
-                  and (cold := report().get("cold_filter")) is not None]
-        return sum(counts) if counts else None
+        from ..select.cold import filtered_total
+
+        reports = [getattr(tuner, "search_report", dict)() for tuner in self.tuners.values()]
+        return filtered_total(r["cold_filter"] for r in reports if "cold_filter" in r)
 
     def close(self) -> None:
         self.measurer.close()

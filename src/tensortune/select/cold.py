@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -120,6 +120,14 @@ class ColdReport:
     checked: int = 0
     filtered: int = 0
     calls: int = 0
+
+
+def filtered_total(reports: Iterable[dict[str, Any] | None]) -> int | None:
+    """Candidates dropped over several tasks' cold-filter reports (each the ``cold_filter`` of a
+    tuner's search report: task key -> ``ColdReport`` as a dict; None where the filter was off), or
+    None when there are no reports at all (a tuner without the filter)."""
+    reports = list(reports)
+    return sum(r["filtered"] for rep in reports for r in (rep or {}).values()) if reports else None
 
 
 class ColdFilter:
