@@ -94,11 +94,9 @@ def test_records_match_local_measurement(tmp_path) -> None:
     task = Task.from_op("matmul", [256, 256, 256])
     configs = [task.default_config()] + task.space.sample(__import__("random").Random(0), 3)
     inputs = [MeasureInput(task, c) for c in configs]
-    # local first, before the tracker and servers start (their start-up takes a core on 2 cores).
-    # A fresh local Measurer's first batch reads up to 2x slow (once 20x: 4 ms against 0.2): known,
-    # not yet mended (the 2026-11-27 note); the second batch is the one compared
+    # local first, before the tracker and servers start (their start-up takes a core on 2 cores);
+    # the runner's warm-up (MeasureOptions.warmup_s) makes a fresh Measurer's first batch comparable
     with Measurer(options(None)) as local_m:
-        local_m.measure(inputs)
         local = local_m.measure(inputs)
     with loopback_cluster() as (port, _):
         with Measurer(options(port)) as remote_m:

@@ -25,7 +25,11 @@ class MeasureOptions:
     by one runner process before a fresh one takes over: a process keeps every kernel library
     it loaded mapped (about 5 of the kernel's 65,530 memory maps each), and after about 13,000
     candidates every further load failed ("cannot apply additional memory protection after
-    relocation: Cannot allocate memory": 6,300 lost trials of a 60-minute mobilenet_v2 run).
+    relocation: Cannot allocate memory": 6,300 lost trials of a 60-minute mobilenet_v2 run);
+    ``warmup_s`` seconds of untimed runs precede the first timing in a fresh process (a runner
+    process, or an RPC device's session): the first tenths of a second of parallel runs in a
+    new process read slow (a 256^3 matmul on 2 threads: 2x, at times 4 ms against 0.2 ms, the
+    scheduler's tick), which biased every run's first batch.
     """
 
     number: int = 1
@@ -42,6 +46,7 @@ class MeasureOptions:
     imports: tuple[str, ...] = ()
     rpc: str | None = None
     runner_restart: int = 2000
+    warmup_s: float = 0.5
 
     @classmethod
     def cold(cls, **overrides: Any) -> "MeasureOptions":
@@ -75,4 +80,5 @@ class MeasureOptions:
     def runner_opts(self) -> dict[str, Any]:
         """The settings the runner worker needs."""
         d = asdict(self)
-        return {k: d[k] for k in ("number", "repeat", "min_repeat_ms", "cooldown_ms", "flush_cache", "check_correctness", "seed")}
+        return {k: d[k] for k in ("number", "repeat", "min_repeat_ms", "cooldown_ms", "flush_cache", "check_correctness", "seed",
+                                  "warmup_s")}
