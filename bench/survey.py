@@ -24,6 +24,14 @@ from .common import fmt, machine_info, machine_line, write_text
 from .modelruns import latency, run_json as run, suite_system
 
 
+def ratios(row: dict) -> str:
+    """``wall ratio | CPU ratio`` cells (sequential over survey); "-" where the goal was not reached."""
+    if not row["reached"]:
+        return "- | -"
+    cpu = row["sequential_cpu_s"] / row["survey_cpu_s"] if row["sequential_cpu_s"] and row["survey_cpu_s"] else None
+    return f"{row['sequential_wall_s'] / row['survey_wall_s']:.2f}x | {fmt(cpu, '.2f')}x"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.survey", description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet18,mobilenet_v2")
@@ -57,24 +65,40 @@ def main(argv: list[str] | None = None) -> int:
                "sequential_cpu_s": seq["cost"].get("cpu_s"), "goal_ms": goal_ms, "survey_ms": sur_lat["tuned_ms"],
                "survey_wall_s": sur["cost"]["wall_s"], "survey_cpu_s": sur["cost"]["cpu_s"],
                "survey_stop": rep.get("stop"), "survey_rounds": [r["latency_ms"] for r in rep.get("rounds", [])],
+               "survey_changes": [r.get("roi") for r in rep.get("rounds", [])[1:]],
                "reached": sur_lat["tuned_ms"] is not None and sur_lat["tuned_ms"] <= goal_ms}
         rows.append(row)
         print(json.dumps(row), flush=True)
     (out / "survey.json").write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
-    lines = ["# Survey tuning against sequential tuning", "",
-             f"{machine_line()}; tuner {a.tuner}; sequential for {a.time_budget:.0f} s, "
-             "survey until within 2% of its result (same budget at most).", "",
-             "| model | untuned ms | sequential ms | wall s | CPU-s | survey ms | wall s | CPU-s | stopped | "
-             "wall ratio | CPU ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
-    for r in rows:
-        cpu_ratio = r["sequential_cpu_s"] / r["survey_cpu_s"] if r["sequential_cpu_s"] and r["survey_cpu_s"] else None
-        lines.append(f"| {r['model']} | {fmt(r['untuned_ms'], '.2f')} | {fmt(r['sequential_ms'], '.2f')} | "
-                     f"{r['sequential_wall_s']:.0f} | {fmt(r['sequential_cpu_s'], '.0f')} | {fmt(r['survey_ms'], '.2f')} | "
-                     f"{r['survey_wall_s']:.0f} | {fmt(r['survey_cpu_s'], '.0f')} | {r['survey_stop']} | "
-                     f"{r['sequential_wall_s'] / r['survey_wall_s']:.2f}x | {fmt(cpu_ratio, '.2f')}x |")
-    write_text(out / "survey.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = render(rows, a.tuner, a.time_budget)
+    write_text(out / "survey.md", text)
+    print(text, end="")
     return 0
+
+
+def render(rows: list[dict], tuner: str, time_budget: float) -> str:
+    """``survey.md``: one row per model, then each survey's rounds."""
+    lines = ["# Survey tuning against sequential tuning", "",
+             f"{machine_line()}; tuner {tuner}; sequential for {time_budget:.0f} s, "
+             "survey until within 2% of its result (same budget at most).", "",
+             "| model | untuned ms | sequential ms | wall s | CPU-s | goal ms | survey ms | wall s | CPU-s | stopped | "
+             "reached | wall ratio | CPU ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {fmt(r['untuned_ms'], '.2f')} | {fmt(r['sequential_ms'], '.2f')} | "
+                     f"{r['sequential_wall_s']:.0f} | {fmt(r['sequential_cpu_s'], '.0f')} | {fmt(r['goal_ms'], '.2f')} | "
+                     f"{fmt(r['survey_ms'], '.2f')} | {r['survey_wall_s']:.0f} | {fmt(r['survey_cpu_s'], '.0f')} | "
+                     f"{r['survey_stop']} | {'yes' if r['reached'] else 'no'} | {ratios(r)} |")
+    lines += ["", "A ratio is sequential over survey, shown only where the survey model reached the goal "
+              "(within 2% of the sequential result, both timed here): a survey that stopped short saved "
+              "nothing comparable.", "", "Survey rounds (model latency in the tuning process; the change is "
+              "each round's model timed beside the round before's):", ""]
+    for r in rows:
+        changes = [None, *r.get("survey_changes", [])]  # none before 2026-11-27's paired timing
+        changes += [None] * (len(r["survey_rounds"]) - len(changes))
+        steps = [f"{ms:.2f} ms" + (f" ({c:+.1%})" if c is not None else "")
+                 for ms, c in zip(r["survey_rounds"], changes)]
+        lines.append(f"- {r['model']}: " + " → ".join(steps))
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -640,15 +640,17 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
 
 
 def _model_latency_fn(model: Any, db: Any) -> Any:
-    """``f(tuned) -> seconds``: the model compiled with ``db``'s bests (or untuned) and timed
-    (median of 3 interleaved rounds; the untuned build is compiled once)."""
+    """``f(tuned) -> (seconds, change)``: the model compiled with ``db``'s bests (or untuned),
+    timed beside the build timed before it (:class:`~.models.reference.PairedTiming`; the untuned
+    build is compiled once)."""
     from .models.compile import compile_model
-    from .models.reference import interleaved_latency, set_threads
+    from .models.reference import PairedTiming, set_threads
     from .target import cpu_count
 
     untuned: list[Any] = []
+    timing = PairedTiming()
 
-    def latency(tuned: bool) -> float:
+    def latency(tuned: bool) -> tuple[float, float | None]:
         set_threads(cpu_count())
         if tuned:
             cm = compile_model(model, db)
@@ -656,8 +658,7 @@ def _model_latency_fn(model: Any, db: Any) -> Any:
             if not untuned:
                 untuned.append(compile_model(model, None))
             cm = untuned[0]
-        lat = interleaved_latency({"m": cm.callable(model.example_inputs)}, rounds=3, min_time_s=0.2)["m"]
-        return lat.median_ms / 1e3
+        return timing.time(cm.callable(model.example_inputs))
 
     return latency
 

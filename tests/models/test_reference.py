@@ -322,11 +322,11 @@ def test_interleaved_latency_takes_per_round_medians(clock):
 
     warm = 50.0  # every warm-up call is slow: it must not count
     one_run = scripted([warm] + [warm, 3.0] + [warm, 1.0] + [warm, 2.0])  # min_time 0: one timed run a round
-    lat = interleaved_latency({"x": one_run}, rounds=3, min_time_s=0.0)["x"]
+    lat = interleaved_latency({"x": one_run}, rounds=3, min_time_s=0.0, warmup_s=0.0)["x"]
     assert lat.samples == 3
     assert (lat.min_ms, lat.median_ms, lat.max_ms) == pytest.approx((1.0, 2.0, 3.0))
     hiccup = scripted([warm] + [warm, 1.0, 1.0, 10.0] * 3)  # 3 runs reach min_time; the 10 ms one is a hiccup
-    lat = interleaved_latency({"x": hiccup}, rounds=3, min_time_s=0.0025)["x"]
+    lat = interleaved_latency({"x": hiccup}, rounds=3, min_time_s=0.0025, warmup_s=0.0)["x"]
     assert (lat.min_ms, lat.median_ms, lat.max_ms) == pytest.approx((1.0, 1.0, 1.0))
 
 
@@ -343,11 +343,52 @@ def test_interleaved_rounds_keeps_each_round_for_paired_comparisons(clock):
     w = 50.0  # warm-up calls
     a = scripted([w] + [w, 1.0] + [w, 2.0] + [w, 4.0])  # min_time 0: one timed run a round
     b = scripted([w] + [w, 2.0] + [w, 4.0] + [w, 8.0])
-    per_round = interleaved_rounds({"a": a, "b": b}, rounds=3, min_time_s=0.0)
+    per_round = interleaved_rounds({"a": a, "b": b}, rounds=3, min_time_s=0.0, warmup_s=0.0)
     assert list(per_round) == ["a", "b"]
     assert per_round["a"] == pytest.approx([1e-3, 2e-3, 4e-3]) and per_round["b"] == pytest.approx([2e-3, 4e-3, 8e-3])
     with pytest.raises(ValueError):
         interleaved_rounds({}, rounds=1)
+
+
+def test_warm_up_lasts_warmup_s_before_the_rounds(clock):
+    """Each system is called untimed for warmup_s (a fresh process's first parallel runs read
+    slow), at least once and at most DEFAULT_MAX_RUNS times, before any round."""
+    calls: list[float] = []
+    per_round = interleaved_rounds({"x": clock.work(0.125, calls)}, rounds=2, min_time_s=0.0, warmup_s=0.3)
+    # 0.125, 0.25, 0.375 >= 0.3; then per round time_callable's own warm-up call and one timed
+    assert len(calls) == 3 + 2 * 2 and per_round["x"] == [0.125, 0.125]
+    calls.clear()
+    interleaved_rounds({"x": clock.work(1.0, calls)}, rounds=1, min_time_s=0.0, warmup_s=0.3)
+    assert len(calls) == 1 + 2
+    calls.clear()
+    interleaved_rounds({"x": clock.work(0.0, calls)}, rounds=1, min_time_s=0.0, warmup_s=0.3)
+    assert len(calls) == reference.DEFAULT_MAX_RUNS + 2  # a clock that never moves: capped
+
+
+def test_paired_timing_gives_each_build_its_change_against_the_one_before(monkeypatch):
+    """The first build has no change; each next one is timed beside the one before it, and its
+    change is the median of the per-round ratios (drift that hits both rounds alike cancels)."""
+    seen: list[list[str]] = []
+    per_build = {"u": [3.0, 3.3, 3.0], "r1": [2.7, 3.0, 2.79], "r2": [2.6, 2.8, 2.8]}
+
+    def fake(fns, rounds, min_time_s, warmup_s=0.3):
+        seen.append(sorted(fns))
+        return {k: per_build[fn.__name__] for k, fn in fns.items()}
+
+    def build(name):
+        def fn() -> None:
+            pass
+        fn.__name__ = name
+        return fn
+
+    monkeypatch.setattr(reference, "interleaved_rounds", fake)
+    timing = reference.PairedTiming(rounds=3)
+    assert timing.time(build("u")) == (3.0, None)
+    lat, change = timing.time(build("r1"))
+    assert lat == 2.79 and change == pytest.approx(3.0 / 3.3 - 1)  # ratios 0.9, 0.909, 0.93
+    lat, change = timing.time(build("r2"))  # beside r1, not u
+    assert change == pytest.approx(2.6 / 2.7 - 1)  # ratios 0.963, 0.933, 1.0036
+    assert seen == [["now"], ["before", "now"], ["before", "now"]]
 
 
 def test_interleaved_latency_rotates_order(monkeypatch):
@@ -368,7 +409,7 @@ def test_interleaved_latency_rotates_order(monkeypatch):
         return real(fn, min_time_s, max_runs)
 
     monkeypatch.setattr(reference, "time_callable", spy)
-    res = interleaved_latency(fns, rounds=4, min_time_s=0.0)
+    res = interleaved_latency(fns, rounds=4, min_time_s=0.0, warmup_s=0.0)
     assert log[:3] == ["a", "b", "c"]  # warm-up of every system first
     assert timed == list("abc" "bca" "cab" "abc")  # each round starts with the next system
     assert all(lat.samples == 4 for lat in res.values())

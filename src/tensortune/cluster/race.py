@@ -46,10 +46,6 @@ from ..utils.names import file_stem
 
 #: Trimmer's round size (measurements per task and round).
 RACE_BATCH = 64
-#: A round's model timing: interleaved rounds of at least this many seconds each, the model
-#: compiled with this round's bests beside the one of the round before (the pair gives the change).
-TIMING_ROUNDS = 5
-TIMING_MIN_S = 0.2
 
 
 def lock_name(node_ip: str) -> str:
@@ -157,6 +153,7 @@ class Competitor:
         from ..measure import MeasureOptions, Measurer
         from ..models.compile import model_tasks
         from ..models.importer import load_model
+        from ..models.reference import PairedTiming
         from ..tuners import get_tuner
         from ..utils.options import parse_assignments
 
@@ -173,32 +170,21 @@ class Competitor:
         self.cpu_s = 0.0
         self.energy_j: float | None = None
         self.trials = 0
-        self._before: Callable[[], None] | None = None  # the model as the last round left it
+        self.timing = PairedTiming()  # each round's model beside the one the round before left
 
     def latency(self) -> tuple[float, float | None]:
         """The model compiled with this database's bests, timed (seconds; the host held), and its
         change against the model the round before left (``now / before - 1``; None in the first
-        round): the median of the per-round ratios, the two timed in interleaved rounds.
-
-        Timed alone, minutes apart, the same model varies by about 10% on a 2-core host (a race's
-        actor whose rounds measured nothing was timed at 2.90-3.23 ms for one mobilenet_v2,
-        rocketlake, 2026-11-27), more than a late round's real gain; the suspension ranks by
-        the change, so it is measured in pairs, where the host's drift cancels."""
-        import statistics
-
+        round), the two timed in interleaved rounds (:class:`~tensortune.models.reference.PairedTiming`):
+        the suspension ranks by the change, and timed alone the host's drift between rounds is
+        larger than a late round's gain."""
         from ..models.compile import compile_model
-        from ..models.reference import interleaved_rounds, set_threads
+        from ..models.reference import set_threads
         from ..target import cpu_count
 
         with self.turn():
             set_threads(cpu_count())
-            now = compile_model(self.model, self.db).callable(self.model.example_inputs)
-            fns = {"now": now} if self._before is None else {"now": now, "before": self._before}
-            per_round = interleaved_rounds(fns, TIMING_ROUNDS, TIMING_MIN_S)
-        self._before = now
-        change = (statistics.median(a / b for a, b in zip(per_round["now"], per_round["before"])) - 1
-                  if "before" in per_round else None)
-        return statistics.median(per_round["now"]), change
+            return self.timing.time(compile_model(self.model, self.db).callable(self.model.example_inputs))
 
     def round(self) -> dict[str, Any]:
         """One batch per task (each in a turn of its own on the host), then the model's latency;

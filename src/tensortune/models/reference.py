@@ -6,7 +6,8 @@ two things: ``run(inputs) -> list of numpy arrays`` for the output check (:func:
 and a zero-argument callable doing one inference for timing (:func:`interleaved_latency`, which the
 caller also uses for TVM by wrapping it as a plain Python callable).
 
-Timing protocol: each system is warmed up once, then measured in ``rounds`` rounds; inside a round
+Timing protocol: each system is warmed up (called for ``warmup_s``, at least once: a fresh process's
+first tenths of a second of parallel runs read slow), then measured in ``rounds`` rounds; inside a round
 the systems are timed one after the other (never concurrently), in an order rotated each round, and
 each round contributes the median of its runs. Reported figures are over those per-round medians,
 so slow machine drift (thermal, other load) is shared by all systems instead of favouring one.
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 
 __all__ = [
-    "DEFAULT_MAX_RUNS", "DEFAULT_MIN_TIME_S", "DEFAULT_OPSET", "DEFAULT_ROUNDS", "DEFAULT_RTOL", "DEFAULT_THREADS", "ABS_FLOOR",
+    "DEFAULT_MAX_RUNS", "DEFAULT_MIN_TIME_S", "DEFAULT_WARMUP_S", "PAIRED_ROUNDS", "PairedTiming", "DEFAULT_OPSET", "DEFAULT_ROUNDS", "DEFAULT_RTOL", "DEFAULT_THREADS", "ABS_FLOOR",
     "Latency", "OrtRunner", "OutputCheck", "ReferenceRunError", "TorchRunner",
     "compare_outputs", "export_onnx", "interleaved_latency", "interleaved_rounds", "set_threads", "time_callable",
 ]
@@ -62,6 +63,12 @@ DEFAULT_MAX_RUNS: int = 1000
 """Maximum timed runs of one :func:`time_callable` call."""
 DEFAULT_ROUNDS: int = 5
 """Rounds of :func:`interleaved_latency`."""
+DEFAULT_WARMUP_S: float = 0.3
+"""Untimed calls of each system before the rounds, in seconds (at least one call): the first tenths
+of a second of parallel runs in a fresh process read up to 2x slow (the runner's
+:attr:`~tensortune.measure.MeasureOptions.warmup_s`)."""
+PAIRED_ROUNDS: int = 5
+"""Rounds of :class:`PairedTiming`: each the model beside the one timed before it."""
 
 _DYNAMO_MIN_OPSET = 18  # the torch.export-based exporter writes opset-18 ops (Split num_outputs) even when asked for 17
 
@@ -547,10 +554,12 @@ def time_callable(fn: Callable[[], None], min_time_s: float = DEFAULT_MIN_TIME_S
 
 
 def interleaved_rounds(fns: dict[str, Callable[[], None]], rounds: int = DEFAULT_ROUNDS,
-                       min_time_s: float = DEFAULT_MIN_TIME_S) -> dict[str, list[float]]:
+                       min_time_s: float = DEFAULT_MIN_TIME_S,
+                       warmup_s: float = DEFAULT_WARMUP_S) -> dict[str, list[float]]:
     """Per-round median seconds of several callables timed in interleaved rounds.
 
-    Every callable is first called once (warm-up). Then, in each of ``rounds`` rounds, every callable
+    Every callable is first called for ``warmup_s`` seconds (at least once, at most
+    :data:`DEFAULT_MAX_RUNS` times; the warm-up). Then, in each of ``rounds`` rounds, every callable
     is timed with :func:`time_callable` (``min_time_s``), one after the other, never concurrently; the
     order is rotated by one each round (round ``r`` starts with system ``r mod n``, in ``fns`` order).
     Returns, per key of ``fns`` (in ``fns`` order), the median of each round's runs: entry ``r`` of
@@ -562,8 +571,12 @@ def interleaved_rounds(fns: dict[str, Callable[[], None]], rounds: int = DEFAULT
     if not fns:
         raise ValueError("no callables to time")
     names = list(fns)
-    for name in names:
-        fns[name]()
+    for name in names:  # warm-up: for warmup_s, at least one call and at most DEFAULT_MAX_RUNS
+        end = time.perf_counter() + warmup_s
+        for _ in range(DEFAULT_MAX_RUNS):
+            fns[name]()
+            if time.perf_counter() >= end:
+                break
     per_round: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         k = r % len(names)
@@ -573,11 +586,37 @@ def interleaved_rounds(fns: dict[str, Callable[[], None]], rounds: int = DEFAULT
 
 
 def interleaved_latency(fns: dict[str, Callable[[], None]], rounds: int = DEFAULT_ROUNDS,
-                        min_time_s: float = DEFAULT_MIN_TIME_S) -> dict[str, Latency]:
+                        min_time_s: float = DEFAULT_MIN_TIME_S,
+                        warmup_s: float = DEFAULT_WARMUP_S) -> dict[str, Latency]:
     """Latency of several systems measured in interleaved rounds, so machine drift hits all of them alike.
 
     The rounds are :func:`interleaved_rounds`'; each :class:`Latency` is over a system's ``rounds``
     per-round medians. Returns one :class:`Latency` per key of ``fns``, in ``fns`` order.
     """
-    per_round = interleaved_rounds(fns, rounds, min_time_s)
+    per_round = interleaved_rounds(fns, rounds, min_time_s, warmup_s)
     return {name: Latency.from_samples_s(per_round[name]) for name in per_round}
+
+
+class PairedTiming:
+    """Successive builds of one model timed in pairs: each beside the one timed before it.
+
+    Timed alone, minutes apart, the same model varies by about 10% on a 2-core host (one
+    mobilenet_v2 read 2.90-3.23 ms across a race's rounds, rocketlake, 2026-11-27), more than a
+    late round's real gain. Timed in interleaved rounds beside the build before it, the host's
+    drift hits both, and their per-round ratio gives the change. The survey scheduler's rate rule
+    and the race's ranking both decide on that change."""
+
+    def __init__(self, rounds: int = PAIRED_ROUNDS, min_time_s: float = DEFAULT_MIN_TIME_S) -> None:
+        self.rounds, self.min_time_s = rounds, min_time_s
+        self._before: Callable[[], None] | None = None
+
+    def time(self, fn: Callable[[], None]) -> tuple[float, float | None]:
+        """Time ``fn`` (one inference) beside the build timed before it; returns its median
+        seconds over the rounds and its change ``now / before - 1`` (the median of the per-round
+        ratios; negative: faster), None for the first build. ``fn`` is the next one's pair."""
+        fns = {"now": fn} if self._before is None else {"now": fn, "before": self._before}
+        per_round = interleaved_rounds(fns, self.rounds, self.min_time_s)
+        self._before = fn
+        change = (float(np.median([a / b for a, b in zip(per_round["now"], per_round["before"])])) - 1
+                  if "before" in per_round else None)
+        return float(np.median(per_round["now"])), change

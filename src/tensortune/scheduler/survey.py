@@ -6,13 +6,18 @@ not pay.
 
 * **Rounds.** Each round gives every active task one batch of ``batch`` (64) measurements,
   through the task's own tuner, kept across rounds. After the round the model is compiled with
-  the best configs so far and its latency ``x_t`` measured (``model_latency``).
+  the best configs so far and its latency ``x_t`` measured (``model_latency``), in interleaved
+  rounds beside the model timed before it (:class:`~tensortune.models.reference.PairedTiming`),
+  which gives the round's change. Timed alone, one reading per round, the host's drift decided:
+  the first survey of mobilenet_v2 (rocketlake, 2026-11-27) read 3.36 ms untuned (3.15 in the
+  benchmark), 3.06 after round 1, 3.31 after round 2, and the rate rule stopped it after 12 of
+  its 60 minutes with the model no faster than untuned.
 * **Latency goal** (Eq. 1): tuning stops once ``x_t <= g``, where ``g`` is the goal asked for,
   never above the untuned latency ``x_u`` (a goal above it is lowered to it).
 * **Rate of improvement** (Eq. 2-3). The paper prints Eq. 2 as ``(x_t + x_{t-1}) / x_{t-1}``;
   we read it as the relative change ``ROI_t = (x_t - x_{t-1}) / x_{t-1}`` (negative: the model
-  got faster). Eq. 3's sign rules are *our reading* (the paper's text was not at hand): with
-  ``w1`` the sign of ``ROI_t`` and ``w2`` that of ``ROI_{t-1}``,
+  got faster), measured as the paired change (above). Eq. 3's sign rules are *our reading*
+  (the paper's text was not at hand): with ``w1`` the sign of ``ROI_t`` and ``w2`` that of ``ROI_{t-1}``,
   - ``w1 < 0, w2 < 0`` (both rounds gained): stop when the latest gain is under ``|phi|`` of the
     previous one, i.e. ``ROI_t > phi * |ROI_{t-1}|`` (``phi`` = -0.25: less than a quarter);
   - ``w1 >= 0, w2 < 0`` (a gain, then none): stop (no gain left to pay for the next round);
@@ -74,10 +79,12 @@ class SurveyScheduler(TaskScheduler):
 
     def __init__(self, tasks: Any, make_tuner: Callable[[Any, int], Any], measurer: Any, database: Any,
                  trials_per_task: int | None = None, time_budget: float | None = None, *,
-                 model_latency: Callable[[bool], float] | None = None, options: SurveyOptions | None = None,
-                 **kwargs: Any) -> None:
+                 model_latency: Callable[[bool], tuple[float, float | None]] | None = None,
+                 options: SurveyOptions | None = None, **kwargs: Any) -> None:
         """``model_latency(tuned)`` times the model compiled with the database's bests (``tuned``
-        True) or untuned (False), in seconds. Without trials or time the rounds end by themselves
+        True) or untuned (False): its seconds, and its change against the model timed before it
+        (``now / before - 1``, None for the first; the change is measured in pairs, so the host's
+        drift between rounds cancels). Without trials or time the rounds end by themselves
         (``max_trials`` per task at most)."""
         options = options or SurveyOptions()
         if trials_per_task is None and time_budget is None:
@@ -99,9 +106,9 @@ class SurveyScheduler(TaskScheduler):
 
     def _run(self) -> None:
         o = self.options
-        self.untuned_s = self.model_latency(False)
+        self.untuned_s, _ = self.model_latency(False)
         self.goal_s = None if o.goal_s is None else min(o.goal_s, self.untuned_s)  # Eq. 1
-        x_prev = self.model_latency(True) if any(out.trials_total for out in self.outcomes.values()) \
+        x_prev = self.model_latency(True)[0] if any(out.trials_total for out in self.outcomes.values()) \
             else self.untuned_s
         self.rounds.append({"round": 0, "latency_s": x_prev, "trials": 0, "elapsed_s": 0.0, "roi": None})
         roi_prev: float | None = None
@@ -122,8 +129,8 @@ class SurveyScheduler(TaskScheduler):
                     self._suspend(mt, out.stop_reason or "nothing left", active)
                 elif out.trials_total >= cap:
                     self._suspend(mt, f"{cap} measurements", active)
-            x_t = self.model_latency(True)
-            roi = (x_t - x_prev) / x_prev
+            x_t, change = self.model_latency(True)
+            roi = change if change is not None else (x_t - x_prev) / x_prev
             self.rounds.append({"round": len(self.rounds), "latency_s": x_t, "trials": measured, "roi": roi,
                                 "elapsed_s": time.perf_counter() - self._start, "active": len(active)})
             if self.goal_s is not None and x_t <= self.goal_s:
