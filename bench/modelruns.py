@@ -56,16 +56,36 @@ def _echo(stream: IO[str] | None, tail: deque[str]) -> None:
 
 def latency(model: str, db_path: Path) -> dict[str, Any]:
     """Tuned and untuned latency of ``model`` with ``db_path``'s bests (outputs checked)."""
+    ms = paired_latency(model, {"tuned": db_path})
+    return {"tuned_ms": ms["tuned"], "tuned_ok": ms["tuned"] is not None, "untuned_ms": ms["untuned"]}
+
+
+def paired_latency(model: str, dbs: dict[str, Path]) -> dict[str, float | None]:
+    """Median ms of ``model`` compiled with each database's bests, and untuned (``"untuned"``), all
+    in one interleaved benchmark (outputs checked; None where they did not match): timings from
+    two benchmarks minutes apart differ by several percent on a 2-core host, more than the 2% a
+    comparison like survey against sequential asks about."""
+    from contextlib import ExitStack
+
     from tensortune.database import Database
     from tensortune.models.bench import bench_model
+    from tensortune.models.compile import compile_model
     from tensortune.models.importer import load_model
 
-    with Database(db_path, readonly=True) as db:
-        report = bench_model(load_model(model), db, with_ort=False)
+    m = load_model(model)
+    names = list(dbs)
+    with ExitStack() as stack:
+        opened = {n: stack.enter_context(Database(p, readonly=True)) for n, p in dbs.items()}
+        extra = {f"tensortune {n}": compile_model(m, opened[n]) for n in names[1:]}
+        report = bench_model(m, opened[names[0]], with_ort=False, extra=extra)
     rows = {r.name: r for r in report.rows}
-    tuned, untuned = rows["tensortune tuned"], rows["tensortune untuned"]
-    return {"tuned_ms": tuned.latency.median_ms if tuned.latency else None, "tuned_ok": tuned.ok,
-            "untuned_ms": untuned.latency.median_ms if untuned.latency else None}
+
+    def ms(name: str) -> float | None:
+        r = rows[name]
+        return r.latency.median_ms if r.ok and r.latency else None
+
+    return {"untuned": ms("tensortune untuned"), names[0]: ms("tensortune tuned"),
+            **{n: ms(f"tensortune {n}") for n in names[1:]}}
 
 
 def suite_system(results: Path, model: str, tuner: str) -> tuple[dict[str, Any], Path, dict[str, Any], float]:

@@ -64,3 +64,36 @@ def test_a_runs_stderr_is_passed_through_and_its_last_line_names_a_failure(
     with pytest.raises(SystemExit, match="boom: no such model"):
         modelruns.run_json(["race", "m"], tmp_path / "bad.json")
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_paired_latency_times_every_database_in_one_benchmark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each database's model and the untuned one are systems of one interleaved benchmark (so
+    their latencies are paired), named by the caller; ``latency`` is its one-database case."""
+    from tensortune.database import Database
+
+    seen: dict[str, Any] = {}
+
+    def fake_bench(model, database, with_ort=True, extra=None, **kw):
+        seen.update(model=model, database=database, extra=extra, with_ort=with_ort)
+        lat = lambda ms: type("L", (), {"median_ms": ms})()  # noqa: E731
+        rows = [type("R", (), {"name": n, "ok": ok, "latency": lat(ms) if ok else None})()
+                for n, ok, ms in (("tensortune tuned", True, 2.9), ("tensortune untuned", True, 3.1),
+                                  ("tensortune survey", True, 2.95), ("pytorch", True, 14.8))]
+        if extra and "tensortune failed" in extra:
+            rows.append(type("R", (), {"name": "tensortune failed", "ok": False, "latency": None})())
+        return type("Report", (), {"rows": rows})()
+
+    monkeypatch.setattr("tensortune.models.bench.bench_model", fake_bench)
+    monkeypatch.setattr("tensortune.models.importer.load_model", lambda name: f"model:{name}")
+    monkeypatch.setattr("tensortune.models.compile.compile_model", lambda m, db: ("compiled", m, db.path))
+    dbs = {}
+    for name in ("sequential", "survey", "failed"):
+        dbs[name] = tmp_path / f"{name}.db"
+        Database(dbs[name]).close()
+    got = modelruns.paired_latency("mobilenet_v2", dbs)
+    assert got == {"untuned": 3.1, "sequential": 2.9, "survey": 2.95, "failed": None}
+    assert seen["model"] == "model:mobilenet_v2" and not seen["with_ort"]
+    assert Path(seen["database"].path) == dbs["sequential"]  # the first is bench_model's "tuned"
+    assert sorted(seen["extra"]) == ["tensortune failed", "tensortune survey"]
+    assert modelruns.latency("mobilenet_v2", dbs["sequential"]) == {"tuned_ms": 2.9, "tuned_ok": True,
+                                                                   "untuned_ms": 3.1}
