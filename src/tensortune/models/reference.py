@@ -35,8 +35,9 @@ import numpy as np
 import torch
 
 __all__ = [
-    "DEFAULT_MAX_RUNS", "DEFAULT_MIN_TIME_S", "DEFAULT_WARMUP_S", "PAIRED_ROUNDS", "PairedTiming", "DEFAULT_OPSET", "DEFAULT_ROUNDS", "DEFAULT_RTOL", "DEFAULT_THREADS", "ABS_FLOOR",
-    "Latency", "OrtRunner", "OutputCheck", "ReferenceRunError", "TorchRunner",
+    "DEFAULT_MAX_RUNS", "DEFAULT_MIN_TIME_S", "DEFAULT_OPSET", "DEFAULT_ROUNDS", "DEFAULT_RTOL", "DEFAULT_THREADS",
+    "DEFAULT_WARMUP_S", "PAIRED_ROUNDS", "ABS_FLOOR",
+    "Latency", "OrtRunner", "OutputCheck", "PairedTiming", "ReferenceRunError", "TorchRunner",
     "compare_outputs", "export_onnx", "interleaved_latency", "interleaved_rounds", "set_threads", "time_callable",
 ]
 
