@@ -4,10 +4,11 @@
                            [--out bench/results/survey]
 
 For each model: ``tensortune tune MODEL --scheduler sequential --time-budget B`` (the full-budget
-reference, its database ``OUT/MODEL-sequential.db``), the model timed with its bests (L); then
-``--scheduler survey --latency-goal 1.02 x L`` with the same tuner and at most the same budget
-(``OUT/MODEL-survey.db``): survey tuning stops when the model is within 2% of the sequential
-result (or when its rounds stop paying). Then both models and the untuned one are timed in one
+reference, its database ``OUT/MODEL-sequential.db``), the model timed with its bests; then
+``--scheduler survey --speedup-goal S`` with the same tuner and at most the same budget
+(``OUT/MODEL-survey.db``), S being the sequential model's speed-up over untuned (timed together)
+less 2%: survey tuning stops when its model, timed beside the untuned one, is that much faster (or
+when its rounds stop paying). Then both models and the untuned one are timed in one
 interleaved benchmark, and the survey reached the target where its model is within 2% of the
 sequential one there (the goal the run used was timed minutes before, in another benchmark).
 Reported: each run's wall time, CPU-seconds and final latency, and survey's rounds. A finished
@@ -28,6 +29,13 @@ from .modelruns import latency, paired_latency, run_json as run, suite_system
 
 #: The survey's target: within 2% of the sequential result (issue 19).
 WITHIN = 1.02
+
+
+def goal_cell(row: dict) -> str:
+    """The goal a survey run was given: a speed-up over untuned, or (older runs) a latency."""
+    if row.get("goal_speedup"):
+        return f"{row['goal_speedup']:.3f}x untuned"
+    return f"{fmt(row.get('goal_ms'), '.2f')} ms"
 
 
 def ratios(row: dict) -> str:
@@ -60,17 +68,20 @@ def main(argv: list[str] | None = None) -> int:
                        str(a.time_budget), "--db", str(seq_db)], out / f"{model}-sequential.tune.json", fresh=[seq_db])
         sur_db, sur_keep = out / f"{model}-survey.db", out / f"{model}-survey.tune.json"
         if sur_keep.exists():  # finished: its goal is the one it ran with
-            goal_ms = json.loads(sur_keep.read_text()).get("survey", {}).get("goal_ms")
-        else:  # the goal: within 2% of the sequential model, timed here
-            goal_ms = WITHIN * latency(model, seq_db)["tuned_ms"]
+            kept = json.loads(sur_keep.read_text()).get("survey", {})
+            goal = {"goal_ms": kept.get("goal_ms"), "goal_speedup": kept.get("speedup_goal")}
+        else:  # the goal: the sequential model's speed-up over untuned (one benchmark), less 2%
+            seq_lat = latency(model, seq_db)
+            goal = {"goal_ms": None, "goal_speedup": max(1.0, seq_lat["untuned_ms"] / seq_lat["tuned_ms"] / WITHIN)}
         sur = run(["tune", model, "--tuner", a.tuner, "--scheduler", "survey", "--time-budget", str(a.time_budget),
-                   "--latency-goal", f"{goal_ms:.6f}", "--db", str(sur_db)], sur_keep, fresh=[sur_db])
+                   *(["--speedup-goal", f"{goal['goal_speedup']:.6f}"] if goal["goal_speedup"] else
+                     ["--latency-goal", f"{goal['goal_ms']:.6f}"]), "--db", str(sur_db)], sur_keep, fresh=[sur_db])
         final = paired_latency(model, {"sequential": seq_db, "survey": sur_db})  # one benchmark: paired
         rep = sur.get("survey", {})
         ratio = final["survey"] / final["sequential"] if final["survey"] and final["sequential"] else None
         row = {"model": model, "tuner": a.tuner, "untuned_ms": final["untuned"],
                "sequential_ms": final["sequential"], "sequential_wall_s": seq["cost"]["wall_s"],
-               "sequential_cpu_s": seq["cost"].get("cpu_s"), "goal_ms": goal_ms, "survey_ms": final["survey"],
+               "sequential_cpu_s": seq["cost"].get("cpu_s"), **goal, "survey_ms": final["survey"],
                "survey_wall_s": sur["cost"]["wall_s"], "survey_cpu_s": sur["cost"]["cpu_s"],
                "survey_stop": rep.get("stop"), "survey_rounds": [r["latency_ms"] for r in rep.get("rounds", [])],
                "survey_changes": [r.get("roi") for r in rep.get("rounds", [])[1:]],
@@ -89,18 +100,19 @@ def render(rows: list[dict], tuner: str, time_budget: float) -> str:
     lines = ["# Survey tuning against sequential tuning", "",
              f"{machine_line()}; tuner {tuner}; sequential for {time_budget:.0f} s, "
              "survey until within 2% of its result (same budget at most).", "",
-             "| model | untuned ms | sequential ms | wall s | CPU-s | goal ms | survey ms | wall s | CPU-s | stopped | "
+             "| model | untuned ms | sequential ms | wall s | CPU-s | goal | survey ms | wall s | CPU-s | stopped | "
              "survey / sequential | reached | wall ratio | CPU ratio |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {fmt(r['untuned_ms'], '.2f')} | {fmt(r['sequential_ms'], '.2f')} | "
-                     f"{r['sequential_wall_s']:.0f} | {fmt(r['sequential_cpu_s'], '.0f')} | {fmt(r['goal_ms'], '.2f')} | "
+                     f"{r['sequential_wall_s']:.0f} | {fmt(r['sequential_cpu_s'], '.0f')} | {goal_cell(r)} | "
                      f"{fmt(r['survey_ms'], '.2f')} | {r['survey_wall_s']:.0f} | {fmt(r['survey_cpu_s'], '.0f')} | "
                      f"{r['survey_stop']} | {fmt(r.get('survey_over_sequential'), '.3f')} | "
                      f"{'yes' if r['reached'] else 'no'} | {ratios(r)} |")
     lines += ["", "The three latencies come from one interleaved benchmark after both runs; the survey reached "
               "the target where its model is within 2% of the sequential one there. The goal is the one the "
-              "survey run stopped at, timed before it. Wall and CPU ratios are sequential over survey, shown "
+              "survey run was given, timed before it: a speed-up over untuned (the survey times the two side "
+              "by side) or, before 2026-11-27's second run, a latency. Wall and CPU ratios are sequential over survey, shown "
               "only where the target was reached: a survey that stopped short saved nothing comparable.", "", "Survey rounds (model latency in the tuning process; the change is "
               "each round's model timed beside the round before's):", ""]
     for r in rows:

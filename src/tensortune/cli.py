@@ -42,6 +42,14 @@ def _positive(cast: type) -> Any:
 _positive_int, _positive_float = _positive(int), _positive(float)
 
 
+def _speedup(s: str) -> float:
+    """An argparse type: a speed-up (untuned / tuned latency), at least 1."""
+    v = _positive_float(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{s}: a speed-up goal is untuned / tuned latency, at least 1")
+    return v
+
+
 def _parse_shape(text: str) -> list[int]:
     vals = []
     for part in text.split(","):
@@ -197,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     tm.add_argument("--scheduler", default="sequential", help=f"one of {', '.join(SCHEDULER_NAMES)}")
     tm.add_argument("--latency-goal", type=_positive_float, default=None, metavar="MS",
                     help="survey: stop once the model runs this fast (never above its untuned latency)")
+    tm.add_argument("--speedup-goal", type=_speedup, default=None, metavar="X",
+                    help="survey: stop once the model runs X times as fast as untuned (at least 1), the two timed "
+                         "side by side in this process")
     tm.add_argument("--survey-batch", type=_positive_int, default=None, help="survey: measurements per task and round (64)")
     tm.add_argument("--db", required=True, help="SQLite database file (created if missing)")
     tm.add_argument("--batch-size", type=_positive_int, default=None)
@@ -590,7 +601,8 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
                 rpc: str | None = None, survey: dict[str, Any] | None = None) -> tuple[list[Any], Any, float]:
     """Tune every task of ``model``; returns (outcomes, tasks, wall seconds). ``cost``, when
     given, is filled with the run's cost (wall time, CPU-seconds, energy); ``survey``, for the
-    survey scheduler, holds its options (``goal_ms``, ``batch``) and is filled with its report."""
+    survey scheduler, holds its options (``goal_ms``, ``speedup_goal``, ``batch``) and is filled with its
+    report."""
     import time
 
     from .models.compile import model_tasks
@@ -620,8 +632,10 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
             if scheduler == "survey":
                 from .scheduler.survey import SurveyOptions
 
-                s_opts = SurveyOptions(**{k: v for k, v in (("batch", (survey or {}).get("batch")),
-                                                             ("goal_s", ((survey or {}).get("goal_ms") or 0) / 1e3 or None))
+                given = survey or {}
+                s_opts = SurveyOptions(**{k: v for k, v in (("batch", given.get("batch")),
+                                                             ("goal_s", (given.get("goal_ms") or 0) / 1e3 or None),
+                                                             ("speedup_goal", given.get("speedup_goal")))
                                           if v is not None})
                 extra = {"model_latency": _model_latency_fn(model, db), "options": s_opts}
             sched = sched_cls(tasks, make_tuner, m, db, trials_per_task, time_budget, callbacks=[bar], batch_size=bs,
@@ -640,9 +654,9 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
 
 
 def _model_latency_fn(model: Any, db: Any) -> Any:
-    """``f(tuned) -> (seconds, change)``: the model compiled with ``db``'s bests (or untuned),
-    timed beside the build timed before it (:class:`~.models.reference.PairedTiming`; the untuned
-    build is compiled once)."""
+    """``f(tuned) -> Timed(seconds, change, vs_first)``: the model compiled with ``db``'s bests (or
+    untuned), timed beside the build timed before it and the first (the untuned one, which the
+    survey times first: :class:`~.models.reference.PairedTiming`; compiled once)."""
     from .models.compile import compile_model
     from .models.reference import PairedTiming, set_threads
     from .target import cpu_count
@@ -650,7 +664,7 @@ def _model_latency_fn(model: Any, db: Any) -> Any:
     untuned: list[Any] = []
     timing = PairedTiming()
 
-    def latency(tuned: bool) -> tuple[float, float | None]:
+    def latency(tuned: bool) -> Any:
         set_threads(cpu_count())
         if tuned:
             cm = compile_model(model, db)
@@ -692,7 +706,8 @@ def cmd_tune(a: argparse.Namespace) -> int:
     model = _load(a)
     _threads_env(None)  # the in-model check at the end times the model in this process
     cost: dict[str, Any] = {}
-    survey = {"goal_ms": a.latency_goal, "batch": a.survey_batch} if a.scheduler == "survey" else None
+    survey = ({"goal_ms": a.latency_goal, "speedup_goal": a.speedup_goal, "batch": a.survey_batch}
+              if a.scheduler == "survey" else None)
     outcomes, _, wall = _tune_model(model, a.tuner, a.db, a.trials_per_task, a.time_budget, a.scheduler, a.seed,
                                     a.batch_size, progress=not (a.no_progress or a.json), tuner_options=a.tuner_options,
                                     cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, cost=cost, rpc=a.rpc,
@@ -731,7 +746,8 @@ def cmd_tune(a: argparse.Namespace) -> int:
         if survey and "report" in survey:
             rep = survey["report"]
             print(f"survey: untuned {rep['untuned_ms']:.2f} ms; rounds " + ", ".join(
-                f"{r['latency_ms']:.2f}" for r in rep["rounds"]) + f" ms; stopped: {rep['stop']}")
+                f"{r['latency_ms']:.2f}" + (f" ({r['speedup']:.3f}x)" if r.get("speedup") else "")
+                for r in rep["rounds"]) + f" ms; stopped: {rep['stop']}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """bench.survey's report: ratios only where the survey reached the goal, and each survey's rounds."""
 from __future__ import annotations
 
-from bench.survey import ratios, render
+from bench.survey import goal_cell, ratios, render
 
 
 def row(**kw) -> dict:
@@ -19,6 +19,11 @@ def test_ratios_only_where_the_goal_was_reached() -> None:
     # sequential run, but for a model no faster than untuned; no ratio is given for it
     assert ratios(row(survey_ms=3.17, reached=False, survey_stop="rate of improvement")) == "- | -"
     assert ratios(row(sequential_cpu_s=None)) == "3.00x | -x"
+
+
+def test_the_goal_is_a_speedup_over_untuned_or_an_older_runs_latency() -> None:
+    assert goal_cell(row(goal_ms=None, goal_speedup=1.053)) == "1.053x untuned"
+    assert goal_cell(row()) == "3.05 ms"
 
 
 def test_render_gives_the_table_and_each_rounds_changes() -> None:

@@ -67,11 +67,13 @@ def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
 def test_survey_tuning_times_the_model_each_round(onnx_path, tmp_path, capsys):
     db = str(tmp_path / "s.db")
     assert main(["tune", onnx_path, "--tuner", "random", "--scheduler", "survey", "--survey-batch", "3",
-                 "--trials-per-task", "9", "--db", db, "--json"]) == 0
+                 "--trials-per-task", "9", "--speedup-goal", "50", "--db", db, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rep = out["survey"]
     assert rep["untuned_ms"] > 0 and rep["rounds"][0]["round"] == 0 and len(rep["rounds"]) >= 2
-    assert all(r["latency_ms"] > 0 for r in rep["rounds"]) and rep["stop"]
+    assert all(r["latency_ms"] > 0 for r in rep["rounds"]) and rep["stop"] != "speed-up goal"
+    # each round's speed-up over untuned (timed beside it) and its paired change
+    assert rep["speedup_goal"] == 50 and all(r["speedup"] > 0 and r["roi"] is not None for r in rep["rounds"][1:])
     assert all(t["trials"] <= 9 for t in out["tasks"]) and all(t["trials"] % 3 == 0 for t in out["tasks"])
 
 
@@ -81,6 +83,7 @@ def test_survey_tuning_times_the_model_each_round(onnx_path, tmp_path, capsys):
     (["tune", "resnet18", "--trials-per-task", "1", "--db", "x.db", "--scheduler", "lottery"], "unknown scheduler"),
     (["tune", "resnet18", "--trials-per-task", "1", "--db", "x.db", "--tuner", "magic"], "unknown tuner"),
     (["compile", "nosuchmodel", "-o", "x.so"], "no such file"),
+    (["tune", "resnet18", "--db", "x.db", "--scheduler", "survey", "--speedup-goal", "0.9"], "at least 1"),
 ])
 def test_bad_input_exits_2_in_one_line(argv, msg, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

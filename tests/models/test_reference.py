@@ -383,12 +383,14 @@ def test_paired_timing_gives_each_build_its_change_against_the_one_before(monkey
 
     monkeypatch.setattr(reference, "interleaved_rounds", fake)
     timing = reference.PairedTiming(rounds=3)
-    assert timing.time(build("u")) == (3.0, None)
-    lat, change = timing.time(build("r1"))
+    assert timing.time(build("u")) == (3.0, None, None)
+    lat, change, vs_first = timing.time(build("r1"))
     assert lat == 2.79 and change == pytest.approx(3.0 / 3.3 - 1)  # ratios 0.9, 0.909, 0.93
-    lat, change = timing.time(build("r2"))  # beside r1, not u
-    assert change == pytest.approx(2.6 / 2.7 - 1)  # ratios 0.963, 0.933, 1.0036
-    assert seen == [["now"], ["before", "now"], ["before", "now"]]
+    assert vs_first == pytest.approx(3.0 / 3.3)  # the one before is the first
+    t = timing.time(build("r2"))  # beside r1 (its change) and u (its ratio to the first)
+    assert t.change == pytest.approx(2.6 / 2.7 - 1)  # ratios 0.963, 0.933, 1.0036
+    assert t.vs_first == pytest.approx(2.6 / 3.0)  # ratios 0.867, 0.848, 0.933
+    assert seen == [["now"], ["before", "now"], ["before", "first", "now"]]
 
 
 def test_interleaved_latency_rotates_order(monkeypatch):

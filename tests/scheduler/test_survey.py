@@ -50,10 +50,11 @@ def survey(n_tasks: int, latencies: list[float], improving=lambda name, n: True,
     timing (None: not paired, the relative difference of the readings is the round's change)."""
     db, log, timed = DB(), [], []
 
-    def model_latency(tuned: bool) -> tuple[float, float | None]:
+    def model_latency(tuned: bool) -> tuple[float, float | None, float | None]:
         timed.append(tuned)
         k = 0 if not tuned else min(len(timed) - 1, len(latencies) - 1)
-        return latencies[k], None if changes is None or k == 0 else changes[min(k, len(changes) - 1)]
+        change = None if changes is None or k == 0 else changes[min(k, len(changes) - 1)]
+        return latencies[k], change, None if k == 0 else latencies[k] / latencies[0]
 
     s = SurveyScheduler(tasks(n_tasks), lambda task, r: Tuner(task, db, improving, log),
                         SimpleNamespace(options=MeasureOptions.cold()), db, model_latency=model_latency,
@@ -91,6 +92,15 @@ def test_the_paired_change_decides_the_round_not_the_readings() -> None:
     # the same readings unpaired: round 2's +7.8% stops it at once
     s2, _, _ = survey(2, [10.0, 9.0, 9.7, 9.5, 9.49])
     assert s2.stop == "rate of improvement" and len(s2.rounds) == 3
+
+
+def test_a_speedup_goal_is_judged_against_untuned_timed_beside() -> None:
+    # untuned 10 ms; 9.6 is 1.042x, 9.4 is 1.064x >= 1.05: stops there
+    s, _, _ = survey(2, [10.0, 9.6, 9.4, 9.3], changes=[None, -0.04, -0.021, -0.011], speedup_goal=1.05)
+    assert s.stop == "speed-up goal" and len(s.rounds) == 3
+    assert s.rounds[2]["speedup"] == pytest.approx(10.0 / 9.4) and s.report()["speedup_goal"] == 1.05
+    with pytest.raises(ValueError, match="speed-up"):
+        SurveyOptions(speedup_goal=0.9)
 
 
 def test_latency_goal_stops_and_is_never_above_untuned() -> None:

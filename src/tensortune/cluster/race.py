@@ -184,7 +184,8 @@ class Competitor:
 
         with self.turn():
             set_threads(cpu_count())
-            return self.timing.time(compile_model(self.model, self.db).callable(self.model.example_inputs))
+            t = self.timing.time(compile_model(self.model, self.db).callable(self.model.example_inputs))
+        return t.seconds, t.change
 
     def round(self) -> dict[str, Any]:
         """One batch per task (each in a turn of its own on the host), then the model's latency;

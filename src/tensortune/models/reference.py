@@ -29,7 +29,7 @@ import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ import torch
 __all__ = [
     "DEFAULT_MAX_RUNS", "DEFAULT_MIN_TIME_S", "DEFAULT_OPSET", "DEFAULT_ROUNDS", "DEFAULT_RTOL", "DEFAULT_THREADS",
     "DEFAULT_WARMUP_S", "PAIRED_ROUNDS", "ABS_FLOOR",
-    "Latency", "OrtRunner", "OutputCheck", "PairedTiming", "ReferenceRunError", "TorchRunner",
+    "Latency", "OrtRunner", "OutputCheck", "PairedTiming", "ReferenceRunError", "Timed", "TorchRunner",
     "compare_outputs", "export_onnx", "interleaved_latency", "interleaved_rounds", "set_threads", "time_callable",
 ]
 
@@ -598,26 +598,50 @@ def interleaved_latency(fns: dict[str, Callable[[], None]], rounds: int = DEFAUL
     return {name: Latency.from_samples_s(per_round[name]) for name in per_round}
 
 
+class Timed(NamedTuple):
+    """One build's timing by :class:`PairedTiming`: its median ``seconds``; its ``change`` against
+    the build timed before it (``now / before - 1``); ``vs_first``, its latency over the first
+    build's (``now / first``), both timed in the same rounds. None for the first build."""
+
+    seconds: float
+    change: float | None
+    vs_first: float | None
+
+
 class PairedTiming:
-    """Successive builds of one model timed in pairs: each beside the one timed before it.
+    """Successive builds of one model timed in pairs: each beside the one timed before it (and
+    beside the first one, e.g. the untuned model).
 
     Timed alone, minutes apart, the same model varies by about 10% on a 2-core host (one
     mobilenet_v2 read 2.90-3.23 ms across a race's rounds, rocketlake, 2026-11-27), more than a
-    late round's real gain. Timed in interleaved rounds beside the build before it, the host's
-    drift hits both, and their per-round ratio gives the change. The survey scheduler's rate rule
-    and the race's ranking both decide on that change."""
+    late round's real gain, and two processes read it up to 5% apart. Timed in interleaved rounds
+    beside the build before it, the host's drift hits both, and their per-round ratio gives the
+    change. The survey scheduler's rate rule and the race's ranking decide on that change, and the
+    survey's speed-up goal on the ratio to the first build."""
 
     def __init__(self, rounds: int = PAIRED_ROUNDS, min_time_s: float = DEFAULT_MIN_TIME_S) -> None:
         self.rounds, self.min_time_s = rounds, min_time_s
+        self._first: Callable[[], None] | None = None
         self._before: Callable[[], None] | None = None
 
-    def time(self, fn: Callable[[], None]) -> tuple[float, float | None]:
-        """Time ``fn`` (one inference) beside the build timed before it; returns its median
-        seconds over the rounds and its change ``now / before - 1`` (the median of the per-round
-        ratios; negative: faster), None for the first build. ``fn`` is the next one's pair."""
-        fns = {"now": fn} if self._before is None else {"now": fn, "before": self._before}
+    def time(self, fn: Callable[[], None]) -> Timed:
+        """Time ``fn`` (one inference) beside the build timed before it and the first build (the
+        medians of the per-round ratios); ``fn`` is the next one's pair."""
+        fns = {"now": fn}
+        if self._before is not None:
+            fns["before"] = self._before
+        if self._first is not None and self._first is not self._before:
+            fns["first"] = self._first
         per_round = interleaved_rounds(fns, self.rounds, self.min_time_s)
+        if self._first is None:
+            self._first = fn
         self._before = fn
-        change = (float(np.median([a / b for a, b in zip(per_round["now"], per_round["before"])])) - 1
-                  if "before" in per_round else None)
-        return float(np.median(per_round["now"])), change
+
+        def ratio(other: str) -> float | None:
+            if other not in per_round:
+                return None
+            return float(np.median([a / b for a, b in zip(per_round["now"], per_round[other])]))
+
+        change = ratio("before")
+        return Timed(float(np.median(per_round["now"])), None if change is None else change - 1,
+                     ratio("first") if "first" in per_round else change)
