@@ -67,17 +67,15 @@ def main(argv: list[str] | None = None) -> int:
             seq = run(["tune", model, "--tuner", a.tuner, "--scheduler", "sequential", "--time-budget",
                        str(a.time_budget), "--db", str(seq_db)], out / f"{model}-sequential.tune.json", fresh=[seq_db])
         sur_db, sur_keep = out / f"{model}-survey.db", out / f"{model}-survey.tune.json"
-        if sur_keep.exists():  # finished: its goal is the one it ran with
-            kept = json.loads(sur_keep.read_text()).get("survey", {})
-            goal = {"goal_ms": kept.get("goal_ms"), "goal_speedup": kept.get("speedup_goal")}
-        else:  # the goal: the sequential model's speed-up over untuned (one benchmark), less 2%
+        goal_args = []  # a finished run is read back (with the goal it ran with) and needs none
+        if not sur_keep.exists():  # the goal: the sequential model's speed-up over untuned (one benchmark), less 2%
             seq_lat = latency(model, seq_db)
-            goal = {"goal_ms": None, "goal_speedup": max(1.0, seq_lat["untuned_ms"] / seq_lat["tuned_ms"] / WITHIN)}
+            goal_args = ["--speedup-goal", f"{max(1.0, seq_lat['untuned_ms'] / seq_lat['tuned_ms'] / WITHIN):.6f}"]
         sur = run(["tune", model, "--tuner", a.tuner, "--scheduler", "survey", "--time-budget", str(a.time_budget),
-                   *(["--speedup-goal", f"{goal['goal_speedup']:.6f}"] if goal["goal_speedup"] else
-                     ["--latency-goal", f"{goal['goal_ms']:.6f}"]), "--db", str(sur_db)], sur_keep, fresh=[sur_db])
+                   *goal_args, "--db", str(sur_db)], sur_keep, fresh=[sur_db])
         final = paired_latency(model, {"sequential": seq_db, "survey": sur_db})  # one benchmark: paired
         rep = sur.get("survey", {})
+        goal = {"goal_ms": rep.get("goal_ms"), "goal_speedup": rep.get("speedup_goal")}
         ratio = final["survey"] / final["sequential"] if final["survey"] and final["sequential"] else None
         row = {"model": model, "tuner": a.tuner, "untuned_ms": final["untuned"],
                "sequential_ms": final["sequential"], "sequential_wall_s": seq["cost"]["wall_s"],

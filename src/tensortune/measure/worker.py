@@ -13,9 +13,11 @@ import traceback
 import uuid
 from typing import Any
 
+from ..utils.warmup import warm_up
+
 _TASKS: dict[str, Any] = {}
 _DATA: dict[str, tuple[list[Any], Any, list[Any], Any]] = {}
-_WARM = False  # this process has run its warm-up (see warm_up)
+_WARM = False  # this process has run its warm-up (utils.warmup.warm_up)
 
 
 def init_worker(imports: tuple[str, ...] = (), threads: int | None = None) -> None:
@@ -67,21 +69,6 @@ def build_candidate(task_json: str, knobs: dict[str, Any], out_dir: str) -> tupl
     except Exception as e:  # noqa: BLE001
         return "compile", None, _short(e), time.perf_counter() - t0
     return "none", path, "", time.perf_counter() - t0
-
-
-def warm_up(fn: Any, args: list[Any], seconds: float) -> int:
-    """Call ``fn(*args)`` untimed until ``seconds`` have passed (at least once); returns the calls.
-
-    A fresh process's first tenths of a second of parallel runs read slow: on 2 threads a 256^3
-    matmul's first timings were 2x its later ones, at times 4 ms against 0.2 ms (a thread waiting
-    a scheduler tick), whatever the time since the process started; after 0.3 s of runs they
-    were steady in every try (0.1 s was not always enough)."""
-    end, calls = time.perf_counter() + seconds, 0
-    while True:
-        fn(*args)
-        calls += 1
-        if time.perf_counter() >= end:
-            return calls
 
 
 def _data(task: Any, seed: int) -> tuple[list[Any], Any, list[Any], Any]:
@@ -137,7 +124,7 @@ def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]) -> tuple[
                 return "wrong_answer", [], f"output does not match the reference ({detail})", threads, 0.0
         global _WARM
         if not _WARM:  # the first candidate this process times (a correct one): warm the process first
-            warm_up(mod["main"], [*args, out], float(opts.get("warmup_s", 0.0)))
+            warm_up(lambda: mod["main"](*args, out), float(opts.get("warmup_s", 0.0)))
             _WARM = True
         timer = mod.time_evaluator(
             "main", dev,
@@ -209,7 +196,7 @@ def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], devic
             if got.shape != expected.shape or not np.allclose(got, expected, rtol=RTOL, atol=ATOL):
                 return "wrong_answer", [], "output does not match the reference (on the rpc device)", threads, 0.0
         # every session is a fresh process on the device (TVM's server forks one per session)
-        warm_up(mod["main"], [*args, out], float(opts.get("warmup_s", 0.0)))
+        warm_up(lambda: mod["main"](*args, out), float(opts.get("warmup_s", 0.0)))
         timer = mod.time_evaluator(
             "main", dev, number=int(opts["number"]), repeat=int(opts["repeat"]),
             min_repeat_ms=int(opts["min_repeat_ms"]), cooldown_interval_ms=int(opts["cooldown_ms"]),

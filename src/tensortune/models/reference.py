@@ -34,6 +34,8 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from ..utils.warmup import warm_up
+
 __all__ = [
     "DEFAULT_MAX_RUNS", "DEFAULT_MIN_TIME_S", "DEFAULT_OPSET", "DEFAULT_ROUNDS", "DEFAULT_RTOL", "DEFAULT_THREADS",
     "DEFAULT_WARMUP_S", "PAIRED_ROUNDS", "ABS_FLOOR",
@@ -573,11 +575,7 @@ def interleaved_rounds(fns: dict[str, Callable[[], None]], rounds: int = DEFAULT
         raise ValueError("no callables to time")
     names = list(fns)
     for name in names:  # warm-up: for warmup_s, at least one call and at most DEFAULT_MAX_RUNS
-        end = time.perf_counter() + warmup_s
-        for _ in range(DEFAULT_MAX_RUNS):
-            fns[name]()
-            if time.perf_counter() >= end:
-                break
+        warm_up(fns[name], warmup_s, DEFAULT_MAX_RUNS, clock=time.perf_counter)
     per_round: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         k = r % len(names)
