@@ -45,24 +45,40 @@ def filtered_count(run: dict[str, Any]) -> int | None:
     return filtered_total(s["cold_filter"] for s in searches if "cold_filter" in s)
 
 
+def filtered_per_task(run: dict[str, Any]) -> dict[str, int]:
+    """Candidates the cold filter dropped per task (workload key) of a ``tune --json`` run; tasks
+    without the filter's report are absent."""
+    out: dict[str, int] = {}
+    for t in run.get("tasks", []):
+        for key, rep in ((t.get("search") or {}).get("cold_filter") or {}).items():
+            out[key] = out.get(key, 0) + int(rep["filtered"])
+    return out
+
+
 def cold_shares(db_path: Path) -> dict[str, Any]:
-    """Per database: search trials, cold and failed ones, and their share of build + run time."""
+    """Per database: search trials, cold and failed ones, and their share of build + run time; and
+    per task (``"tasks"``, by workload key): its trials, cold and failed ones."""
     from tensortune.database import Database
     from tensortune.select.cold import cold_mask
 
-    totals = {"trials": 0, "cold": 0, "failed": 0, "wall_s": 0.0, "cold_wall_s": 0.0, "cpu_s": 0.0, "cold_cpu_s": 0.0}
+    totals: dict[str, Any] = {"trials": 0, "cold": 0, "failed": 0, "wall_s": 0.0, "cold_wall_s": 0.0, "cpu_s": 0.0,
+                              "cold_cpu_s": 0.0, "tasks": {}}
     with Database(db_path, readonly=True) as db:
         for task in db.tasks():
             trials = sorted((t for t in db.trials(task.workload_key) if t.confirmation is None), key=lambda t: t.id)
             if not trials:
                 continue
             cold = cold_mask([t.cost for t in trials])
+            per = totals["tasks"][task.workload_key] = {"kernel_class": task.kernel_class, "trials": len(trials),
+                                                        "cold": 0, "failed": 0}
             for t, c in zip(trials, cold):
                 wall = t.build_time + t.run_time
                 cpu = sum((t.extra.get("cpu_s") or {}).values())
                 totals["trials"] += 1
                 totals["failed"] += not t.ok
                 totals["cold"] += bool(c) and t.ok
+                per["failed"] += not t.ok
+                per["cold"] += bool(c) and t.ok
                 totals["wall_s"] += wall
                 totals["cpu_s"] += cpu
                 if c:
@@ -71,6 +87,30 @@ def cold_shares(db_path: Path) -> dict[str, Any]:
     totals["cold_share_wall"] = totals["cold_wall_s"] / totals["wall_s"] if totals["wall_s"] else None
     totals["cold_share_cpu"] = totals["cold_cpu_s"] / totals["cpu_s"] if totals["cpu_s"] else None
     return totals
+
+
+def per_task_tables(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: per model, each task's search trials, cold (ok) and failed ones under each
+    tuner, and the candidates the cold filter dropped ("-" for a tuner without the filter), tasks
+    in the first tuner's order."""
+    lines: list[str] = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model and r.get("tasks")]
+        if not mine:
+            continue
+        keys = list(dict.fromkeys(k for r in mine for k in r["tasks"]))
+        head = "| task | " + " | ".join(f"{r['tuner']}: trials | cold | failed | filtered" for r in mine) + " |"
+        lines += ["", f"Per task, {model} (search trials; cold: above the LOESS trend of the task's latencies):", "",
+                  head, "|---|" + "---:|" * (4 * len(mine))]
+        for key in keys:
+            name = next(r["tasks"][key]["task"] for r in mine if key in r["tasks"])
+            cells = []
+            for r in mine:
+                per = r["tasks"].get(key)
+                cells += ([str(per["trials"]), str(per["cold"]), str(per["failed"]), fmt(per.get("filtered"), "d")]
+                          if per else ["-"] * 4)
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def tune(model: str, tuner: str, budget: float, out: Path) -> dict[str, Any]:
@@ -120,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             cost = run.get("cost", {})
             gain = (lat["untuned_ms"] - lat["tuned_ms"]) if lat["tuned_ms"] and lat["untuned_ms"] else None
             filtered = run["filtered"] if "filtered" in run else filtered_count(run)
+            names = {t["workload_key"]: t["task"] for t in run.get("tasks", []) if "workload_key" in t}
+            for key, n in filtered_per_task(run).items():
+                if key in shares["tasks"]:
+                    shares["tasks"][key]["filtered"] = n
+            for key, per in shares["tasks"].items():
+                per["task"] = names.get(key, f"{per['kernel_class']}[{key[:8]}]")
             row = {"model": model, "tuner": tuner, **lat, **shares, "filtered": filtered,
                    "tune_wall_s": cost.get("wall_s", run.get("wall_s")), "tune_cpu_s": cost.get("cpu_s"),
                    "gain_ms": gain,
@@ -142,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{fmt(r['cold_share_wall'], '.1%')} | {fmt(r['filtered'], 'd')} | {fmt(r['untuned_ms'], '.2f')} | "
                      f"{fmt(r['tuned_ms'], '.2f')} | {fmt(r['tune_wall_s'], '.0f')} | {fmt(r['tune_cpu_s'], '.0f')} | "
                      f"{fmt(r['wall_s_per_ms'])} | {fmt(r['cpu_s_per_ms'])} |")
+    lines += per_task_tables(rows)
     write_text(out / "trimmer.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

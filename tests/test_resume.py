@@ -45,19 +45,25 @@ def integrity(db: str) -> str:
 
 def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     db = str(tmp_path / "t.db")
-    proc = subprocess.Popen(tune_cmd(db, trials=40), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    log = tmp_path / "first-run.stderr"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(tune_cmd(db, trials=40), stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
     deadline = time.time() + 240
     try:
-        while time.time() < deadline:  # wait until some trials are committed, then kill -9 the whole group
-            if os.path.exists(db) and len(trial_rows(db)) >= 6:
+        while time.time() < deadline and proc.poll() is None:  # wait until some trials are committed,
+            if os.path.exists(db) and len(trial_rows(db)) >= 6:  # then kill -9 the whole group
                 break
             time.sleep(0.2)
-        before = len(trial_rows(db))
-        os.killpg(proc.pid, signal.SIGKILL)
+        exited = proc.poll()
+        before = len(trial_rows(db)) if os.path.exists(db) else 0
+        if exited is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
-    assert before >= 6
+    why = f"exit status {exited}" if exited is not None else "still running at the deadline or killed"
+    assert before >= 6, (f"the first run committed {before} trials ({why}); its stderr ends:\n"
+                         + log.read_text(errors="replace")[-3000:])
     assert integrity(db) == "ok"
     after_kill = trial_rows(db)
     assert len(after_kill) >= before  # nothing committed was lost

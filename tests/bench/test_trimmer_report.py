@@ -44,6 +44,25 @@ def test_cold_shares_count_failures_and_slow_trials(tmp_path) -> None:
     assert s["trials"] == 64 and s["failed"] == sum(not t.ok for t in trials) > 0
     assert s["cold"] + s["failed"] == int(cold.sum())
     assert abs(s["cold_share_wall"] - cold.mean()) < 1e-9 and abs(s["cold_share_cpu"] - cold.mean()) < 1e-9
+    (per,) = s["tasks"].values()  # the one task's own counts
+    assert (per["trials"], per["cold"], per["failed"]) == (64, s["cold"], s["failed"])
+
+
+def test_per_task_table_sets_each_tuner_beside_the_other() -> None:
+    from bench.trimmer import filtered_per_task, per_task_tables
+
+    run = {"tasks": [{"workload_key": "k1", "search": {"cold_filter": {"k1": {"checked": 9, "filtered": 4, "calls": 2}}}},
+                     {"workload_key": "k2", "search": {"cold_filter": {}}}]}  # the filter was off there
+    assert filtered_per_task(run) == {"k1": 4} and filtered_per_task({"tasks": [{"search": {}}]}) == {}
+    rows = [{"model": "m", "tuner": "autotvm",
+             "tasks": {"k1": {"task": "conv(a)", "trials": 10, "cold": 3, "failed": 1},
+                       "k2": {"task": "dense(b)", "trials": 5, "cold": 2, "failed": 0}}},
+            {"model": "m", "tuner": "trimmer",
+             "tasks": {"k1": {"task": "conv(a)", "trials": 8, "cold": 1, "failed": 0, "filtered": 4}}}]
+    lines = per_task_tables(rows)
+    assert "| task | autotvm: trials | cold | failed | filtered | trimmer: trials | cold | failed | filtered |" in lines
+    assert "| conv(a) | 10 | 3 | 1 | - | 8 | 1 | 0 | 4 |" in lines
+    assert "| dense(b) | 5 | 2 | 0 | - | - | - | - | - |" in lines
 
 
 def test_systems_are_read_from_a_suite_folder_without_tuning(tmp_path) -> None:

@@ -111,3 +111,34 @@ def test_any_model_based_tuner_takes_the_filter(db, tmp_path) -> None:
     assert "cold filter on" in res.tuner_status
     rep = tuner.search_report()["cold_filter"][task.workload_key]
     assert rep["calls"] >= 1 and rep["checked"] >= 1
+
+
+def test_shard_folders_supply_records_and_an_empty_database_gets_a_network(tmp_path) -> None:
+    from tensortune.learn.coldnet import records_from_shards
+    from tensortune.select.cold import ColdFilterOptions, network_for, shipped_datasets
+
+    shipped = shipped_datasets()
+    assert [Path(p).name for p in shipped] == ["conv2d", "depthwise_conv2d", "dense"]
+    assert ColdFilterOptions().datasets == shipped
+    some = records_from_shards(shipped[0], limit=50)
+    assert len(some) == 50 and {s.op for s in some} == {"conv2d_nchwc"}
+    assert all(s.mcpu and np.isfinite(s.cost) and s.cost > 0 and s.knobs for s in some)
+    # a model's first task: nothing in the database yet, so the datasets supply all the records,
+    # in equal shares
+    with Database(tmp_path / "empty.db") as empty:
+        net, notice = network_for(empty, ColdFilterOptions(min_records=300))
+    assert net is not None and notice.startswith("cold filter on: network of 300 records (300 from datasets)")
+    assert set(net.vocab.ops) == {"conv2d_nchwc", "depthwise_conv2d_nchwc", "dense_pack"}
+    # without datasets, the same database gives no network
+    with Database(tmp_path / "empty.db") as empty:
+        net, notice = network_for(empty, ColdFilterOptions(datasets=()))
+    assert net is None and notice.startswith("cold filter off")
+
+
+def test_a_bad_shard_is_named(tmp_path) -> None:
+    from tensortune.database import DatabaseError
+    from tensortune.learn.coldnet import records_from_shards
+
+    (tmp_path / "00.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(DatabaseError, match="00.jsonl.gz"):
+        records_from_shards(tmp_path)

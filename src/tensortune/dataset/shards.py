@@ -60,13 +60,28 @@ def save_sidecars(db_path: str | Path, folder: str | Path) -> None:
             shutil.copyfile(src, dst)
 
 
+def read_shard(path: str | Path) -> Any:
+    """One shard's records, every line validated (:func:`tensortune.database.jsonl.parse_jsonl`:
+    ``ParsedRecords``); raises :class:`~tensortune.database.DatabaseError` naming the shard (and
+    the line) of a bad file or record."""
+    from ..database import DatabaseError
+    from ..database.jsonl import parse_jsonl
+
+    try:
+        text = gzip.decompress(Path(path).read_bytes()).decode()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise DatabaseError(f"{path}: not a gzip JSON-lines shard ({exc})") from None
+    stream = io.StringIO(text)
+    stream.name = str(path)  # named in the error of a bad line
+    return parse_jsonl(stream)
+
+
 def restore(db_path: str | Path, db: Any, folder: str | Path) -> tuple[int, int]:
     """Bring the shard folder's dataset into the database at ``db_path`` (open as ``db``): the
     settings and task list where the database has none, then every shard whose task the
     database does not hold yet. Returns (shards imported, trials added); raises
     :class:`~tensortune.database.DatabaseError` naming the shard and line of a bad record."""
-    from ..database import DatabaseError
-    from ..database.jsonl import import_jsonl, parse_jsonl
+    from ..database.jsonl import import_jsonl
     from . import generate as G
 
     folder = Path(folder)
@@ -81,16 +96,9 @@ def restore(db_path: str | Path, db: Any, folder: str | Path) -> tuple[int, int]
     for path in sorted(folder.glob("*" + SUFFIX)):
         if path.name in held:  # not decompressed again on every resume
             continue
-        try:
-            text = gzip.decompress(path.read_bytes()).decode()
-        except (OSError, EOFError, UnicodeDecodeError) as exc:
-            raise DatabaseError(f"{path}: not a gzip JSON-lines shard ({exc})") from None
-        stream = io.StringIO(text)
-        stream.name = str(path)  # named in the error of a bad line
-        parsed = parse_jsonl(stream)
-        trials += import_jsonl(db, parsed)[1]
+        trials += import_jsonl(db, read_shard(path))[1]
         shards += 1
     return shards, trials
 
 
-__all__ = ["SIDECARS", "restore", "save_sidecars", "save_task", "shard_path"]
+__all__ = ["SIDECARS", "read_shard", "restore", "save_sidecars", "save_task", "shard_path"]

@@ -9,7 +9,8 @@ operator's arguments and the target's core count (log-scaled). Three fully conne
 (patience 1, minimum 1e-9); the weights of the best validation epoch are kept.
 
 The records are the database's successful, checked trials (any task, any op); where it has too
-few, the One-Shot issue's dataset databases add theirs (:func:`records_from`). The vocabulary
+few, the One-Shot issue's datasets add theirs (:func:`records_from` for a database,
+:func:`records_from_shards` for a shard folder such as the shipped ``datasets/conv2d``). The vocabulary
 (knob names and values, ops, CPUs) is read from the records; a value never seen maps to an
 "unknown" row, a knob an op does not have to an "absent" row.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -53,24 +55,49 @@ def sample_of(task: Any, config: Any, cost: float = math.nan) -> Sample:
                   int(target.get("num-cores", 0) or 0), dict(config.to_json()["knobs"]), cost)
 
 
+def _task_samples(task: Any, trials: Iterable[Any], out: list[Sample], limit: int | None) -> bool:
+    """Append the samples of one task's successful, checked, non-confirmation trials to ``out``;
+    True once ``out`` holds ``limit``."""
+    try:
+        spec = json.loads(task.task_json)
+        target = json.loads(task.target)
+    except (TypeError, ValueError):
+        return False
+    for tr in trials:
+        if not tr.ok or not tr.verified or tr.confirmation is not None:
+            continue
+        out.append(Sample(task.op, dict(spec.get("args", {})), float(task.flops), str(target.get("mcpu", "")),
+                          int(target.get("num-cores", 0) or 0), dict(tr.config), tr.cost))
+        if limit is not None and len(out) >= limit:
+            return True
+    return False
+
+
 def records_from(databases: Iterable[Any], limit: int | None = None) -> list[Sample]:
     """Samples of the successful, checked, non-confirmation trials of ``databases`` (at most
     ``limit``, the first databases first)."""
     out: list[Sample] = []
     for db in databases:
         for t in db.tasks():
-            try:
-                spec = json.loads(t.task_json)
-                target = json.loads(t.target)
-            except (TypeError, ValueError):
-                continue
-            for tr in db.trials(t.workload_key):
-                if not tr.ok or not tr.verified or tr.confirmation is not None:
-                    continue
-                out.append(Sample(t.op, dict(spec.get("args", {})), float(t.flops), str(target.get("mcpu", "")),
-                                  int(target.get("num-cores", 0) or 0), dict(tr.config), tr.cost))
-                if limit is not None and len(out) >= limit:
-                    return out
+            if _task_samples(t, db.trials(t.workload_key), out, limit):
+                return out
+    return out
+
+
+def records_from_shards(folder: str | Path, limit: int | None = None) -> list[Sample]:
+    """Samples of a dataset's shard folder (:mod:`tensortune.dataset.shards`, e.g. the shipped
+    ``datasets/conv2d``), read shard by shard in name order until ``limit``; every line is
+    validated (:func:`tensortune.dataset.shards.read_shard`: a bad one raises
+    :class:`~tensortune.database.DatabaseError` naming the shard and line)."""
+    from ..dataset.shards import SUFFIX, read_shard
+
+    out: list[Sample] = []
+    for path in sorted(Path(folder).glob("*" + SUFFIX)):
+        parsed = read_shard(path)
+        for _, task in parsed.tasks:
+            trials = [tr for _, tr in parsed.trials if tr.workload_key == task.workload_key]
+            if _task_samples(task, trials, out, limit):
+                return out
     return out
 
 

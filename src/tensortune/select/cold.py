@@ -16,14 +16,18 @@ the filter acts most while the cost model knows little and steps back as it lear
 filtered before the task has ``min_measured`` successful measurements (LOESS needs them).
 
 The network is trained once per database (and cached for the process) on the database's
-records of every task; where it holds fewer than ``min_records``, the dataset databases named
-in ``datasets`` add theirs. Without a database the filter passes everything through and says
-so in :attr:`ColdFilter.notice`.
+records of every task; where it holds fewer than ``min_records`` (a model's first task starts from
+an empty database), the datasets named in ``datasets`` add theirs, in equal shares: dataset
+databases or shard folders, by default the One-Shot issue's datasets shipped in the repository
+(``datasets/conv2d``, ``datasets/depthwise_conv2d``, ``datasets/dense``; measured on another
+CPU, which the network takes as an input). Without records enough the filter passes everything
+through and says so in :attr:`ColdFilter.notice`.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -36,13 +40,22 @@ COLD_K, P_START, P_DECAY, P_MIN, MIN_MEASURED, MIN_RECORDS = 5, 0.9, 0.8, 0.1, 1
 LOESS_FRAC = 2.0 / 3.0
 #: Times the inner selector is asked again for replacements of dropped candidates.
 MAX_ROUNDS = 8
+#: The shipped dataset shard folders (the repository's ``datasets/``), the filter's default supplement.
+SHIPPED_DATASETS = ("conv2d", "depthwise_conv2d", "dense")
+
+
+def shipped_datasets() -> tuple[str, ...]:
+    """The repository's dataset shard folders that exist (none in an install without them)."""
+    root = Path(__file__).resolve().parents[3] / "datasets"
+    return tuple(str(root / name) for name in SHIPPED_DATASETS if (root / name).is_dir())
 
 
 @dataclass(frozen=True)
 class ColdFilterOptions:
     """``k`` neighbours; the schedule ``p_start`` x ``decay`` ^ updates, at least ``p_min``;
     ``min_measured`` successes before filtering; ``min_records`` wanted to train the network,
-    ``datasets``: dataset database files that add records where the tuning database has fewer;
+    ``datasets``: dataset database files or shard folders that add records where the tuning
+    database has fewer (default: :func:`shipped_datasets`);
     ``loess_frac``: the LOESS span."""
 
     k: int = COLD_K
@@ -51,7 +64,7 @@ class ColdFilterOptions:
     p_min: float = P_MIN
     min_measured: int = MIN_MEASURED
     min_records: int = MIN_RECORDS
-    datasets: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = field(default_factory=shipped_datasets)
     loess_frac: float = LOESS_FRAC
 
     def __post_init__(self) -> None:
@@ -92,15 +105,21 @@ def network_for(database: Any, options: ColdFilterOptions, seed: int = 0) -> tup
     than ``min_records``), cached per database and record count; (None, why) when there are too
     few records."""
     from ..database import Database
-    from ..learn.coldnet import records_from, train_coldnet
+    from ..learn.coldnet import records_from, records_from_shards, train_coldnet
 
     samples = records_from([database])
     sources = [str(getattr(database, "path", "database"))]
-    for path in options.datasets:
-        if len(samples) >= options.min_records:
-            break
-        with Database(path, readonly=True) as extra:
-            samples += records_from([extra], limit=options.min_records - len(samples))
+    base, n = len(samples), len(options.datasets)
+    for i, path in enumerate(options.datasets):  # equal shares of what the database lacks; a
+        # dataset with fewer leaves the rest to the next
+        want = base + math.ceil((options.min_records - base) * (i + 1) / n) - len(samples)
+        if want <= 0:
+            continue
+        if Path(path).is_dir():
+            samples += records_from_shards(path, limit=want)
+        else:
+            with Database(path, readonly=True) as extra:
+                samples += records_from([extra], limit=want)
         sources.append(str(path))
     key = ("|".join(sources), len(samples))
     if key not in _NETS:
@@ -110,7 +129,8 @@ def network_for(database: Any, options: ColdFilterOptions, seed: int = 0) -> tup
             return None, f"cold filter off: {e}"
     net = _NETS[key]
     r = net.report
-    return net, (f"cold filter on: network of {r.records} records, test Spearman {r.test_spearman:.2f}")
+    extra = f" ({len(samples) - base} from datasets)" if len(samples) > base else ""
+    return net, f"cold filter on: network of {r.records} records{extra}, test Spearman {r.test_spearman:.2f}"
 
 
 @dataclass
