@@ -74,9 +74,6 @@ def cold_shares(db_path: Path) -> dict[str, Any]:
             for t, c in zip(trials, cold):
                 wall = t.build_time + t.run_time
                 cpu = sum((t.extra.get("cpu_s") or {}).values())
-                totals["trials"] += 1
-                totals["failed"] += not t.ok
-                totals["cold"] += bool(c) and t.ok
                 per["failed"] += not t.ok
                 per["cold"] += bool(c) and t.ok
                 totals["wall_s"] += wall
@@ -84,6 +81,8 @@ def cold_shares(db_path: Path) -> dict[str, Any]:
                 if c:
                     totals["cold_wall_s"] += wall
                     totals["cold_cpu_s"] += cpu
+    for k in ("trials", "cold", "failed"):  # the per-task counts summed
+        totals[k] = sum(per[k] for per in totals["tasks"].values())
     totals["cold_share_wall"] = totals["cold_wall_s"] / totals["wall_s"] if totals["wall_s"] else None
     totals["cold_share_cpu"] = totals["cold_cpu_s"] / totals["cpu_s"] if totals["cpu_s"] else None
     return totals
