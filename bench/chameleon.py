@@ -29,6 +29,17 @@ chains of at most 500 steps.) This script reads ``RESULTS/ops_batches.csv`` and
 * each tuner's re-measured kernel over its search's best timing (the best of many noisy timings
   lies below the kernel's typical one, the more so the more it measured).
 
+With ``--suite MODELS`` (a whole-model suite folder holding ``autotvm`` and ``chameleon`` systems of a
+model, e.g. ``--models resnet18 --model-tuners chameleon`` added to a folder that has ``autotvm``)
+the report gains a whole-model section: per system, its trials, tuning wall time and CPU-seconds,
+where the time went (search, building, running), the explorer's steps per search, the model's
+latency from the folder's last interleaved benchmark (outputs checked), the baseline's latency
+and tuning wall time over chameleon's, and from the databases each run's estimated model latency
+(the tasks' weighted search bests) and the tasks where chameleon's search best is within 2% of
+the baseline's. (A time to reach the baseline's latency, as for the operators, has no curve
+here: the model's schedulers tune the tasks in turn, so an estimate over all tasks exists only
+near a run's end.)
+
 The whole run is about 45 min a workload. Sessions land on different kinds of machine, so it
 can be spread over several folders, one per kind (``chameleon-ops-znver4-DATE``, ...), each
 holding whole workloads that no other folder holds (``--workloads C3,C4``): ``python -m
@@ -45,7 +56,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import fmt as _f, geomean, gflops, save_figure, write_text
+from .common import fmt as _f, geomean, gflops, machine_line, save_figure, write_text
 from .suite.provenance import ops_measured_on
 from .suite.remeasure import paired_ratio, rounds_line, states
 from .suite.report import curves, first_reaching, settled
@@ -62,6 +73,108 @@ STEP_PAIRS = (("SA / PPO, adaptive sampling", "chameleon:variant=sa-adaptive", C
 MEASURE_PAIRS = (("SA: diversity / adaptive", "chameleon:variant=sa-diversity", "chameleon:variant=sa-adaptive"),
                  ("SA: greedy / adaptive", "chameleon:variant=sa-greedy", "chameleon:variant=sa-adaptive"),
                  ("PPO: greedy / adaptive", "chameleon:variant=ppo-greedy", CHAMELEON))
+
+
+#: the tensortune system a whole model's chameleon is compared with (the models suite's autotvm:
+#: XGBoost with its default objective, 128 SA chains, plans of 64)
+MODEL_BASELINE = "autotvm"
+
+
+#: a task counts as matched when chameleon's search best is at most this much slower than the baseline's
+TASK_WITHIN = 0.02
+
+
+def search_bests(db_path: Path, keys: set[str]) -> dict[str, float]:
+    """Each task's best search timing in ms (of ``keys``' tasks with a successful trial).
+    Confirmations and the in-model check's timings are left out: they re-time configs the search
+    already found."""
+    from tensortune.database import Database
+
+    best: dict[str, float] = {}
+    with Database(db_path, readonly=True) as db:
+        for t in db.trials(ok_only=True):
+            if t.workload_key in keys and t.confirmation is None and t.tuner != "in-model":
+                best[t.workload_key] = min(best.get(t.workload_key, float("inf")), 1e3 * t.cost)
+    return best
+
+
+def model_systems(folder: Path, model: str, tuners: tuple[str, ...]) -> dict[str, Any]:
+    """Per tuner of ``model`` in the whole-model suite folder: its cost, where its time went, its
+    explorer's steps, its benchmarked and estimated latency; then the baseline over chameleon.
+    Raises SystemExit (from ``suite_system``) where a system is missing or was not benchmarked."""
+    from .modelruns import suite_system
+
+    meta = json.loads((folder / "meta.json").read_text())
+    entry = json.loads((folder / "models.json").read_text())[model]
+    runs = meta.get("runs", [])
+    rows: dict[str, Any] = {}
+    weights: dict[str, dict[str, int]] = {}
+    for tuner in tuners:
+        run, db, lat, budget = suite_system(folder, model, tuner)
+        tasks = run.get("tasks", [])
+        weights[tuner] = {t["workload_key"]: int(t.get("weight", 1)) for t in tasks if t.get("trials")}
+        cost = run.get("cost", {})
+        wall = cost.get("wall_s") or run.get("wall_s")
+        stats = [(t.get("search") or {}).get("explorer_stats") or {} for t in tasks]
+        calls = sum(s.get("calls", 0) for s in stats)
+        system = entry["systems"][tuner]
+        rows[tuner] = {"trials": sum(t.get("trials", 0) for t in tasks), "tasks": len(tasks),
+                       "wall_s": wall, "cpu_s": cost.get("cpu_s"), "budget_s": budget,
+                       **{f"{part}_share": (cost.get(f"{part}_s") or 0.0) / wall if wall else None
+                          for part in ("search", "build", "run")},
+                       "steps_per_search": sum(s.get("steps", 0) for s in stats) / calls if calls else None,
+                       "stops": sorted({t.get("stop_reason", "") for t in tasks} - {""}),
+                       "tuned_ms": lat["tuned_ms"], "untuned_ms": lat["untuned_ms"], "db": db,
+                       "tuned_on": (runs[system["run"]].get("date") if isinstance(system.get("run"), int)
+                                    and system["run"] < len(runs) else None)}
+    base, cham = rows.get(MODEL_BASELINE), rows.get(CHAMELEON)
+    if base and cham:
+        both = {k: w for k, w in weights[MODEL_BASELINE].items() if k in weights[CHAMELEON]}
+        bests = {t: search_bests(rows[t]["db"], set(both)) for t in (MODEL_BASELINE, CHAMELEON)}
+        common = [k for k in both if k in bests[MODEL_BASELINE] and k in bests[CHAMELEON]]
+        for t in (MODEL_BASELINE, CHAMELEON):
+            rows[t]["estimate_ms"] = sum(both[k] * bests[t][k] for k in common) if common else None
+        cham["baseline_over"] = base["tuned_ms"] / cham["tuned_ms"] if base["tuned_ms"] and cham["tuned_ms"] else None
+        cham["baseline_wall_over"] = base["wall_s"] / cham["wall_s"] if base["wall_s"] and cham["wall_s"] else None
+        cham["estimated_tasks"] = len(common)
+        cham["tasks_within"] = sum(bests[CHAMELEON][k] <= (1 + TASK_WITHIN) * bests[MODEL_BASELINE][k] for k in common)
+    for r in rows.values():
+        r["db"] = str(r["db"])
+    return {"folder": str(folder), "machine": machine_line(meta.get("machine")),
+            "bench_rounds": next((r["latency"].get("samples") for r in entry["bench"]["rows"] if r.get("latency")), None),
+            "systems": rows}
+
+
+def model_lines(models: dict[str, Any]) -> list[str]:
+    """The whole-model section of the report."""
+    lines = ["## Whole models", "",
+             f"Each model's systems from one whole-model suite folder, on one machine. Latency: the median of the "
+             f"folder's last interleaved benchmark of the model (every system's outputs checked against PyTorch's). "
+             f"{MODEL_BASELINE} here is the models suite's (XGBoost with its default objective, 128 SA chains, "
+             f"plans of 64). Estimated ms: the sum over the tasks both tuned of weight x the task's best search "
+             f"timing (each task timed alone); tasks within {TASK_WITHIN:.0%}: those where chameleon's search best "
+             f"is at most {TASK_WITHIN:.0%} slower than {MODEL_BASELINE}'s. A search's best is the least of its "
+             f"noisy timings, so the tuner that measured more is favoured there; the benchmark is the comparison.",
+             ""]
+    for model, m in models.items():
+        lines += [f"### {model}", "", f"From `{m['folder']}`, {m['machine']}; the benchmark's rounds: "
+                  f"{m['bench_rounds'] or '-'}.", "",
+                  "| tuner | tuned on | trials | tasks | stopped by | tuning wall s | CPU-s | search / build / run share | "
+                  f"steps per search | estimated ms | tasks within {TASK_WITHIN:.0%} of the baseline | untuned ms | "
+                  "tuned ms | "
+                  "baseline / tuner latency | baseline / tuner wall time |",
+                  "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for tuner, r in m["systems"].items():
+            within = f"{r['tasks_within']} of {r['estimated_tasks']}" if "tasks_within" in r else "-"
+            lines.append(
+                f"| {tuner} | {r.get('tuned_on') or '-'} | {r['trials']} | {r['tasks']} | {', '.join(r['stops']) or '-'} | "
+                f"{_f(r['wall_s'], '.0f')} | {_f(r['cpu_s'], '.0f')} | {_f(r['search_share'], '.0%')} / "
+                f"{_f(r['build_share'], '.0%')} / {_f(r['run_share'], '.0%')} | {_f(r['steps_per_search'])} | "
+                f"{_f(r.get('estimate_ms'), '.2f')} | {within} | "
+                f"{_f(r['untuned_ms'], '.2f')} | {_f(r['tuned_ms'], '.2f')} | {_f(r.get('baseline_over'), '.3f')} | "
+                f"{_f(r.get('baseline_wall_over'), '.2f')} |")
+        lines.append("")
+    return lines
 
 
 def per_search_steps(summary: dict[str, Any]) -> float | None:
@@ -279,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", nargs="+",
                    help="an operator-suite results folder, or several (one per kind of machine, each workload in one)")
     p.add_argument("--out", help="where chameleon.md/.json/.png go (default: the results folder; needed with several)")
+    p.add_argument("--suite", metavar="MODELS", action="append", default=[],
+                   help=f"a whole-model suite folder with {MODEL_BASELINE} and {CHAMELEON} systems (repeatable: one "
+                        "per kind of machine): adds the whole-model section")
+    p.add_argument("--models", help="these models only (default: each model of a --suite folder that has both systems)")
     a = p.parse_args(argv)
     if len(a.results) > 1 and not a.out:
         p.error("several results folders need --out DIR")
@@ -286,6 +403,24 @@ def main(argv: list[str] | None = None) -> int:
         tables, cv, where, runs = load(a.results)
     except ValueError as e:
         print(e, file=sys.stderr)
+        return 1
+    models: dict[str, Any] = {}
+    for folder in map(Path, a.suite):
+        if not (folder / "models.json").exists():
+            print(f"{folder}: no models.json (not a whole-model suite folder)", file=sys.stderr)
+            return 1
+        entries = json.loads((folder / "models.json").read_text())
+        both = [m for m, e in entries.items()
+                if "bench" in e and all((e.get("systems", {}).get(t) or {}).get("ok") for t in (MODEL_BASELINE, CHAMELEON))]
+        for model in (m for m in both if not a.models or m in a.models.split(",")):
+            if model in models:
+                print(f"model {model} is in {models[model]['folder']} and in {folder}: give it from one folder",
+                      file=sys.stderr)
+                return 1
+            models[model] = model_systems(folder, model, (MODEL_BASELINE, CHAMELEON))
+    if a.models and (missing := [m for m in a.models.split(",") if m not in models]):
+        print(f"no --suite folder has benchmarked {MODEL_BASELINE} and {CHAMELEON} systems of {', '.join(missing)}",
+              file=sys.stderr)
         return 1
     cmp = compare(tables, cv)
     if len(runs) == 1:
@@ -298,9 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else runs[0][0].path
     out.mkdir(parents=True, exist_ok=True)
     md = markdown(tables, cmp, provenance, where, {w: rounds_line(s) for _, summary in runs for w, s in summary.items()})
+    if models:
+        md += "\n" + "\n".join(model_lines(models))
     write_text(out / "chameleon.md", md)
-    (out / "chameleon.json").write_text(json.dumps({"workloads": tables, "comparisons": cmp,
-                                                    "folders": a.results, "measured_on": where or None}, indent=1))
+    (out / "chameleon.json").write_text(json.dumps({"workloads": tables, "comparisons": cmp, "models": models,
+                                                    "folders": a.results, "suites": a.suite,
+                                                    "measured_on": where or None}, indent=1))
     plot(tables, out / "chameleon.png")
     print(md)
     return 0

@@ -151,3 +151,81 @@ def test_wall_time_where_the_re_measured_kernels_match() -> None:
               for w, wall, over in (("near", 80.0, 0.99), ("far", 40.0, 0.9))}
     cmp = compare(tables, {w: {BASELINE: rows, CHAMELEON: rows} for w in tables})
     assert cmp["wall"]["matched"] == 1 and abs(cmp["wall"]["geomean_wall_ratio_matched"] - 5.0) < 1e-9
+
+
+def _model_db(path: Path, trials: list[tuple[str, float | None]]) -> None:
+    """A database of two tasks ``a``, ``b`` whose trials are ``(task, ms or None for a failure)``,
+    plus a confirmation and an in-model timing, faster than any, that must not count."""
+    from tensortune.database import Database, TaskRecord, TrialRecord
+
+    with Database(path) as db:
+        for key in ("a", "b"):
+            db.add_task(TaskRecord(key, "conv2d", "conv2d", '{"kind": "llvm"}', 1e9, "{}"))
+        for i, (key, ms) in enumerate(trials):
+            db.add_trial(TrialRecord(key, i, {}, [ms / 1e3] if ms else [], "none" if ms else "runtime", tuner="x"))
+        confirm = {"confirm": {"group": "g", "round": 1, "of": 1}}
+        db.add_trial(TrialRecord("a", 98, {}, [1e-6], "none", tuner="x", extra=confirm))
+        db.add_trial(TrialRecord("b", 99, {}, [1e-6], "none", tuner="in-model", extra=confirm))
+
+
+def test_whole_model_section_from_a_suite_folder(tmp_path, capsys) -> None:
+    """``--suite``: each system's cost, shares and steps from its kept tune output, its latency from
+    the folder's benchmark, the baseline over chameleon, the weighted search bests and the tasks
+    where chameleon's is within 2% of the baseline's."""
+    import pytest
+
+    from bench.chameleon import MODEL_BASELINE, search_bests
+
+    suite = tmp_path / "suite"
+    (suite / "models").mkdir(parents=True)
+    _model_db(suite / "models" / "m-autotvm.db", [("a", 2.0), ("b", 3.0), ("a", 1.0), ("b", None)])
+    _model_db(suite / "models" / "m-chameleon.db", [("a", 1.2), ("b", 3.05), ("a", 1.6)])
+    weights = {"a": 2, "b": 1}
+    assert search_bests(suite / "models" / "m-autotvm.db", {"a", "b"}) == {"a": pytest.approx(1.0),
+                                                                          "b": pytest.approx(3.0)}
+    assert search_bests(suite / "models" / "m-autotvm.db", {"b"}) == {"b": pytest.approx(3.0)}
+
+    def tune_json(tuner: str, steps: int, calls: int, wall: float) -> dict:
+        tasks = [{"workload_key": k, "weight": w, "trials": 2, "stop_reason": "time_budget" if tuner == MODEL_BASELINE
+                  else "iterations", "search": {"explorer_stats": {"calls": calls, "steps": steps, "scored": 1}}}
+                 for k, w in weights.items()]
+        return {"tasks": tasks, "cost": {"wall_s": wall, "cpu_s": 2 * wall, "search_s": wall / 4, "build_s": wall / 2,
+                                         "run_s": wall / 8}}
+
+    (suite / "models" / "m-autotvm.tune.json").write_text(json.dumps(tune_json(MODEL_BASELINE, 300, 3, 3600.0)))
+    (suite / "models" / "m-chameleon.tune.json").write_text(json.dumps(tune_json(CHAMELEON, 100, 2, 900.0)))
+    (suite / "meta.json").write_text(json.dumps({
+        "machine": {"machine_id": {"cpu_model": "AMD EPYC", "llvm_cpu": "znver4", "cores": 2}},
+        "runs": [{"date": "2026-11-26"}, {"date": "2026-11-27"}]}))
+    lat = lambda ms: {"median_ms": ms, "p25_ms": ms, "p75_ms": ms, "samples": 5}  # noqa: E731
+    models = {"m": {"budget_s": 3600.0,
+                    "systems": {MODEL_BASELINE: {"ok": True, "tune_wall_s": 3600.0, "run": 0},
+                                CHAMELEON: {"ok": True, "tune_wall_s": 900.0, "run": 1}},
+                    "bench": {"rows": [{"name": "tensortune autotvm", "outputs_match": True, "latency": lat(2.2)},
+                                       {"name": "tensortune chameleon", "outputs_match": True, "latency": lat(2.0)},
+                                       {"name": "tensortune untuned", "outputs_match": True, "latency": lat(2.5)}]}},
+              "n": {"budget_s": 3600.0, "systems": {MODEL_BASELINE: {"ok": True}}, "bench": {"rows": []}}}
+    (suite / "models.json").write_text(json.dumps(models))
+    from tensortune.task import Task
+
+    ops = _folder(tmp_path / "ops", "C6", [BASELINE, CHAMELEON],
+                  Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4))
+    out = tmp_path / "out"
+    assert main([str(ops.path), "--suite", str(suite), "--out", str(out)]) == 0
+    rep = json.loads((out / "chameleon.json").read_text())
+    assert list(rep["models"]) == ["m"]  # n has no chameleon system
+    base, cham = rep["models"]["m"]["systems"][MODEL_BASELINE], rep["models"]["m"]["systems"][CHAMELEON]
+    assert (base["estimate_ms"], cham["estimate_ms"]) == (pytest.approx(2 * 1.0 + 3.0), pytest.approx(2 * 1.2 + 3.05))
+    assert cham["tasks_within"] == 1  # b: 3.05 ms is within 2% of 3.0; a: 1.2 is not of 1.0
+    assert cham["baseline_over"] == pytest.approx(1.1) and cham["baseline_wall_over"] == 4.0 and cham["estimated_tasks"] == 2
+    assert base["steps_per_search"] == 100.0 and cham["steps_per_search"] == 50.0 and cham["trials"] == 4
+    assert (cham["search_share"], cham["build_share"], cham["run_share"]) == (0.25, 0.5, 0.125)
+    assert (base["tuned_on"], cham["tuned_on"], cham["stops"]) == ("2026-11-26", "2026-11-27", ["iterations"])
+    md = (out / "chameleon.md").read_text()
+    assert "## Whole models" in md and "### m" in md
+    assert "| chameleon | 2026-11-27 | 4 | 2 | iterations | 900 | 1800 | 25% / 50% / 12% | 50.0 | 5.45 | 1 of 2 |" in md
+    capsys.readouterr()
+    assert main([str(ops.path), "--suite", str(suite), "--models", "n", "--out", str(out)]) == 1
+    assert "no --suite folder has benchmarked autotvm and chameleon systems of n" in capsys.readouterr().err
+    assert main([str(ops.path), "--suite", str(suite), "--suite", str(suite), "--out", str(out)]) == 1
+    assert "model m is in" in capsys.readouterr().err
