@@ -60,11 +60,12 @@ def latency(model: str, db_path: Path) -> dict[str, Any]:
     return {"tuned_ms": ms["tuned"], "tuned_ok": ms["tuned"] is not None, "untuned_ms": ms["untuned"]}
 
 
-def paired_latency(model: str, dbs: dict[str, Path]) -> dict[str, float | None]:
+def paired_latency(model: str, dbs: dict[str, Path], rounds: int | None = None) -> dict[str, float | None]:
     """Median ms of ``model`` compiled with each database's bests, and untuned (``"untuned"``), all
     in one interleaved benchmark (outputs checked; None where they did not match): timings from
     two benchmarks minutes apart differ by several percent on a 2-core host, more than the 2% a
-    comparison like survey against sequential asks about."""
+    comparison like survey against sequential asks about. ``rounds``: the benchmark's interleaved
+    rounds (default ``bench_model``'s)."""
     from contextlib import ExitStack
 
     from tensortune.database import Database
@@ -77,7 +78,8 @@ def paired_latency(model: str, dbs: dict[str, Path]) -> dict[str, float | None]:
     with ExitStack() as stack:
         opened = {n: stack.enter_context(Database(p, readonly=True)) for n, p in dbs.items()}
         extra = {f"tensortune {n}": compile_model(m, opened[n]) for n in names[1:]}
-        report = bench_model(m, opened[names[0]], with_ort=False, extra=extra)
+        report = bench_model(m, opened[names[0]], with_ort=False, extra=extra,
+                             **({"rounds": rounds} if rounds else {}))
     rows = {r.name: r for r in report.rows}
 
     def ms(name: str) -> float | None:

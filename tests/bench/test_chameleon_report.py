@@ -206,6 +206,8 @@ def test_whole_model_section_from_a_suite_folder(tmp_path, capsys) -> None:
                                        {"name": "tensortune untuned", "outputs_match": True, "latency": lat(2.5)}]}},
               "n": {"budget_s": 3600.0, "systems": {MODEL_BASELINE: {"ok": True}}, "bench": {"rows": []}}}
     (suite / "models.json").write_text(json.dumps(models))
+    (suite / "paired-m-2026-11-27.json").write_text(json.dumps({"rounds": 15, "medians_ms": {
+        "untuned": 2.6, "autotvm": 2.3, "chameleon": 2.5, "trimmer": 2.4}}))
     from tensortune.task import Task
 
     ops = _folder(tmp_path / "ops", "C6", [BASELINE, CHAMELEON],
@@ -222,7 +224,10 @@ def test_whole_model_section_from_a_suite_folder(tmp_path, capsys) -> None:
     assert (cham["search_share"], cham["build_share"], cham["run_share"]) == (0.25, 0.5, 0.125)
     assert (base["tuned_on"], cham["tuned_on"], cham["stops"]) == ("2026-11-26", "2026-11-27", ["iterations"])
     md = (out / "chameleon.md").read_text()
+    assert cham["baseline_over_paired"] == pytest.approx(2.3 / 2.5) and base["paired_ms"] == 2.3
     assert "## Whole models" in md and "### m" in md
+    assert ("(`paired-m-2026-11-27.json`, 15 rounds, outputs checked): untuned 2.60 ms; autotvm 2.30 ms; "
+            "chameleon 2.50 ms; baseline / chameleon 0.920.") in md
     assert "| chameleon | 2026-11-27 | 4 | 2 | iterations | 900 | 1800 | 25% / 50% / 12% | 50.0 | 5.45 | 1 of 2 |" in md
     capsys.readouterr()
     assert main([str(ops.path), "--suite", str(suite), "--models", "n", "--out", str(out)]) == 1
