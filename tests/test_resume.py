@@ -45,9 +45,10 @@ def integrity(db: str) -> str:
 
 def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     db = str(tmp_path / "t.db")
+    trials = 24  # 6 batches of 4: the kill comes after 2 are committed, with 4 still to come
     log = tmp_path / "first-run.stderr"
     with open(log, "wb") as err:
-        proc = subprocess.Popen(tune_cmd(db, trials=40), stdout=subprocess.DEVNULL, stderr=err,
+        proc = subprocess.Popen(tune_cmd(db, trials=trials), stdout=subprocess.DEVNULL, stderr=err,
                                 start_new_session=True)
     deadline = time.time() + 240
     try:
@@ -67,12 +68,12 @@ def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     assert integrity(db) == "ok"
     after_kill = trial_rows(db)
     assert len(after_kill) >= before  # nothing committed was lost
-    out = subprocess.run(tune_cmd(db, trials=40), capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(tune_cmd(db, trials=trials), capture_output=True, text=True, timeout=300, check=True)
     summary = json.loads(out.stdout)
     rows = trial_rows(db)
-    assert summary["trials_measured"] == 40 - len(after_kill)
-    assert len(rows) == 40
-    assert len({i for i, _ in rows}) == 40, "a config stored before the kill was measured again"
+    assert summary["trials_measured"] == trials - len(after_kill)
+    assert len(rows) == trials
+    assert len({i for i, _ in rows}) == trials, "a config stored before the kill was measured again"
     # the rerun confirmed its top 3 (and the default when not among them), 3 rounds each
     assert list(confirmation_groups(db).values()) in ([9], [12])
 

@@ -64,7 +64,11 @@ def test_compile_default_matches_pytorch_and_exports(model, tmp_path):
 def test_tune_then_compile_uses_records_and_resumes(model, tmp_path):
     tasks = model_tasks(model)
     db = Database(str(tmp_path / "t.db"))
-    make = lambda task, r: get_tuner("random", task, seed=r, batch_size=2)  # noqa: E731
+    def make(task, r):
+        tuner = get_tuner("random", task, seed=r, batch_size=2)
+        tuner.confirm_top = tuner.confirm_rounds = 1  # each call's confirmation at its smallest (tests/tuners size it)
+        return tuner
+
     with Measurer(generous()) as m:
         out = RoundRobinScheduler(tasks, make, m, db, trials_per_task=3, batch_size=2).run()
         assert all(db.count(t.task.workload_key) == 3 for t in tasks if t.tunable)

@@ -1,4 +1,5 @@
-"""A tiny model that is not built in: conv+BN+ReLU, depthwise+BN+ReLU6, residual, pool, linear."""
+"""A tiny model that is not built in: conv+BN+ReLU, depthwise+BN+ReLU6, residual, pool, linear; and a
+smaller one of one conv."""
 from __future__ import annotations
 
 import torch
@@ -34,6 +35,15 @@ def tiny() -> tuple[nn.Module, list[torch.Tensor]]:
     """The model and one example input."""
     torch.manual_seed(0)
     return Tiny(), [torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))]
+
+
+def one_conv() -> tuple[nn.Module, list[torch.Tensor]]:
+    """One conv + ReLU and its input: a whole model at the fewest tasks, for tests that run every
+    task through real measurements (each task's tuning ends with a confirmation of its top configs,
+    MetaSchedule gives each task a search round of seconds) and need no other pattern."""
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()).eval()
+    return module, [torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))]
 
 
 def dense_class() -> str:
