@@ -38,7 +38,9 @@ and tuning wall time over chameleon's, and from the databases each run's estimat
 (the tasks' weighted search bests) and the tasks where chameleon's search best is within 2% of
 the baseline's. (A time to reach the baseline's latency, as for the operators, has no curve
 here: the model's schedulers tune the tasks in turn, so an estimate over all tasks exists only
-near a run's end.)
+near a run's end.) A longer interleaved benchmark kept beside the folder as
+``paired-MODEL-*.json`` (``bench.modelruns.paired_latency`` with more rounds) is reported under
+the model's table.
 
 The whole run is about 45 min a workload. Sessions land on different kinds of machine, so it
 can be spread over several folders, one per kind (``chameleon-ops-znver4-DATE``, ...), each
