@@ -94,9 +94,11 @@ def records_from_shards(folder: str | Path, limit: int | None = None) -> list[Sa
     out: list[Sample] = []
     for path in sorted(Path(folder).glob("*" + SUFFIX)):
         parsed = read_shard(path)
+        by_task: dict[str, list[Any]] = {}
+        for _, tr in parsed.trials:
+            by_task.setdefault(tr.workload_key, []).append(tr)
         for _, task in parsed.tasks:
-            trials = [tr for _, tr in parsed.trials if tr.workload_key == task.workload_key]
-            if _task_samples(task, trials, out, limit):
+            if _task_samples(task, by_task.get(task.workload_key, ()), out, limit):
                 return out
     return out
 

@@ -25,6 +25,7 @@ through and says so in :attr:`ColdFilter.notice`.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,12 +101,21 @@ def _unit(e: np.ndarray) -> np.ndarray:
 _NETS: dict[tuple[str, int], Any] = {}  # (database path, records) -> trained network, per process
 
 
+@functools.lru_cache(maxsize=None)
+def _shard_records(folder: str, limit: int) -> tuple[Any, ...]:
+    """A shard folder's first ``limit`` samples, read once per process: every task's tuner asks
+    for the network, and a shipped folder does not change while it runs."""
+    from ..learn.coldnet import records_from_shards
+
+    return tuple(records_from_shards(folder, limit=limit))
+
+
 def network_for(database: Any, options: ColdFilterOptions, seed: int = 0) -> tuple[Any, str]:
     """The latency network trained on ``database`` (plus ``options.datasets`` where it has fewer
     than ``min_records``), cached per database and record count; (None, why) when there are too
     few records."""
     from ..database import Database
-    from ..learn.coldnet import records_from, records_from_shards, train_coldnet
+    from ..learn.coldnet import records_from, train_coldnet
 
     samples = records_from([database])
     sources = [str(getattr(database, "path", "database"))]
@@ -116,7 +126,7 @@ def network_for(database: Any, options: ColdFilterOptions, seed: int = 0) -> tup
         if want <= 0:
             continue
         if Path(path).is_dir():
-            samples += records_from_shards(path, limit=want)
+            samples += _shard_records(str(path), options.min_records)[:want]
         else:
             with Database(path, readonly=True) as extra:
                 samples += records_from([extra], limit=want)
