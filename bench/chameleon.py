@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -402,7 +403,13 @@ def load(folders: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, 
             cv[w] = c.get(w, {})
             where[w] = f"From `{folder}`. {ops_measured_on(run, [s])}"
         runs.append((run, summary))
-    return tables, cv, where, runs
+    order = sorted(tables, key=_natural)  # C1, C2, ..., C12 whichever folder each came from
+    return ({w: tables[w] for w in order}, {w: cv[w] for w in order}, {w: where[w] for w in order}, runs)
+
+
+def _natural(name: str) -> list[Any]:
+    """Sort key that orders a workload's digits by value: ``C2`` before ``C10``."""
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name)]
 
 
 def main(argv: list[str] | None = None) -> int:

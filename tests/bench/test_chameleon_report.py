@@ -84,26 +84,28 @@ def _folder(path, workload: str, specs: list[str], task) -> RunDir:
 def test_report_over_several_folders(tmp_path, capsys) -> None:
     """Workloads measured on different kinds of machine, one folder each, reported together:
     each section names its folder, the comparisons average per-workload ratios, and a workload
-    in two folders or several folders without --out are refused."""
+    in two folders or several folders without --out are refused. Workloads are reported in
+    natural order (C7 before C10), whichever folder holds each."""
     import pytest
 
     from tensortune.task import Task
 
     task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
-    a = _folder(tmp_path / "a", "C6", [BASELINE, CHAMELEON], task)
+    a = _folder(tmp_path / "a", "C10", [BASELINE, CHAMELEON], task)
     b = _folder(tmp_path / "b", "C7", [BASELINE, CHAMELEON], task)
     out = tmp_path / "both"
     assert main([str(a.path), str(b.path), "--out", str(out)]) == 0
     rep = json.loads((out / "chameleon.json").read_text())
-    assert set(rep["workloads"]) == {"C6", "C7"} and rep["folders"] == [str(a.path), str(b.path)]
-    assert set(rep["comparisons"]["wall"]["per_workload"]) == {"C6", "C7"}
+    assert list(rep["workloads"]) == ["C7", "C10"] and rep["folders"] == [str(a.path), str(b.path)]
+    assert list(rep["comparisons"]["wall"]["per_workload"]) == ["C7", "C10"]
     md = (out / "chameleon.md").read_text()
     assert f"From `{a.path}`" in md and f"From `{b.path}`" in md and "Workloads from 2 folders" in md
+    assert md.index("## C7") < md.index("## C10")
     assert not (a.path / "chameleon.md").exists()
-    c = _folder(tmp_path / "c", "C6", [BASELINE], task)
+    c = _folder(tmp_path / "c", "C10", [BASELINE], task)
     capsys.readouterr()
     assert main([str(a.path), str(c.path), "--out", str(tmp_path / "x")]) == 1
-    assert "workload C6 is in" in capsys.readouterr().err
+    assert "workload C10 is in" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         main([str(a.path), str(b.path)])
     assert e.value.code == 2

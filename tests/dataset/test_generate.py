@@ -7,6 +7,7 @@ real run checks the path through the real measurer.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,11 @@ def test_a_real_run_through_the_command_line(tmp_path, capfd) -> None:
     assert "samples of 1 dense tasks" in capfd.readouterr().out
     assert main(["dataset", "export", "--db", str(db), "--op", "dense", "-o", str(tmp_path / "y.npz"),
                  "--max-tasks", "1", "--max-samples", "2"]) == 0  # a cut, in the kept list's order
-    assert "2 samples of 1 dense tasks" in capfd.readouterr().out
+    out = capfd.readouterr().out
+    # the cut comes first: the task's first 2 stored samples, less any the export drops (a random
+    # config can time > 20x the best of the two, depending on the host's state)
+    m = re.search(r"(\d+) samples of 1 dense tasks on 1 machine\(s\) \((\d+) dropped", out)
+    assert m and int(m[1]) >= 1 and int(m[1]) + int(m[2]) == 2, out
 
 
 def test_model_form_is_what_a_compiled_model_runs() -> None:

@@ -89,14 +89,26 @@ def test_real_configs_measure_and_verify(measurer):
     assert sum(x.run_cpu for x in results) > 0  # the first includes the runner's start and warm-up
 
 
-def test_fresh_runner_first_batch_reads_as_its_later_ones():
-    # A fresh process's first tenths of a second of parallel runs read slow (2x, at times 20x, on
-    # 2 threads); without the runner's warm-up (warmup_s=0) this batch of four read 2x its second.
+def first_and_second_batch(warmup_s: float) -> tuple[list[float], list[float]]:
+    """The best timing of each of four 256^3 matmul configs in a fresh runner's first batch and in its second."""
     task = Task.from_op("matmul", [256, 256, 256])
     inputs = [MeasureInput(task, c) for c in [task.default_config()] + task.space.sample(random.Random(0), 3)]
-    with Measurer(MeasureOptions(repeat=3, min_repeat_ms=5, threads=2, n_parallel=2)) as m:
+    with Measurer(MeasureOptions(repeat=3, min_repeat_ms=5, threads=2, n_parallel=2, warmup_s=warmup_s)) as m:
         first, second = ([min(r.costs) for r in m.measure(inputs)] for _ in range(2))
-    assert sum(first) < 1.4 * sum(second), (first, second)
+    return first, second
+
+
+def test_fresh_runner_first_batch_reads_as_its_later_ones():
+    # A fresh process's first tenths of a second of parallel runs read slow (2x, at times 20x, on
+    # 2 threads); without the runner's warm-up (warmup_s=0) this batch of four read 2x its second,
+    # every time. The shared host can also change state between two batches (a fresh clone's run
+    # once read 2x with the warm-up, 2026-11-28): a second fresh runner settles which it was.
+    warmup_s = MeasureOptions().warmup_s
+    tries = [first_and_second_batch(warmup_s)]
+    if sum(tries[0][0]) >= 1.4 * sum(tries[0][1]):
+        tries.append(first_and_second_batch(warmup_s))
+    first, second = tries[-1]
+    assert sum(first) < 1.4 * sum(second), tries
 
 
 def test_measure_rounds_builds_once_and_runs_interleaved(measurer):
