@@ -146,13 +146,13 @@ def model_systems(folder: Path, model: str, tuners: tuple[str, ...]) -> dict[str
     if extra:
         for tuner, r in rows.items():
             r["paired_ms"] = extra["medians_ms"].get(tuner)
-            r["paired_untuned_ms"] = extra["medians_ms"].get("untuned")
         if base and cham and base.get("paired_ms") and cham.get("paired_ms"):
             cham["baseline_over_paired"] = base["paired_ms"] / cham["paired_ms"]
     for r in rows.values():
         r["db"] = str(r["db"])
     return {"folder": str(folder), "machine": machine_line(meta.get("machine")),
-            "paired": {"file": paired[-1].name, "rounds": extra.get("rounds")} if extra else None,
+            "paired": {"file": paired[-1].name, "rounds": extra.get("rounds"),
+                       "untuned_ms": extra["medians_ms"].get("untuned")} if extra else None,
             "bench_rounds": next((r["latency"].get("samples") for r in entry["bench"]["rows"] if r.get("latency")), None),
             "systems": rows}
 
@@ -189,7 +189,7 @@ def model_lines(models: dict[str, Any]) -> list[str]:
         if m.get("paired"):
             lines += [f"A longer interleaved benchmark of the same databases (`{m['paired']['file']}`, "
                       f"{m['paired']['rounds']} rounds, outputs checked): untuned "
-                      f"{_f(next(iter(m['systems'].values())).get('paired_untuned_ms'), '.2f')} ms; "
+                      f"{_f(m['paired']['untuned_ms'], '.2f')} ms; "
                       + "; ".join(f"{t} {_f(r.get('paired_ms'), '.2f')} ms" for t, r in m["systems"].items())
                       + f"; baseline / chameleon {_f(m['systems'].get(CHAMELEON, {}).get('baseline_over_paired'), '.3f')}.",
                       ""]

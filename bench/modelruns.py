@@ -69,7 +69,7 @@ def paired_latency(model: str, dbs: dict[str, Path], rounds: int | None = None) 
     from contextlib import ExitStack
 
     from tensortune.database import Database
-    from tensortune.models.bench import bench_model
+    from tensortune.models.bench import BENCH_ROUNDS, bench_model
     from tensortune.models.compile import compile_model
     from tensortune.models.importer import load_model
 
@@ -78,8 +78,7 @@ def paired_latency(model: str, dbs: dict[str, Path], rounds: int | None = None) 
     with ExitStack() as stack:
         opened = {n: stack.enter_context(Database(p, readonly=True)) for n, p in dbs.items()}
         extra = {f"tensortune {n}": compile_model(m, opened[n]) for n in names[1:]}
-        report = bench_model(m, opened[names[0]], with_ort=False, extra=extra,
-                             **({"rounds": rounds} if rounds else {}))
+        report = bench_model(m, opened[names[0]], with_ort=False, extra=extra, rounds=rounds or BENCH_ROUNDS)
     rows = {r.name: r for r in report.rows}
 
     def ms(name: str) -> float | None:
