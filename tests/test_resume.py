@@ -25,6 +25,12 @@ def trial_rows(db: str) -> list[tuple[int, str]]:
         return [(t.config_index, t.tuner) for t in d.trials() if t.confirmation is None]
 
 
+def created(db: str) -> bool:
+    """Whether the tuning process has created the database: SQLite makes the file empty first and
+    writes the schema in its first transaction, and an empty file is no database to read yet."""
+    return os.path.exists(db) and os.path.getsize(db) > 0
+
+
 def confirmation_groups(db: str) -> dict[str, int]:
     """Trials per confirmation group."""
     with Database(db, readonly=True) as d:
@@ -53,11 +59,11 @@ def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     deadline = time.time() + 240
     try:
         while time.time() < deadline and proc.poll() is None:  # wait until some trials are committed,
-            if os.path.exists(db) and len(trial_rows(db)) >= 6:  # then kill -9 the whole group
+            if created(db) and len(trial_rows(db)) >= 6:  # then kill -9 the whole group
                 break
             time.sleep(0.2)
         exited = proc.poll()
-        before = len(trial_rows(db)) if os.path.exists(db) else 0
+        before = len(trial_rows(db)) if created(db) else 0
         if exited is None:
             os.killpg(proc.pid, signal.SIGKILL)
     finally:
