@@ -865,6 +865,11 @@ def cmd_bench(a: argparse.Namespace) -> int:
         print(json.dumps(report.to_json()))
     else:
         print(report.table())
+        fastest = report.fastest_library()
+        if fastest is not None:
+            untuned = report.row("tensortune untuned")
+            ratio = f"{untuned.latency.median_ms / fastest[1]:.2f}" if untuned and untuned.latency else "-"
+            print(f"fastest CPU runtime: {fastest[0]} {fastest[1]:.2f} ms (untuned tensortune / it: {ratio} x)")
     failed = [r.name for r in report.rows if not r.ok]
     return 1 if failed else 0
 

@@ -426,3 +426,69 @@ def test_latency_summary():
         (3.0, 2.0, 4.0, 1.0, 5.0, 5))
     assert lat.spread() == pytest.approx(2.0 / 3.0)
     assert set(lat.to_json()) >= {"median_ms", "p25_ms", "p75_ms", "min_ms", "max_ms", "samples", "spread"}
+
+
+# ------------------------------------------------------------------------------------------------
+# OpenVINO (optional extra)
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def conv_onnx(tmp_path_factory) -> tuple[str, list[np.ndarray]]:
+    """A tiny conv+relu exported to ONNX, and an input for it."""
+    torch.manual_seed(2)
+    module = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU()).eval()
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    path = export_onnx(module, [torch.from_numpy(x)], str(tmp_path_factory.mktemp("ov") / "conv.onnx"))
+    return path, [x]
+
+
+def test_openvino_runner_matches_onnxruntime(conv_onnx):
+    openvino = pytest.importorskip("openvino")
+    from tensortune.models.reference import OpenVinoRunner
+
+    path, inputs = conv_onnx
+    runner = OpenVinoRunner(path, threads=THREADS)
+    assert runner.name == "openvino" and runner.input_names == ["input0"] and runner.threads == THREADS
+    # float32 kept (no bf16 on AMX/Zen4 CPUs), as many threads as the other systems
+    assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == openvino.Type.f32
+    assert int(runner.compiled.get_property("INFERENCE_NUM_THREADS")) == THREADS
+    got = runner.run(inputs)
+    expected = OrtRunner(path, threads=THREADS).run(inputs)
+    assert len(got) == 1 and got[0].shape == expected[0].shape and got[0].dtype == np.float32
+    np.testing.assert_allclose(got[0], expected[0], rtol=0, atol=1e-4)
+    assert compare_outputs(got, expected).ok
+    assert runner.callable(inputs)() is None
+
+
+def test_openvino_missing_path_is_one_line_reference_error(tmp_path):
+    pytest.importorskip("openvino")
+    from tensortune.models.reference import OpenVinoRunner
+
+    missing = tmp_path / "missing.onnx"
+    with pytest.raises(ReferenceRunError) as info:
+        OpenVinoRunner(str(missing), threads=1)
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("openvino could not load") and "missing.onnx" in msg
+
+
+def test_openvino_rejects_wrong_inputs(conv_onnx):
+    pytest.importorskip("openvino")
+    from tensortune.models.reference import OpenVinoRunner
+
+    path, inputs = conv_onnx
+    runner = OpenVinoRunner(path, threads=1)
+    wrong_shape = r"openvino input 'input0' expects shape \(1, 3, 8, 8\), got \(1, 3, 4, 4\)"
+    with pytest.raises(ReferenceRunError, match=wrong_shape):
+        runner.run([inputs[0][:, :, :4, :4]])
+    with pytest.raises(ReferenceRunError, match="openvino input 'input0' expects float32, got float64"):
+        runner.run([inputs[0].astype(np.float64)])
+    with pytest.raises(ReferenceRunError, match="openvino model takes 1 inputs, got 2"):
+        runner.callable(inputs * 2)
+
+
+def test_openvino_not_installed_says_how_to_install(monkeypatch, conv_onnx):
+    from tensortune.models.reference import OpenVinoRunner
+
+    monkeypatch.setitem(__import__("sys").modules, "openvino", None)  # import openvino -> ImportError
+    with pytest.raises(ReferenceRunError, match=r"^openvino is not installed: pip install 'tensortune\[openvino\]'$"):
+        OpenVinoRunner(conv_onnx[0], threads=1)

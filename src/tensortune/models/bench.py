@@ -1,11 +1,13 @@
 """Benchmark a compiled model against its framework: outputs checked first, then latency.
 
 Rows: tuned tensortune (best records of the database), untuned tensortune (template
-defaults), PyTorch eager (zoo and torch models) and ONNX Runtime (the ONNX file, or the
-PyTorch model exported to ONNX). Every row's outputs are compared with the reference
-(PyTorch, else ONNX Runtime) on the same inputs before it is timed; a row whose outputs
-do not match is reported as a failure and gets no latency. Latencies are medians over
-interleaved rounds at one fixed thread count (:func:`.reference.interleaved_latency`).
+defaults), PyTorch eager (zoo and torch models), ONNX Runtime (the ONNX file, or the
+PyTorch model exported to ONNX) and OpenVINO (the same ONNX file and threads; optional extra
+``tensortune[openvino]``, its row is left out with a note when it is not installed). Every
+row's outputs are compared with the reference (PyTorch, else ONNX Runtime) on the same inputs
+before it is timed; a row whose outputs do not match is reported as a failure and gets no latency.
+Latencies are medians over interleaved rounds at one fixed thread count
+(:func:`.reference.interleaved_latency`).
 """
 from __future__ import annotations
 
@@ -16,13 +18,15 @@ from typing import Any
 
 from .compile import CompiledModel, compile_model
 from .importer import Model
-from .reference import (DEFAULT_RTOL, OrtRunner, ReferenceRunError, TorchRunner, compare_outputs, export_onnx,
-                        interleaved_latency, set_threads)
+from .reference import (DEFAULT_RTOL, OpenVinoRunner, OrtRunner, ReferenceRunError, TorchRunner, compare_outputs,
+                        export_onnx, interleaved_latency, set_threads)
 
 #: Interleaved timing rounds of ``tensortune bench``.
 BENCH_ROUNDS = 5
 #: Seconds of timed runs per system per round.
 BENCH_MIN_TIME_S = 0.3
+#: Rows of the CPU inference libraries that tensortune is compared with (:meth:`BenchReport.fastest_library`).
+LIBRARY_ROWS = ("onnxruntime", "openvino")
 
 
 @dataclass
@@ -50,6 +54,14 @@ class BenchReport:
     rtol: float
     rows: list[BenchRow] = field(default_factory=list)
     tuned_counts: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # one line each: why an optional system has no row
+
+    def fastest_library(self) -> tuple[str, float] | None:
+        """``(name, median ms)`` of the faster of the library rows (:data:`LIBRARY_ROWS`) whose outputs
+        matched and that were timed; None when neither was."""
+        timed = [(r.name, r.latency.median_ms) for r in self.rows
+                 if r.name in LIBRARY_ROWS and r.ok and r.latency is not None]
+        return min(timed, key=lambda t: t[1]) if timed else None
 
     def row(self, name: str) -> BenchRow | None:
         """The row called ``name``."""
@@ -66,7 +78,10 @@ class BenchReport:
         """JSON form (``tensortune bench --json``)."""
         return {"model": self.model, "reference": self.reference, "threads": self.threads, "rtol": self.rtol,
                 "tasks": self.tuned_counts, "rows": [r.to_json() for r in self.rows],
-                "speedup_vs_pytorch": {r.name: self.ratio(r.name) for r in self.rows if self.ratio(r.name)}}
+                "speedup_vs_pytorch": {r.name: self.ratio(r.name) for r in self.rows if self.ratio(r.name)},
+                "fastest_library": ({"name": fastest[0], "median_ms": fastest[1]}
+                                    if (fastest := self.fastest_library()) else None),
+                "notes": list(self.notes)}
 
     def table(self) -> str:
         """The printed comparison."""
@@ -81,14 +96,20 @@ class BenchReport:
             lat = r.latency
             vs = f"{base.latency.median_ms / lat.median_ms:13.2f}x" if base is not None and base.latency else ""
             lines.append(f"{r.name:28} {lat.median_ms:8.2f} ms {lat.p25_ms:7.2f}-{lat.p75_ms:<7.2f}ms {vs:>14}  {r.check}")
+        lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
 
 def bench_model(model: Model, database: Any = None, threads: int | None = None, rounds: int = BENCH_ROUNDS,
                 min_time_s: float = BENCH_MIN_TIME_S, with_ort: bool = True,
-                tuned: CompiledModel | None = None, extra: dict[str, Any] | None = None) -> BenchReport:
+                tuned: CompiledModel | None = None, extra: dict[str, Any] | None = None,
+                with_openvino: bool = True) -> BenchReport:
     """Compile ``model`` tuned (``database``) and untuned, check every system's outputs, time them.
 
+    ``with_ort`` adds the ONNX Runtime row and, unless ``with_openvino`` is False, the OpenVINO row
+    beside it, both on the same ONNX file (the model's, else the PyTorch module exported once) and
+    ``threads``; ``with_ort=False`` leaves out both. OpenVINO is an optional extra: when it is not
+    installed (or cannot load the file) its row is left out and :attr:`BenchReport.notes` says why.
     ``extra`` adds systems by name (anything with ``run(inputs)`` and ``callable(inputs)``, e.g. a
     :class:`CompiledModel` built by another tuner); they are checked and timed like the others."""
     from ..target import cpu_count
@@ -102,16 +123,28 @@ def bench_model(model: Model, database: Any = None, threads: int | None = None, 
     runners: dict[str, Any] = {"tensortune tuned": tuned, "tensortune untuned": untuned, **(extra or {})}
     if model.torch_module is not None:
         runners["pytorch"] = TorchRunner(model.torch_module, threads)
-    ort_note = ""
+    ort_note = ov_note = ""
+    path: str | None = None
     if with_ort:
         try:
             path = model.onnx_path
             if path is None:
                 tmp = tempfile.mkdtemp(prefix="tensortune-onnx-")
                 path = export_onnx(model.torch_module, _torch_inputs(inputs), os.path.join(tmp, f"{model.name}.onnx"))
+        except Exception as e:  # noqa: BLE001 - the ONNX rows are optional for the comparison
+            ort_note = ov_note = _first_line(e)
+    if path is not None:
+        try:
             runners["onnxruntime"] = OrtRunner(path, threads)
         except Exception as e:  # noqa: BLE001 - ORT is optional for the comparison
-            ort_note = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            ort_note = _first_line(e)
+    # the library rows come together: callers timing tensortune alone (with_ort=False) get neither
+    with_openvino = with_ort and with_openvino
+    if with_openvino and path is not None:
+        try:
+            runners["openvino"] = OpenVinoRunner(path, threads)
+        except Exception as e:  # noqa: BLE001 - OpenVINO is an optional extra
+            ov_note = _first_line(e)
     ref_name = "pytorch" if "pytorch" in runners else "onnxruntime"
     report = BenchReport(model.name, ref_name, threads, DEFAULT_RTOL, tuned_counts=tuned.counts())
     if ref_name not in runners:
@@ -129,10 +162,17 @@ def bench_model(model: Model, database: Any = None, threads: int | None = None, 
             systems[name] = runner.callable(inputs)
     if with_ort and "onnxruntime" not in runners:
         report.rows.append(BenchRow("onnxruntime", f"unavailable: {ort_note}", True))
+    if with_openvino and "openvino" not in runners:
+        report.notes.append(f"openvino: no row: {ov_note}")
     lat = interleaved_latency(systems, rounds=rounds, min_time_s=min_time_s)
     for r in report.rows:
         r.latency = lat.get(r.name)
     return report
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (at most 200 characters), else its type's name."""
+    return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
 
 
 def _torch_inputs(inputs: Any) -> list[Any]:

@@ -1,7 +1,8 @@
 """Reference runners for whole models, ONNX export, output checks and the latency protocol.
 
-A model compiled with TVM is compared against PyTorch eager (:class:`TorchRunner`) and ONNX Runtime
-(:class:`OrtRunner`) on the same numpy inputs and the same thread count. Every system is reduced to
+A model compiled with TVM is compared against PyTorch eager (:class:`TorchRunner`), ONNX Runtime
+(:class:`OrtRunner`) and, when the optional ``openvino`` extra is installed, OpenVINO
+(:class:`OpenVinoRunner`) on the same numpy inputs and the same thread count. Every system is reduced to
 two things: ``run(inputs) -> list of numpy arrays`` for the output check (:func:`compare_outputs`)
 and a zero-argument callable doing one inference for timing (:func:`interleaved_latency`, which the
 caller also uses for TVM by wrapping it as a plain Python callable).
@@ -39,7 +40,8 @@ from ..utils.warmup import warm_up
 __all__ = [
     "DEFAULT_MAX_RUNS", "DEFAULT_MIN_TIME_S", "DEFAULT_OPSET", "DEFAULT_ROUNDS", "DEFAULT_RTOL", "DEFAULT_THREADS",
     "DEFAULT_WARMUP_S", "PAIRED_ROUNDS", "ABS_FLOOR",
-    "Latency", "OrtRunner", "OutputCheck", "PairedTiming", "ReferenceRunError", "Timed", "TorchRunner",
+    "Latency", "OPENVINO_MISSING", "OpenVinoRunner", "OrtRunner", "OutputCheck", "PairedTiming", "ReferenceRunError",
+    "Timed", "TorchRunner",
     "compare_outputs", "export_onnx", "interleaved_latency", "interleaved_rounds", "set_threads", "time_callable",
 ]
 
@@ -78,6 +80,9 @@ _DYNAMO_MIN_OPSET = 18  # the torch.export-based exporter writes opset-18 ops (S
 
 class ReferenceRunError(RuntimeError):
     """A reference system could not export, load or run a model. The message is one line."""
+
+
+logger = logging.getLogger(__name__)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -194,6 +199,29 @@ _ORT_TYPES = {
 }
 
 
+def _check_inputs(system: str, names: Sequence[str], dtypes: Sequence[np.dtype | None],
+                  shapes: Sequence[Sequence[Any]], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``inputs`` as C-contiguous arrays, checked against a model's inputs, in order.
+
+    ``dtypes`` holds each input's expected dtype (None: not checked); ``shapes`` each input's
+    dimensions, where an ``int`` is a fixed size and anything else (None, a symbolic name) is a
+    dynamic dimension that accepts any size. Shared by the ONNX-file runners so that a wrong input
+    reads the same, one line naming ``system`` and the input, whichever runtime is fed.
+    """
+    if len(inputs) != len(names):
+        raise ReferenceRunError(f"{system} model takes {len(names)} inputs, got {len(inputs)}")
+    arrays: list[np.ndarray] = []
+    for name, want, shape, x in zip(names, dtypes, shapes, inputs):
+        arr = np.ascontiguousarray(x)
+        if want is not None and arr.dtype != want:
+            raise ReferenceRunError(f"{system} input {name!r} expects {want.name}, got {arr.dtype.name}")
+        static = len(shape) == arr.ndim and all(not isinstance(d, int) or d == s for d, s in zip(shape, arr.shape))
+        if not static:
+            raise ReferenceRunError(f"{system} input {name!r} expects shape {tuple(shape)}, got {arr.shape}")
+        arrays.append(arr)
+    return arrays
+
+
 class OrtRunner:
     """ONNX Runtime CPU reference.
 
@@ -231,23 +259,14 @@ class OrtRunner:
         meta = self.session.get_inputs()
         self.input_names: list[str] = [i.name for i in meta]
         self._input_types: list[str] = [i.type for i in meta]
+        self._input_dtypes: list[np.dtype | None] = [
+            np.dtype(_ORT_TYPES[t]) if t in _ORT_TYPES else None for t in self._input_types]
         self._input_shapes: list[list[Any]] = [list(i.shape) for i in meta]
         self.output_names: list[str] = [o.name for o in self.session.get_outputs()]
 
     def _feed(self, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-        if len(inputs) != len(self.input_names):
-            raise ReferenceRunError(f"onnxruntime model takes {len(self.input_names)} inputs, got {len(inputs)}")
-        feed: dict[str, np.ndarray] = {}
-        for name, typ, shape, x in zip(self.input_names, self._input_types, self._input_shapes, inputs):
-            arr = np.ascontiguousarray(x)
-            want = _ORT_TYPES.get(typ)
-            if want is not None and arr.dtype != np.dtype(want):
-                raise ReferenceRunError(f"onnxruntime input {name!r} expects {np.dtype(want).name}, got {arr.dtype.name}")
-            static = len(shape) == arr.ndim and all(not isinstance(d, int) or d == s for d, s in zip(shape, arr.shape))
-            if not static:
-                raise ReferenceRunError(f"onnxruntime input {name!r} expects shape {tuple(shape)}, got {arr.shape}")
-            feed[name] = arr
-        return feed
+        arrays = _check_inputs(self.name, self.input_names, self._input_dtypes, self._input_shapes, inputs)
+        return dict(zip(self.input_names, arrays))
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """One inference on ``inputs`` (positional, in :attr:`input_names` order); all outputs as arrays."""
@@ -266,6 +285,113 @@ class OrtRunner:
             session.run(None, feed)
 
         return infer
+
+
+# --------------------------------------------------------------------------------------------------
+# OpenVINO
+# --------------------------------------------------------------------------------------------------
+
+OPENVINO_MISSING = "openvino is not installed: pip install 'tensortune[openvino]'"
+"""Message of the :class:`ReferenceRunError` raised by :class:`OpenVinoRunner` without the ``openvino`` extra."""
+
+
+def _ov_one_line(exc: BaseException, limit: int = 300) -> str:
+    """One line of an OpenVINO exception: its last informative line, not the C++ source locations.
+
+    OpenVINO's messages are a chain of ``Exception from src/...cpp:N:`` and ``Check '...' failed at``
+    lines, with the actual cause (``Could not open the file``, ``got [1,3,4,4] expecting [1,3,8,8]``)
+    last; :func:`_one_line` would keep only the first, useless, location.
+    """
+    plain = _ANSI.sub("", str(exc))
+    lines = [ln.strip() for ln in plain.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Exception from ", "Check '"))]
+    if not useful:
+        return _one_line(exc, limit)
+    out = f"{type(exc).__name__}: {useful[-1]}"
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+class OpenVinoRunner:
+    """OpenVINO CPU reference: a second library baseline beside :class:`OrtRunner`, on the same ONNX file.
+
+    The ONNX file is compiled for the ``CPU`` device with ``INFERENCE_NUM_THREADS=threads``,
+    ``PERFORMANCE_HINT=LATENCY`` (one stream, all ``threads`` on one inference: what every other
+    system does) and ``INFERENCE_PRECISION_HINT=f32``: without it OpenVINO may run float32 models in
+    bf16 on CPUs with AMX/AVX-512-BF16 (Sapphire Rapids, Zen 4), which is faster but not
+    like-with-like against float32 systems. One infer request is made and reused.
+    Inputs are given positionally, in the order of :attr:`input_names`, and are checked as
+    :class:`OrtRunner`'s are (:func:`_check_inputs`). Needs the optional extra
+    ``pip install 'tensortune[openvino]'``; without it the constructor raises :class:`ReferenceRunError`.
+    """
+
+    name = "openvino"
+
+    def __init__(self, onnx_path: str, threads: int = DEFAULT_THREADS) -> None:
+        """Compile ``onnx_path`` for OpenVINO's CPU device with ``threads`` inference threads, in float32."""
+        try:
+            import openvino as ov
+        except ImportError as exc:
+            raise ReferenceRunError(OPENVINO_MISSING) from exc
+
+        if threads < 1:
+            raise ValueError(f"thread count must be >= 1, got {threads}")
+        config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+        try:
+            self.compiled = ov.Core().compile_model(str(onnx_path), "CPU", config)
+            self.request = self.compiled.create_infer_request()
+        except Exception as exc:
+            raise ReferenceRunError(f"openvino could not load {onnx_path}: {_ov_one_line(exc)}") from exc
+        self.onnx_path = str(onnx_path)
+        self.threads = threads
+        ports = list(self.compiled.inputs)
+        self.input_names: list[str] = [p.get_any_name() for p in ports]
+        self._input_dtypes: list[np.dtype | None] = [_ov_dtype(p) for p in ports]
+        self._input_shapes: list[list[Any]] = [
+            [d.get_length() if d.is_static else None for d in p.get_partial_shape()] for p in ports]
+        self.output_names: list[str] = [p.get_any_name() for p in self.compiled.outputs]
+        logger.debug("openvino compiled %s for CPU: %d threads, precision %s", self.onnx_path, threads,
+                     self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+
+    def _feed(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return _check_inputs(self.name, self.input_names, self._input_dtypes, self._input_shapes, inputs)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One inference on ``inputs`` (positional, in :attr:`input_names` order); all outputs as arrays (copies)."""
+        feed = self._feed(inputs)
+        try:
+            result = self.request.infer(feed)
+        except Exception as exc:
+            raise ReferenceRunError(f"openvino run failed: {_ov_one_line(exc)}") from exc
+        return [np.array(v) for v in result.to_tuple()]
+
+    def callable(self, inputs: Sequence[np.ndarray]) -> Callable[[], None]:
+        """A zero-argument function running one inference on ``inputs`` (checked and bound once), for timing.
+
+        The inputs are bound once, without a copy, to an infer request of the callable's own (so
+        :meth:`run` cannot rebind them); each call runs it and copies the outputs out, as ONNX
+        Runtime's ``session.run`` allocates them, so both libraries do the same work around the
+        inference. Passing the arrays on every call instead costs about 0.1 ms of Python-side
+        wrapping per inference (2-core host), which would be timed as OpenVINO's.
+        """
+        import openvino as ov
+
+        feed = self._feed(inputs)
+        request = self.compiled.create_infer_request()
+        for i, arr in enumerate(feed):
+            request.set_input_tensor(i, ov.Tensor(arr, shared_memory=True))
+
+        def infer(_bound: list[np.ndarray] = feed) -> None:  # the default keeps the shared arrays alive
+            request.infer()
+
+        return infer
+
+
+def _ov_dtype(port: Any) -> np.dtype | None:
+    """The numpy dtype of an OpenVINO port, None when it has none (then the input's dtype is not checked)."""
+    try:
+        return np.dtype(port.get_element_type().to_dtype())
+    except Exception:  # noqa: BLE001 - e.g. bf16, dynamic element type
+        return None
 
 
 # --------------------------------------------------------------------------------------------------
