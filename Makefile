@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml | check-python
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(if $(TORCH_INDEX),$(PY) -m pip install -q --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
-	$(PY) -m pip install -q -e ".[dev,bench,openvino]"
+	$(PY) -m pip install -q -e ".[dev,bench,openvino,hf]"
 	touch $@
 
 setup: $(VENV)/.installed

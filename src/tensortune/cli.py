@@ -186,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--db", required=True)
 
     def model_args(q: argparse.ArgumentParser) -> None:
-        q.add_argument("model", help="a built-in model name (tensortune models) or a path to an ONNX file")
+        q.add_argument("model", help="a built-in model name, a path to an ONNX file, a Hugging Face "
+                       "hf:MODEL_TYPE[:key=value,...] spec (random weights; needs the hf extra) or a "
+                       "save_pretrained folder")
         q.add_argument("--batch", type=_positive_int, default=1, help="batch size of a built-in model (default 1)")
         q.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                        help="fix an ONNX input's shape (repeatable)")
@@ -827,7 +829,8 @@ def cmd_compile(a: argparse.Namespace) -> int:
         print(f"{c.source:8} {c.weight:3d} x {c.task[:64]:64} {c.reason}{extra}")
     counts = cm.counts()
     print(f"{model.name}: {counts['tuned']} tasks tuned, {counts['default']} template default, "
-          f"{counts['generic']} generic default, {counts['naive']} unscheduled; wrote {lib} and {meta}")
+          f"{counts['generic']} generic default, {counts['tvm']} TVM's default, {counts['naive']} unscheduled; "
+          f"wrote {lib} and {meta}")
     return 0
 
 

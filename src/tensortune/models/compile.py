@@ -8,16 +8,21 @@ of preference, and the report says which one each function got and why:
 2. ``default``: its template's default config (no record, or the best record failed to apply);
 3. ``generic``: the generic template's default (parallel + vectorised), when the op
    template could not schedule it;
-4. ``naive``: TVM's unscheduled loops, only if even that failed (reported loudly).
+4. ``tvm``: TVM's own default CPU schedule (``s_tir.dlight.cpu`` rules), where one applies;
+5. ``naive``: TVM's unscheduled loops, only if even that failed (reported loudly).
 
 The build then runs TVM's own lowering passes (``dataflow_lower_passes`` and
-``finalize_passes`` of the CPU pipeline) without fusing again, so no schedule is lost.
+``finalize_passes`` of the CPU pipeline) without fusing again, so no schedule is lost. A
+schedule that applies but does not lower or build breaks the whole model's build; then each
+function is built alone and those that fail move down the chain, so a model that imports
+always builds; each choice's reason names the rungs that failed.
 The result exports to a shared library that ``tvm.runtime.load_module`` plus
 ``relax.VirtualMachine`` run without tensortune (:func:`load_library`).
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -27,10 +32,12 @@ import numpy as np
 from ..target import host_target_json, make_target
 from ..task import Task
 from .extract import ModelTask, extract_tasks
-from .importer import Model
+from .importer import Model, ModelError
 
-#: How each function was scheduled, best first.
-SOURCES = ("tuned", "default", "generic", "naive")
+#: How each function was scheduled, best first (the fallback chain).
+SOURCES = ("tuned", "default", "generic", "tvm", "naive")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -171,54 +178,112 @@ def _best_config(task: Task, database: Any, model: str = "") -> tuple[Any | None
         return None, n, None, note
 
 
-def _schedule(task: Task, database: Any, model: str = "", override: Any = None
-              ) -> tuple[Any, str, str, int, float | None]:
-    """(scheduled PrimFunc, source, reason, trials, best ms) for one task; ``override``: the config
+@dataclass
+class _Step:
+    """One rung of a task's fallback chain: its source, why it is used, how to make the function."""
+
+    source: str  # one of SOURCES
+    note: str
+    make: Callable[[], Any]
+
+
+def _steps(task: Task, database: Any, model: str = "", override: Any = None
+           ) -> tuple[list[_Step], int, float | None]:
+    """The fallback chain of one task, best first (tuned, template default, generic, TVM's default,
+    naive loops), with the task's trial count and stored best latency (ms); ``override``: the config
     to use instead of the database's (reported as ``tuned``)."""
+    steps: list[_Step] = []
+    n, best_ms, why = 0, None, ""
     if override is not None:
-        return task.instantiate(override)["main"], "tuned", f"config {override.index} given", 0, None
-    config, n, best_ms, note = _best_config(task, database, model)
-    reason = f"{note}; " if note else ""
-    if config is not None:
-        try:
-            return task.instantiate(config)["main"], "tuned", f"best of {n} trials" + (f" ({note})" if note else ""), \
-                n, best_ms
-        except Exception as e:  # noqa: BLE001
-            reason = f"best record failed to apply ({str(e).splitlines()[0][:80]}); "
-    elif database is None:
-        reason = "no database; "
-    elif note:
-        pass  # the note says why no stored record applies
-    elif n:
-        reason = f"no successful verified trial among {n}; "
+        steps.append(_Step("tuned", f"config {override.index} given", lambda: task.instantiate(override)["main"]))
     else:
-        reason = "not tuned; "
-    try:
-        return task.instantiate(task.default_config())["main"], "default", reason + f"{task.template_name} default", n, None
-    except Exception as e:  # noqa: BLE001
-        reason += f"{task.template_name} default failed ({str(e).splitlines()[0][:80]}); "
+        config, n, best_ms, note = _best_config(task, database, model)
+        if config is not None:
+            steps.append(_Step("tuned", f"best of {n} trials" + (f" ({note})" if note else ""),
+                               lambda: task.instantiate(config)["main"]))
+        elif database is None:
+            why = "no database; "
+        elif note:
+            why = f"{note}; "  # the note says why no stored record applies
+        else:
+            why = f"no successful verified trial among {n}; " if n else "not tuned; "
+    steps.append(_Step("default", f"{why}{task.template_name} default",
+                       lambda: task.instantiate(task.default_config())["main"]))
     if task.template_name != "generic":
-        try:
+        def generic() -> Any:
             g = Task.from_primfunc(task.prim_func(), task.target_json, "generic", task.kernel_class)
-            return g.instantiate(g.default_config())["main"], "generic", reason + "generic default", n, None
-        except Exception as e:  # noqa: BLE001
-            reason += f"generic default failed ({str(e).splitlines()[0][:80]}); "
-    return task.prim_func(), "naive", reason + "unscheduled loops", n, None
+            return g.instantiate(g.default_config())["main"]
+
+        steps.append(_Step("generic", "generic default", generic))
+    steps.append(_Step("tvm", "TVM's default CPU schedule", lambda: tvm_default_schedule(task.prim_func(), task.target_json)))
+    steps.append(_Step("naive", "unscheduled loops", task.prim_func))
+    return steps, n, best_ms
+
+
+def tvm_default_schedule(func: Any, target_json: dict[str, Any]) -> Any:
+    """``func`` scheduled by TVM's own CPU rules (``s_tir.dlight.cpu``: GEMV, reductions); raises
+    :class:`ValueError` when no rule applies (the function would stay as naive loops)."""
+    import tvm
+    from tvm.s_tir import dlight
+
+    target = make_target(target_json)
+    mod = tvm.IRModule({"main": func})
+    with target:
+        out = dlight.ApplyDefaultSchedule(dlight.cpu.GEMV(), dlight.cpu.Reduction())(mod)
+    if tvm.ir.structural_equal(out["main"], func):
+        raise ValueError("no rule of TVM's applies")
+    return out["main"]
+
+
+def builds(func: Any, target_json: dict[str, Any]) -> None:
+    """Lower and build one scheduled PrimFunc alone (raises what TVM raises): the check a function
+    passes before it stands in for one that broke the model's build."""
+    import tvm
+
+    tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), make_target(target_json))
+
+
+def _pick(steps: list[_Step], check: Callable[[Any], None] | None = None, skip: int = 0
+          ) -> tuple[Any, int, str]:
+    """The first step from ``skip`` on whose function is made (and passes ``check``): (function,
+    index in ``steps``, reason naming every step that failed before it)."""
+    failed: list[str] = []
+    for i, step in enumerate(steps):
+        if i < skip:
+            continue
+        try:
+            func = step.make()
+            if check is not None:
+                check(func)
+        except Exception as e:  # noqa: BLE001 - a schedule that fails falls back to the next
+            failed.append(f"{step.source} failed ({_first_line(e)})")
+            continue
+        return func, i, "; ".join(failed + [step.note])
+    raise RuntimeError("; ".join(failed))  # naive loops that do not build: the model cannot
+
+
+def _first_line(e: BaseException) -> str:
+    """A TVM or Python error in one short line (TVM's useful line is its last)."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
+    line = lines[-1] if type(e).__module__.startswith("tvm") else lines[0]
+    return line[:120]
 
 
 def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = None, model: str = "",
-                    overrides: Mapping[str, Any] | None = None) -> tuple[Any, list[FuncChoice]]:
+                    overrides: Mapping[str, Any] | None = None, check: bool = False) -> tuple[Any, list[FuncChoice]]:
     """Replace every fused PrimFunc of ``fused`` (each task's functions) by its scheduled version
     (``model``: the model's name, for configs confirmed inside it; ``overrides``: configs by
-    workload key that replace the database's choice)."""
+    workload key that replace the database's choice; ``check``: build each function alone first and
+    fall back down its chain while it does not build)."""
     mod = fused.clone()
     choices = []
     for mt in extract_tasks(fused, target_json):
         task = mt.task
-        sched, source, reason, n, best_ms = _schedule(task, database, model,
-                                                      (overrides or {}).get(task.workload_key))
-        choices.append(FuncChoice(task.name, task.kernel_class, task.workload_key, mt.weight, source, reason, n,
-                                  best_ms, list(mt.funcs), task.flops))
+        steps, n, best_ms = _steps(task, database, model, (overrides or {}).get(task.workload_key))
+        sched, i, reason = _pick(steps, (lambda f: builds(f, target_json)) if check else None)
+        source = steps[i].source
+        choices.append(FuncChoice(task.name, task.kernel_class, task.workload_key, mt.weight, source, reason,
+                                  n, best_ms if source == "tuned" else None, list(mt.funcs), task.flops))
         sched = sched.without_attr("global_symbol")  # the Relax function's own attributes, not the task's "main"
         for name in mt.funcs:
             attrs = fused[name].attrs
@@ -236,10 +301,21 @@ def compile_model(model: Model, database: Any = None, target_json: dict[str, Any
 
     tj = dict(target_json or host_target_json())
     target = make_target(tj)
-    mod, choices = schedule_module(model.fused(tj, layout), tj, database, model.name, overrides)
+    fused = model.fused(tj, layout)
+    mod, choices = schedule_module(fused, tj, database, model.name, overrides)
     lowering = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
-    with target:
-        ex = tvm.compile(mod, target, relax_pipeline=lowering)
+    try:
+        with target:
+            ex = tvm.compile(mod, target, relax_pipeline=lowering)
+    except Exception as e:  # noqa: BLE001 - some schedule does not lower: each function checked alone
+        log.warning("%s: the model did not build (%s); building each function alone to find the schedules "
+                    "that do not, which fall back", model.name, _first_line(e))
+        try:
+            mod, choices = schedule_module(fused, tj, database, model.name, overrides, check=True)
+            with target:
+                ex = tvm.compile(mod, target, relax_pipeline=lowering)
+        except Exception as e2:  # noqa: BLE001 - not a schedule's fault: the model cannot be built
+            raise ModelError(f"{model.name}: TVM cannot build it: {_first_line(e2)}") from None
     return CompiledModel(model, ex, choices, tj, model.layout_plan(tj, layout))
 
 

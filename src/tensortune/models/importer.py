@@ -45,7 +45,7 @@ class Model:
     """An imported model, ready for task extraction and compilation."""
 
     name: str
-    source: str  # "zoo" | "torch" | "onnx"
+    source: str  # "zoo" | "torch" | "onnx" | "hf"
     mod: Any  # Relax IRModule, weights bound, batch norm folded, not yet legalized
     inputs: list[InputSpec]
     example_inputs: list[np.ndarray]
@@ -105,10 +105,15 @@ def _first_line(e: BaseException) -> str:
 def load_model(model: Any, example_inputs: Sequence[Any] | None = None, *, batch: int = 1, seed: int = 0,
                input_shapes: dict[str, Sequence[int]] | None = None) -> Model:
     """Import ``model``: a built-in name (see :func:`tensortune.models.zoo.model_names`), a path to
-    an ONNX file, or a ``torch.nn.Module`` with ``example_inputs``."""
+    an ONNX file, a Hugging Face ``hf:MODEL_TYPE[:key=value,...]`` spec or ``save_pretrained`` folder
+    (:mod:`.hf`), or a ``torch.nn.Module`` with ``example_inputs``."""
     if isinstance(model, str):
         from .zoo import MODELS
 
+        if model.startswith("hf:") or (os.path.isdir(model) and os.path.isfile(os.path.join(model, "config.json"))):
+            from .hf import load_hf  # a Hugging Face spec or save_pretrained folder (the optional hf extra)
+
+            return load_hf(model, batch=batch, seed=seed, input_shapes=input_shapes)
         if model in MODELS:
             if batch < 1:
                 raise ModelError(f"batch size {batch} must be at least 1")

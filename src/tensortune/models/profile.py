@@ -32,7 +32,7 @@ class FuncProfile:
     ms: float  # median milliseconds per inference, all its calls
     task: str = ""
     kernel_class: str = ""
-    source: str = ""  # tuned | default | generic | naive (see tensortune.models.compile)
+    source: str = ""  # one of tensortune.models.compile.SOURCES
     flops: float = 0.0  # per call
     stored_ms: float | None = None  # the task's best stored latency, per call (tuned only)
 

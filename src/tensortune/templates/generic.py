@@ -64,10 +64,22 @@ def _inline_all(sch: Any) -> None:
         try:
             sch.compute_inline(b)
         except Exception:
+            if not _sole_consumer(sch, b):
+                continue
             try:
                 sch.reverse_compute_inline(b)
             except Exception:
                 pass
+
+
+def _sole_consumer(sch: Any, block: Any) -> bool:
+    """Whether ``block`` is the only consumer of each of its producers. TVM 0.27's
+    ``reverse_compute_inline`` does not check it: inlining one of a split's outputs into the
+    shared producer drops the buffer the other outputs still read, and lowering fails later
+    (FlattenBuffer: "used before its definition")."""
+    block_sref = sch.get(block)
+    return all(len(cs) == 1 and sch.get(cs[0]).same_as(block_sref)
+               for cs in (sch.get_consumers(p) for p in sch.get_producers(block)))
 
 
 def _parallel_own(sch: Any, block: Any) -> None:

@@ -1,0 +1,368 @@
+"""Hugging Face ``transformers`` models as a model source (the optional ``hf`` extra).
+
+Two forms reach :func:`load_hf` through :func:`tensortune.models.importer.load_model`:
+
+* a spec ``hf:MODEL_TYPE[:key=value,...]`` (``hf:vit``, ``hf:convnext:image_size=160``,
+  ``hf:gpt2:seq_len=64,n_layer=2``): the architecture of ``MODEL_TYPE`` built from its default
+  configuration with the given fields changed, with random weights seeded by ``seed``. Nothing is
+  downloaded, so any architecture can be tuned at any size without network access or weights.
+  ``image_size`` and ``seq_len`` set the example input's shape (``image_size`` is also the config
+  field of that name where the model has one; for whisper ``seq_len`` is the number of frames and
+  sets ``max_source_positions`` to half of it); every other key is a config field. A value is an
+  int, a float, ``true``/``false``, a list ``[a,b,...]`` or else a string.
+* a local ``save_pretrained`` folder (a directory holding ``config.json``), loaded with
+  ``from_pretrained`` from local files only, weights as saved (as float32).
+
+The model is wrapped in a module taking the one example tensor and returning one tensor (the
+output's ``last_hidden_state``, else its first tensor) and imported with
+:func:`~tensortune.models.importer.from_torch`. Vision models take ``pixel_values`` (float32,
+``batch x channels x size x size``), text models ``input_ids`` (int64, ``batch x seq_len``, values
+within the vocabulary), whisper's encoder ``input_features`` (float32, ``batch x mel bins x
+frames``); t5 and whisper are imported as their encoders. Every failure is a one-line
+:class:`~tensortune.models.importer.ModelError`.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+from typing import Any, Sequence
+
+from .importer import Model, ModelError, _first_line, from_torch
+
+log = logging.getLogger(__name__)
+
+PREFIX = "hf:"
+MISSING = "hf:... needs Hugging Face transformers: pip install 'tensortune[hf]'"
+SHAPE_KEYS = ("image_size", "seq_len")
+DEFAULT_SEQ_LEN = 128
+TESTED = ("convnext", "regnet", "resnet", "mobilenet_v2", "mobilevit", "efficientnet", "swin", "levit",
+          "poolformer", "vit", "gpt2", "distilbert", "t5", "whisper")
+"""Model types known to import (each has a tiny-config test); others may work too."""
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def is_hf_folder(path: str) -> bool:
+    """Whether ``path`` is a ``save_pretrained`` folder (a directory holding ``config.json``)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
+
+
+def _transformers() -> Any:
+    """The ``transformers`` module, or the one-line error saying how to install it."""
+    try:
+        import transformers
+    except ImportError:
+        raise ModelError(MISSING) from None
+    return transformers
+
+
+# ---------------------------------------------------------------- spec parsing
+def _split_items(text: str) -> list[str]:
+    """Split ``key=value,...`` on the commas outside ``[...]``."""
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
+    return items
+
+
+def parse_value(text: str) -> Any:
+    """A spec value: int, float, bool (``true``/``false``), list ``[a,b]`` of those, else the string."""
+    t = text.strip()
+    if t.startswith("[") and t.endswith("]"):
+        inner = t[1:-1].strip()
+        return [parse_value(v) for v in _split_items(inner)] if inner else []
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    return t
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``hf:MODEL_TYPE[:key=value,...]`` -> (model type, {key: parsed value}); ModelError if malformed."""
+    if not spec.startswith(PREFIX):
+        raise ModelError(f"{spec}: not a Hugging Face spec (expected hf:MODEL_TYPE[:key=value,...])")
+    model_type, _, rest = spec[len(PREFIX):].partition(":")
+    model_type = model_type.strip()
+    if not model_type:
+        raise ModelError(f"{spec}: no model type (expected hf:MODEL_TYPE[:key=value,...], e.g. hf:vit)")
+    fields: dict[str, Any] = {}
+    if rest.strip():
+        if rest.count("[") != rest.count("]"):
+            raise ModelError(f"{spec}: unbalanced brackets in {rest!r}")
+        for item in _split_items(rest):
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if not sep or not _KEY.match(key) or not value.strip():
+                raise ModelError(f"{spec}: {item.strip()!r} is not key=value")
+            if key in fields:
+                raise ModelError(f"{spec}: {key} given twice")
+            fields[key] = parse_value(value)
+    return model_type, fields
+
+
+def _type_name(v: Any) -> str:
+    return "true/false" if isinstance(v, bool) else "a list" if isinstance(v, (list, tuple)) else type(v).__name__
+
+
+def _fits(value: Any, default: Any) -> bool:
+    """Whether a parsed value may replace a config default (same kind; an int where a float is)."""
+    if default is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, list):
+            return False
+        return all(_fits(v, default[0]) for v in value) if default else True
+    if isinstance(default, str):
+        return not isinstance(value, (list, bool))
+    return True
+
+
+def _positive(spec: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelError(f"{spec}: {key}={value!r} must be a positive integer")
+    return value
+
+
+# ---------------------------------------------------------------- building
+def _build_config(spec: str, model_type: str, fields: dict[str, Any], tf: Any) -> Any:
+    """The default config of ``model_type`` with ``fields`` set, each checked against it."""
+    from transformers import AutoConfig
+
+    known = list(tf.CONFIG_MAPPING.keys())
+    if model_type not in known:
+        raise ModelError(f"{spec}: unknown Hugging Face model type {model_type!r} (known include: {', '.join(TESTED)}; "
+                         f"{len(known)} in all)")
+    try:
+        default = AutoConfig.for_model(model_type)
+    except Exception as e:  # noqa: BLE001 - a config class that cannot be built is bad input
+        raise ModelError(f"{spec}: cannot make a {model_type} config: {_first_line(e)}") from None
+    names = sorted(default.to_dict())
+    for key, value in fields.items():
+        if not hasattr(default, key):
+            raise ModelError(f"{spec}: {key!r} is not a {model_type} config field (fields: {', '.join(names)})")
+        dv = getattr(default, key)
+        if not _fits(value, dv):
+            raise ModelError(f"{spec}: {key}={value!r} is {_type_name(value)}; the {model_type} field {key} "
+                             f"takes {_type_name(dv)} (default {dv!r})")
+    try:
+        return AutoConfig.for_model(model_type, **fields)
+    except Exception as e:  # noqa: BLE001 - the config's own validation
+        raise ModelError(f"{spec}: bad {model_type} config: {_first_line(e)}") from None
+
+
+def _kind(config: Any) -> str:
+    """``whisper`` / ``vision`` / ``text``: which input the model takes."""
+    if config.model_type == "whisper":
+        return "whisper"
+    if hasattr(config, "image_size") or hasattr(config, "num_channels"):
+        return "vision"
+    return "text"
+
+
+def _as_int(v: Any) -> int | None:
+    """An image size field as one int (some configs store ``[h, w]``)."""
+    if isinstance(v, (list, tuple)) and v:
+        v = v[0]
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _instantiate(where: str, config: Any, folder: str | None) -> Any:
+    """The model (random weights from ``config``, or the folder's weights): the encoder for t5 and
+    whisper, ``AutoModel`` otherwise; eager attention where the class accepts it."""
+    import torch
+    from transformers import AutoModel, T5EncoderModel, WhisperModel
+
+    cls: Any = {"t5": T5EncoderModel, "whisper": WhisperModel}.get(config.model_type, AutoModel)
+
+    def make(**kw: Any) -> Any:
+        if folder is not None:
+            return cls.from_pretrained(folder, local_files_only=True, dtype=torch.float32, **kw)
+        return cls.from_config(config, **kw) if cls is AutoModel else cls._from_config(config, **kw)
+
+    try:
+        try:
+            model = make(attn_implementation="eager")
+        except (TypeError, ValueError) as e:  # a class without attention implementations
+            log.debug("%s: eager attention refused (%s); default attention", where, _first_line(e))
+            model = make()
+    except Exception as e:  # noqa: BLE001 - e.g. an architecture needing another package
+        raise ModelError(f"{where}: cannot build the {config.model_type} model: {_first_line(e)}") from None
+    if config.model_type == "whisper":
+        model = model.get_encoder()
+    return model.float().eval()
+
+
+_WRAPPER: Any = None  # the wrapper class, made on first use (torch is imported lazily)
+
+
+def _wrapper_class() -> Any:
+    """The ``torch.nn.Module`` that calls a transformers model on one named tensor and returns one
+    tensor: ``last_hidden_state``, else the output's first tensor (``from_torch`` and the reference
+    runners need a plain tensor out)."""
+    global _WRAPPER
+    if _WRAPPER is not None:
+        return _WRAPPER
+    import torch
+
+    class HFModule(torch.nn.Module):
+        """A transformers model called as ``model(**{input_name: x}, **extra)``, one tensor out."""
+
+        def __init__(self, model: Any, input_name: str, extra: dict[str, Any]) -> None:
+            super().__init__()
+            self.model = model
+            self.input_name = input_name
+            self.extra = dict(extra)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.model(**{self.input_name: x}, **self.extra)
+            hidden = getattr(out, "last_hidden_state", None)
+            if isinstance(hidden, torch.Tensor):
+                return hidden
+            if isinstance(out, torch.Tensor):
+                return out
+            values = out.to_tuple() if hasattr(out, "to_tuple") else tuple(out)
+            for v in values:
+                if isinstance(v, torch.Tensor):
+                    return v
+            raise TypeError(f"{type(self.model).__name__} returned no tensor")
+
+    _WRAPPER = HFModule
+    return HFModule
+
+
+def _call_extras(model: Any, config: Any) -> dict[str, Any]:
+    """``return_dict=True`` / ``use_cache=False`` where ``forward`` names them (config flags otherwise)."""
+    params = inspect.signature(model.forward).parameters
+    extra: dict[str, Any] = {}
+    if "return_dict" in params:
+        extra["return_dict"] = True
+    if "use_cache" in params:
+        extra["use_cache"] = False
+    for cfg in (config, getattr(model, "config", None)):
+        if cfg is not None:
+            if hasattr(cfg, "return_dict"):
+                cfg.return_dict = True
+            if hasattr(cfg, "use_cache"):
+                cfg.use_cache = False
+    return extra
+
+
+def _example(where: str, config: Any, kind: str, batch: int, seq_len: int | None, image_size: int | None,
+             seed: int, input_shapes: dict[str, Sequence[int]] | None) -> tuple[str, Any]:
+    """The input's name and a reproducible example tensor."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if kind == "whisper":
+        name, shape = "input_features", (batch, int(config.num_mel_bins), 2 * int(config.max_source_positions))
+    elif kind == "vision":
+        size = image_size or _as_int(getattr(config, "image_size", None)) or 224
+        name, shape = "pixel_values", (batch, int(getattr(config, "num_channels", 3)), size, size)
+    else:
+        name, shape = "input_ids", (batch, seq_len or DEFAULT_SEQ_LEN)
+    if input_shapes:
+        extra = sorted(set(input_shapes) - {name})
+        if extra:
+            raise ModelError(f"{where}: no input named {extra[0]!r} (the input is {name})")
+        given = tuple(int(d) for d in input_shapes[name])
+        if len(given) != len(shape) or min(given) < 1:
+            raise ModelError(f"{where}: input {name!r} takes {len(shape)} positive dimensions, "
+                             f"--input-shape gave {','.join(map(str, given))}")
+        shape = given
+    if kind == "text":
+        vocab = int(getattr(config, "vocab_size", 0) or 0)
+        if vocab < 1:
+            raise ModelError(f"{where}: the {config.model_type} config has no vocab_size; not a text model")
+        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        if isinstance(limit, int) and shape[1] > limit:
+            raise ModelError(f"{where}: seq_len {shape[1]} exceeds the model's {limit} positions")
+        return name, torch.randint(0, vocab, shape, generator=g, dtype=torch.int64)
+    return name, torch.randn(shape, generator=g, dtype=torch.float32)
+
+
+def load_hf(source: str, *, batch: int = 1, seed: int = 0,
+            input_shapes: dict[str, Sequence[int]] | None = None) -> Model:
+    """Import a ``hf:`` spec or a ``save_pretrained`` folder (see the module docstring)."""
+    if batch < 1:
+        raise ModelError(f"batch size {batch} must be at least 1")
+    folder = source if not source.startswith(PREFIX) else None
+    where = source
+    tf = _transformers()
+    import torch
+
+    seq_len: int | None = None
+    image_size: int | None = None
+    if folder is None:
+        model_type, fields = parse_spec(source)
+        shape_keys = {k: fields.pop(k) for k in SHAPE_KEYS if k in fields}
+        if "seq_len" in shape_keys:
+            seq_len = _positive(source, "seq_len", shape_keys["seq_len"])
+        if "image_size" in shape_keys:
+            image_size = _positive(source, "image_size", shape_keys["image_size"])
+        config_fields = dict(fields)
+        default_config = None
+        if image_size is not None or seq_len is not None:
+            default_config = _build_config(source, model_type, {}, tf)
+        if image_size is not None:
+            if not (hasattr(default_config, "image_size") or hasattr(default_config, "num_channels")):
+                raise ModelError(f"{source}: image_size is for vision models; {model_type} takes seq_len")
+            if hasattr(default_config, "image_size"):
+                config_fields["image_size"] = image_size
+        if seq_len is not None:
+            if _kind(default_config) == "vision":
+                raise ModelError(f"{source}: seq_len is for text and speech models; {model_type} takes image_size")
+            if model_type == "whisper":
+                if seq_len % 2:
+                    raise ModelError(f"{source}: whisper's seq_len (frames) must be even, got {seq_len}")
+                config_fields["max_source_positions"] = seq_len // 2
+        config = _build_config(source, model_type, config_fields, tf)
+        name = source.replace(os.sep, "_")
+    else:
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        except Exception as e:  # noqa: BLE001
+            raise ModelError(f"{folder}: not a loadable Hugging Face folder: {_first_line(e)}") from None
+        model_type, config_fields = config.model_type, {}
+        name = os.path.basename(os.path.normpath(folder)) or "hf"
+    kind = _kind(config)
+    torch.manual_seed(seed)
+    model = _instantiate(where, config, folder)
+    extra = _call_extras(model, config)
+    input_name, x = _example(where, config, kind, batch, seq_len, image_size, seed, input_shapes)
+    module = _wrapper_class()(model, input_name, extra).eval()
+    log.info("hf: %s (%s, %s %s)", where, model_type, input_name, tuple(x.shape))
+    try:
+        with torch.no_grad():
+            module(x)  # a shape the model refuses fails here, with the model's own one-line message
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"{where}: the {model_type} model fails on {input_name} {tuple(x.shape)}: "
+                         f"{_first_line(e)}") from None
+    m = from_torch(module, [x], name=name)
+    m.source, m.batch = "hf", int(x.shape[0])
+    m.meta.update({"hf_model_type": model_type, "hf_config": config_fields, "input_shape": list(x.shape),
+                   "hf_input": input_name, **({"hf_folder": os.path.abspath(folder)} if folder else {})})
+    return m
