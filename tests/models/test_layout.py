@@ -113,3 +113,40 @@ def test_nchw_mode_is_the_graph_as_imported(model) -> None:
     assert model.layout_plan(tj, "nchw").summary().startswith("layouts: NCHW as imported")
     with pytest.raises(ValueError, match="unknown layout mode"):
         plan_layouts(model.mod, tj, "nhwc")
+
+
+class _Geometry(nn.Module):
+    """Convolutions the plain blocked template cannot run: narrow and wide groups, 1x7 and 7x1
+    kernels, dilation, an explicit asymmetric pad before a stride-2 convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 64, 3, 2, 1)
+        self.g4 = nn.Conv2d(64, 64, 3, 1, 1, groups=16)  # groups of 4 channels: widened to the block
+        self.g32 = nn.Conv2d(64, 64, 3, 2, 1, groups=2)  # groups of 32: blocks inside each group
+        self.c17 = nn.Conv2d(64, 48, (1, 7), padding=(0, 3))
+        self.c71 = nn.Conv2d(48, 64, (7, 1), padding=(3, 0))
+        self.dil = nn.Conv2d(64, 64, 3, padding=2, dilation=2)
+        self.asym = nn.Sequential(nn.ZeroPad2d((0, 1, 0, 1)), nn.Conv2d(64, 64, 3, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(x))
+        x = torch.relu(self.g4(x)) + x
+        x = self.c71(torch.relu(self.c17(self.g32(x))))
+        return self.asym(torch.relu(self.dil(x)))
+
+
+def test_any_geometry_and_groups_run_blocked_and_match() -> None:
+    torch.manual_seed(0)
+    m, x = _Geometry().eval(), torch.randn(1, 3, 24, 24)
+    model = load_model(m, [x])
+    cm = compile_model(model)
+    plan = cm.layout
+    assert plan.block and all(c.layout != "NCHW" for c in plan.convs), plan.summary()
+    general = [c for c in cm.choices if c.kernel_class.startswith("conv2d_nchwc_general")]
+    assert len(general) == 5 and all(c.source == "default" for c in general)
+    widened = next(c for c in plan.convs if c.kind == "grouped" and c.padded_flops > c.flops)
+    assert widened.padded_flops == pytest.approx(widened.flops * plan.block / 4)
+    with torch.no_grad():
+        want = [m(x).numpy()]
+    assert compare_outputs(cm.run([x.numpy()]), want).ok

@@ -44,6 +44,12 @@ OP_CASES = {
     "conv2d-nchwc": ("conv2d_nchwc", (13, 13, 16, 16, 3, 1, 1, 8, 8)),
     "conv2d-nchwc-stem": ("conv2d_nchwc", (21, 21, 3, 8, 3, 2, 1, 3, 8)),
     "conv2d-nchwc-1x1": ("conv2d_nchwc", (9, 9, 8, 16, 1, 1, 0, 4, 8)),
+    # any geometry (H, W, IC, OC, KH, KW, SH, SW, PT, PL, PB, PR, DH, DW, G, IB, OB): a 1x7 kernel with
+    # asymmetric padding, a dilated 3x3, groups of two channel blocks, a group per output block
+    "conv2d-nchwc-1x7": ("conv2d_nchwc_general", (11, 11, 16, 8, 1, 7, 1, 1, 0, 3, 0, 2, 1, 1, 1, 8, 8)),
+    "conv2d-nchwc-dilated-stride2": ("conv2d_nchwc_general", (13, 13, 8, 16, 3, 3, 2, 1, 2, 2, 1, 2, 2, 2, 1, 8, 8)),
+    "conv2d-nchwc-grouped": ("conv2d_nchwc_general", (9, 9, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 8, 8)),
+    "conv2d-nchwc-grouped-per-block": ("conv2d_nchwc_general", (10, 10, 32, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 4, 8, 8)),
     "depthwise-nchwc": ("depthwise_conv2d_nchwc", (13, 13, 16, 3, 1, 1, 8)),
     "depthwise-nchwc-stride2": ("depthwise_conv2d_nchwc", (17, 17, 8, 5, 2, 2, 8)),
     # a model's matmul with its weight packed at compile time; one row: the classifier's GEMV

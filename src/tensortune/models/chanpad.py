@@ -15,6 +15,9 @@ Padded channels hold finite values only (zeros, then finite functions of them: t
 padded for them are zeros, or ones for a divisor), so a zero weight never meets an infinity or
 a NaN. A convolution whose input no other convolution pads (a channel split, say) gets its
 input padded by ``nn.pad`` when its own channels are padded.
+
+Grouped convolutions whose groups are narrower than the block (ResNeXt's 4 and 8 channels)
+get their groups widened to the block instead (:func:`widen_groups`), so they run blocked too.
 """
 from __future__ import annotations
 
@@ -53,7 +56,31 @@ class PadResult:
 
     padded: dict[int, int]  # channel count -> padded count, for every count it padded
     slices: int = 0  # strided_slice calls added to give ops the real channels back
+    widened: int = 0  # grouped convolutions whose groups were widened to the block (widen_groups)
     note: str = ""  # why nothing was padded, if padding was given up
+
+
+def widened_groups(ic: int, oc: int, groups: int, block: int) -> int:
+    """The groups a grouped convolution runs with under ``block``: ``ic / block`` when its groups
+    are narrower than the block, as wide in as out, and a whole number of them fills each block
+    (ResNeXt's 4 and 8 channels, RegNet's 8 under a block of 16), else ``groups`` unchanged."""
+    gw = ic // groups
+    if groups <= 1 or gw * groups != ic or oc != ic or gw >= block or block % gw or ic % block:
+        return groups
+    return ic // block
+
+
+def widen_groups(w: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """A grouped weight ``[OC, gw, KH, KW]`` as the block-diagonal weight of ``IC / block`` groups,
+    ``[OC, block, KH, KW]``: each output channel keeps its own group's weights at its group's
+    place inside its block and zeros elsewhere, so the groups of one block run as one group and
+    compute exactly what they did (at ``block / gw`` times the multiply-adds)."""
+    oc, gw = w.shape[:2]
+    out = np.zeros((oc, block, *w.shape[2:]), w.dtype)
+    for o in range(oc):
+        start = (o // gw) * gw % block  # the group's first input channel inside its block
+        out[o, start:start + gw] = w[o]
+    return out
 
 
 def _pad_axis(a: np.ndarray, axis: int, to: int, value: float = 0.0) -> np.ndarray:
@@ -152,6 +179,12 @@ def pad_channels(mod: Any, block: int) -> tuple[Any, PadResult]:
                 if xs[1] == oc:
                     x = self.pad_input(x, groups)
                 wv = _pad_axis(wv, 0, groups)
+            elif xs[1] == os_[1] and widened_groups(os_[1], oc, groups, block) != groups:
+                wv, groups = widen_groups(wv, groups, block), os_[1] // block
+                result.widened += 1
+                return relax.op.nn.conv2d(x, relax.const(wv), a.strides, a.padding, a.dilation, groups, "NCHW",
+                                          "OIHW", "NCHW",
+                                          None if str(a.out_dtype) in ("", "void", "None") else str(a.out_dtype))
             else:
                 return None
             for c, p in ((os_[1], wv.shape[1] * groups), (oc, wv.shape[0])):

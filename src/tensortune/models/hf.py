@@ -29,6 +29,8 @@ import os
 import re
 from typing import Any, Sequence
 
+import torch
+
 from .importer import Model, ModelError, _first_line, from_torch
 
 log = logging.getLogger(__name__)
@@ -191,7 +193,6 @@ def _as_int(v: Any) -> int | None:
 def _instantiate(where: str, config: Any, folder: str | None) -> Any:
     """The model (random weights from ``config``, or the folder's weights): the encoder for t5 and
     whisper, ``AutoModel`` otherwise; eager attention where the class accepts it."""
-    import torch
     from transformers import AutoModel, T5EncoderModel, WhisperModel
 
     cls: Any = {"t5": T5EncoderModel, "whisper": WhisperModel}.get(config.model_type, AutoModel)
@@ -214,42 +215,56 @@ def _instantiate(where: str, config: Any, folder: str | None) -> Any:
     return model.float().eval()
 
 
-_WRAPPER: Any = None  # the wrapper class, made on first use (torch is imported lazily)
+class HFModule(torch.nn.Module):
+    """A transformers model called on one named tensor, one tensor out: ``last_hidden_state``, else
+    the output's first tensor (``from_torch`` and the reference runners need a plain tensor out).
+    Subclasses name ``forward``'s argument after the model's input, which ``torch.export`` gives the
+    imported model's input."""
+
+    input_name = ""
+
+    def __init__(self, model: torch.nn.Module, extra: dict[str, Any]) -> None:
+        super().__init__()
+        self.model = model
+        self.extra = dict(extra)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        """``model(**{input_name: x}, **extra)`` reduced to one tensor."""
+        out = self.model(**{self.input_name: x}, **self.extra)
+        hidden = getattr(out, "last_hidden_state", None)
+        if isinstance(hidden, torch.Tensor):
+            return hidden
+        if isinstance(out, torch.Tensor):
+            return out
+        values = out.to_tuple() if hasattr(out, "to_tuple") else tuple(out)
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                return v
+        raise TypeError(f"{type(self.model).__name__} returned no tensor")
 
 
-def _wrapper_class() -> Any:
-    """The ``torch.nn.Module`` that calls a transformers model on one named tensor and returns one
-    tensor: ``last_hidden_state``, else the output's first tensor (``from_torch`` and the reference
-    runners need a plain tensor out)."""
-    global _WRAPPER
-    if _WRAPPER is not None:
-        return _WRAPPER
-    import torch
+class _PixelValues(HFModule):
+    input_name = "pixel_values"
 
-    class HFModule(torch.nn.Module):
-        """A transformers model called as ``model(**{input_name: x}, **extra)``, one tensor out."""
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.run(pixel_values)
 
-        def __init__(self, model: Any, input_name: str, extra: dict[str, Any]) -> None:
-            super().__init__()
-            self.model = model
-            self.input_name = input_name
-            self.extra = dict(extra)
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            out = self.model(**{self.input_name: x}, **self.extra)
-            hidden = getattr(out, "last_hidden_state", None)
-            if isinstance(hidden, torch.Tensor):
-                return hidden
-            if isinstance(out, torch.Tensor):
-                return out
-            values = out.to_tuple() if hasattr(out, "to_tuple") else tuple(out)
-            for v in values:
-                if isinstance(v, torch.Tensor):
-                    return v
-            raise TypeError(f"{type(self.model).__name__} returned no tensor")
+class _InputIds(HFModule):
+    input_name = "input_ids"
 
-    _WRAPPER = HFModule
-    return HFModule
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.run(input_ids)
+
+
+class _InputFeatures(HFModule):
+    input_name = "input_features"
+
+    def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+        return self.run(input_features)
+
+
+_WRAPPERS: dict[str, type[HFModule]] = {c.input_name: c for c in (_PixelValues, _InputIds, _InputFeatures)}
 
 
 def _call_extras(model: Any, config: Any) -> dict[str, Any]:
@@ -272,8 +287,6 @@ def _call_extras(model: Any, config: Any) -> dict[str, Any]:
 def _example(where: str, config: Any, kind: str, batch: int, seq_len: int | None, image_size: int | None,
              seed: int, input_shapes: dict[str, Sequence[int]] | None) -> tuple[str, Any]:
     """The input's name and a reproducible example tensor."""
-    import torch
-
     g = torch.Generator().manual_seed(seed)
     if kind == "whisper":
         name, shape = "input_features", (batch, int(config.num_mel_bins), 2 * int(config.max_source_positions))
@@ -310,7 +323,6 @@ def load_hf(source: str, *, batch: int = 1, seed: int = 0,
     folder = source if not source.startswith(PREFIX) else None
     where = source
     tf = _transformers()
-    import torch
 
     seq_len: int | None = None
     image_size: int | None = None
@@ -353,7 +365,7 @@ def load_hf(source: str, *, batch: int = 1, seed: int = 0,
     model = _instantiate(where, config, folder)
     extra = _call_extras(model, config)
     input_name, x = _example(where, config, kind, batch, seq_len, image_size, seed, input_shapes)
-    module = _wrapper_class()(model, input_name, extra).eval()
+    module = _WRAPPERS[input_name](model, extra).eval()
     log.info("hf: %s (%s, %s %s)", where, model_type, input_name, tuple(x.shape))
     try:
         with torch.no_grad():

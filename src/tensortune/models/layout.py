@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .chanpad import PadResult, padded_count, pad_channels
+from .chanpad import PadResult, pad_channels, padded_count, widened_groups
 from .prepack import DensePlan, pack_dense_weights
 
 #: Layout modes: ``blocked`` (the plan above) or ``nchw`` (no plan: TVM's layouts as imported).
@@ -102,6 +102,10 @@ class LayoutPlan:
         n_blocked = sum(c.layout != "NCHW" for c in self.convs)
         text = (f"layouts: NCHW{self.block}c for {n_blocked}/{n_conv} convolutions "
                 f"({self.blocked_share:.0%} of conv FLOPs), {self.transforms} layout transforms left in main")
+        widened = [c for c in self.convs if c.kind == "grouped" and c.padded_flops > c.flops]
+        if widened:
+            extra = sum(c.padded_flops - c.flops for c in widened) / max(sum(c.flops for c in self.convs), 1.0)
+            text += f"; {len(widened)} grouped convolutions' groups widened to the block (+{extra:.1%} conv FLOPs)"
         grown = [c for c in self.convs if c.padded]
         if grown:
             counts = sorted({g for c in grown for g in c.padded.split(", ")}, key=lambda t: int(t.split("->")[0]))
@@ -145,8 +149,8 @@ class _Conv:
     @property
     def flops(self) -> float:
         oc, icg, kh, kw = self.weight
-        oh = (self.data[2] + self.padding[0] + self.padding[2] - kh) // self.strides[0] + 1
-        ow = (self.data[3] + self.padding[1] + self.padding[3] - kw) // self.strides[1] + 1
+        oh = (self.data[2] + self.padding[0] + self.padding[2] - (kh - 1) * self.dilation[0] - 1) // self.strides[0] + 1
+        ow = (self.data[3] + self.padding[1] + self.padding[3] - (kw - 1) * self.dilation[1] - 1) // self.strides[1] + 1
         return 2.0 * oc * oh * ow * icg * kh * kw
 
     def describe(self) -> str:
@@ -159,12 +163,9 @@ class _Conv:
             return f"imported in layout {self.layouts[0]}/{self.layouts[1]}"
         if self.data[0] != 1:
             return "batch > 1"
-        if self.kind == "grouped":
-            return f"grouped convolution ({self.groups} groups)"
-        if len(set(self.strides)) != 1 or len(set(self.padding)) != 1 or set(self.dilation) != {1}:
-            return "asymmetric stride or padding, or dilation"
-        if self.weight[2] != self.weight[3]:
-            return "non-square kernel"
+        if self.kind == "depthwise_conv2d" and (len(set(self.strides)) != 1 or len(set(self.padding)) != 1
+                                                 or set(self.dilation) != {1} or self.weight[2] != self.weight[3]):
+            return "depthwise with a non-square kernel, stride or padding, or dilation"
         return ""
 
 
@@ -212,6 +213,11 @@ def _decide(conv: _Conv, b: int) -> tuple[list[str] | None, str]:
         return [f"NCHW{b}c", f"OIHW1i{b}o", f"NCHW{b}c"], ""
     if oc % b:
         return None, f"{oc} output channels not a multiple of {b}"
+    if conv.kind == "grouped":
+        icg, ocg = ic // conv.groups, oc // conv.groups
+        if icg % b or ocg % b:
+            return None, f"groups of {icg} -> {ocg} channels: not multiples of {b}, nor narrower groups that fill it"
+        return [f"NCHW{b}c", f"OIHW{b}i{b}o", f"NCHW{b}c"], ""
     if ic % b == 0:
         return [f"NCHW{b}c", f"OIHW{b}i{b}o", f"NCHW{b}c"], ""
     if ic < b:  # a stem reading the model's few input channels: all of them in one block
@@ -236,7 +242,8 @@ def _padded(conv: _Conv, b: int) -> _Conv:
     if conv.kind == "depthwise_conv2d":
         return replace(conv, groups=ic, data=data, weight=(ic, *conv.weight[1:]))
     if conv.kind == "grouped":
-        return conv
+        groups = widened_groups(conv.data[1], conv.weight[0], conv.groups, b)
+        return replace(conv, groups=groups, weight=(conv.weight[0], conv.data[1] // groups, *conv.weight[2:]))
     return replace(conv, data=data, weight=(oc, ic, *conv.weight[2:]))
 
 
@@ -415,21 +422,31 @@ def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
 
 # ---------------------------------------------------------------- legalization
 def legalize_conv2d(bb: Any, call: Any) -> Any:
-    """Lower a blocked conv2d to :func:`~tensortune.task.ops.conv2d_nchwc_te` /
-    :func:`~tensortune.task.ops.depthwise_nchwc_te`; any other conv2d to TVM's own legalization."""
+    """Lower a blocked conv2d to :func:`~tensortune.task.ops.conv2d_nchwc_te` (square kernel, one
+    stride and padding, no dilation or groups), :func:`~tensortune.task.ops.conv2d_nchwc_general_te`
+    (any other geometry, groups of channel blocks) or :func:`~tensortune.task.ops.depthwise_nchwc_te`;
+    any NCHW conv2d to TVM's own legalization."""
     import tvm
 
-    from ..task.ops import conv2d_nchwc_te, depthwise_nchwc_te
+    from ..task.ops import conv2d_nchwc_general_te, conv2d_nchwc_te, depthwise_nchwc_te
 
     a = call.attrs
     dl, kl = str(a.data_layout), str(a.kernel_layout)
     if dl == "NCHW" or len(dl) <= 4:
         return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
-    S, P = int(a.strides[0]), int(a.padding[0])
+    strides, padding, dilation = _ints(a.strides), _ints(a.padding), _ints(a.dilation)
+    groups = int(a.groups)
     out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else str(call.args[0].ty.dtype)
-    if int(a.groups) == 1:
-        return bb.call_te(conv2d_nchwc_te, call.args[0], call.args[1], S, P, out_dtype, primfunc_name_hint="conv2d_nchwc")
-    if not kl.startswith("OIHW1i"):
-        raise ValueError(f"blocked grouped convolution with kernel layout {kl} is not supported")
-    return bb.call_te(depthwise_nchwc_te, call.args[0], call.args[1], S, P, out_dtype,
-                      primfunc_name_hint="depthwise_conv2d_nchwc")
+    plain = len(set(strides)) == 1 and len(set(padding)) == 1 and set(dilation) == {1} \
+        and call.args[1].ty.shape[2].value == call.args[1].ty.shape[3].value
+    if groups > 1 and kl.startswith("OIHW1i"):
+        if not plain:
+            raise ValueError(f"blocked depthwise convolution of strides {strides}, padding {padding}, dilation "
+                             f"{dilation} is not supported")
+        return bb.call_te(depthwise_nchwc_te, call.args[0], call.args[1], strides[0], padding[0], out_dtype,
+                          primfunc_name_hint="depthwise_conv2d_nchwc")
+    if groups == 1 and plain:
+        return bb.call_te(conv2d_nchwc_te, call.args[0], call.args[1], strides[0], padding[0], out_dtype,
+                          primfunc_name_hint="conv2d_nchwc")
+    return bb.call_te(conv2d_nchwc_general_te, call.args[0], call.args[1], strides, padding, dilation, groups,
+                      out_dtype, primfunc_name_hint="conv2d_nchwc")

@@ -17,7 +17,7 @@ model's function are one computation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -233,6 +233,101 @@ def depthwise_nchwc_te(data: "te.Tensor", kernel: "te.Tensor", S: int, P: int, o
     )
 
 
+#: Shape arguments of :func:`conv2d_nchwc_general_te`'s op: any kernel, stride, padding (top, left,
+#: bottom, right), dilation and groups (``G``: groups of channel blocks, each ``IC/G`` in, ``OC/G`` out).
+GENERAL_CONV_ARGS = ("H", "W", "IC", "OC", "KH", "KW", "SH", "SW", "PT", "PL", "PB", "PR", "DH", "DW", "G", "IB", "OB")
+
+
+def general_conv_out(a: dict[str, int]) -> tuple[int, int]:
+    """Output height and width of a ``conv2d_nchwc_general`` (any padding, stride, dilation)."""
+    oh = (a["H"] + a["PT"] + a["PB"] - (a["KH"] - 1) * a["DH"] - 1) // a["SH"] + 1
+    ow = (a["W"] + a["PL"] + a["PR"] - (a["KW"] - 1) * a["DW"] - 1) // a["SW"] + 1
+    return oh, ow
+
+
+def conv2d_nchwc_general_te(data: "te.Tensor", kernel: "te.Tensor", strides: Sequence[int], padding: Sequence[int],
+                            dilation: Sequence[int], groups: int, out_dtype: str = "float32") -> "te.Tensor":
+    """Blocked conv2d of any geometry: data ``[1, IC/IB, H, W, IB]``, kernel
+    ``[OC/OB, IC/G/IB, KH, KW, IB, OB]``; ``padding`` is (top, left, bottom, right); output block
+    ``fo`` of group ``fo // (OC/G/OB)`` reads that group's ``IC/G/IB`` input blocks."""
+    from tvm import te, tirx, topi
+
+    _, _, H, W, _ = (int(d) for d in data.shape)
+    OCo, ICgo, KH, KW, _, OB = (int(d) for d in kernel.shape)
+    SH, SW = strides
+    PT, PL, PB, PR = padding
+    DH, DW = dilation
+    OH, OW = general_conv_out({"H": H, "W": W, "KH": KH, "KW": KW, "SH": SH, "SW": SW, "PT": PT, "PL": PL,
+                               "PB": PB, "PR": PR, "DH": DH, "DW": DW})
+    pad = topi.nn.pad(data, [0, 0, PT, PL, 0], [0, 0, PB, PR, 0], name="pad") if any(padding) else data
+    rco = te.reduce_axis((0, ICgo), name="rco")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+    rci = te.reduce_axis((0, int(data.shape[4])), name="rci")
+    OCgo = OCo // groups
+
+    def chan(fo: Any) -> Any:  # the forms task.pattern reads back (_channel_groups)
+        if groups == 1:
+            return rco
+        return (fo if OCgo == 1 else tirx.floordiv(fo, OCgo)) * ICgo + rco
+
+    return te.compute(
+        (1, OCo, OH, OW, OB),
+        lambda n, fo, y, x, fi: te.sum(
+            pad[n, chan(fo), y * SH + ry * DH, x * SW + rx * DW, rci].astype(out_dtype)
+            * kernel[fo, rco, ry, rx, rci, fi].astype(out_dtype), axis=[rco, ry, rx, rci]),
+        name="conv_nchwc",
+    )
+
+
+def _conv2d_nchwc_general_compute(args: dict[str, int]) -> list:
+    from tvm import te
+
+    a = args
+    data = te.placeholder((1, a["IC"] // a["IB"], a["H"], a["W"], a["IB"]), name="data")
+    kernel = te.placeholder((a["OC"] // a["OB"], a["IC"] // a["G"] // a["IB"], a["KH"], a["KW"], a["IB"], a["OB"]),
+                            name="kernel")
+    out = conv2d_nchwc_general_te(data, kernel, (a["SH"], a["SW"]), (a["PT"], a["PL"], a["PB"], a["PR"]),
+                                  (a["DH"], a["DW"]), a["G"])
+    return [data, kernel, out]
+
+
+def _general_conv_check(a: dict[str, int]) -> None:
+    _positive(a, ["H", "W", "IC", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "G", "IB", "OB"])
+    if min(a["PT"], a["PL"], a["PB"], a["PR"]) < 0:
+        raise OpError("padding must be >= 0")
+    if a["IC"] % a["G"] or a["OC"] % a["G"]:
+        raise OpError(f"channels IC={a['IC']}, OC={a['OC']} not divisible by the groups G={a['G']}")
+    _blocks_divide({"ICg": a["IC"] // a["G"], "OCg": a["OC"] // a["G"], "IB": a["IB"], "OB": a["OB"]},
+                   [("ICg", "IB"), ("OCg", "OB")])
+    if min(general_conv_out(a)) < 1:
+        raise OpError("the kernel is larger than the padded input")
+
+
+def _general_conv_flops(a: dict[str, int]) -> float:
+    oh, ow = general_conv_out(a)
+    return 2.0 * a["OC"] * oh * ow * (a["IC"] // a["G"]) * a["KH"] * a["KW"]
+
+
+def _conv_nchwc_general_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    a = args
+    x = unblock(inputs[0])[0]
+    oco, icgo, kh, kw, ib, ob = inputs[1].shape
+    w = inputs[1].transpose(0, 5, 1, 4, 2, 3).reshape(oco * ob, icgo * ib, kh, kw)
+    x = np.pad(x, ((0, 0), (a["PT"], a["PB"]), (a["PL"], a["PR"])))
+    oh, ow = general_conv_out(a)
+    icg, ocg = a["IC"] // a["G"], a["OC"] // a["G"]
+    out = np.zeros((a["OC"], oh, ow), np.float64)
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * a["DH"], kx * a["DW"]
+            win = x[:, y0:y0 + (oh - 1) * a["SH"] + 1:a["SH"], x0:x0 + (ow - 1) * a["SW"] + 1:a["SW"]]
+            for g in range(a["G"]):
+                out[g * ocg:(g + 1) * ocg] += np.einsum("oc,cyx->oyx", w[g * ocg:(g + 1) * ocg, :, ky, kx],
+                                                        win[g * icg:(g + 1) * icg])
+    return block(out[None].astype(np.float32), a["OB"])
+
+
 def _conv2d_nchwc_compute(args: dict[str, int]) -> list:
     from tvm import te
 
@@ -335,6 +430,10 @@ OPS: dict[str, OpDef] = {
         lambda a: 2.0 * a["OC"] * conv_out(a["H"], a["K"], a["S"], a["P"]) * conv_out(a["W"], a["K"], a["S"], a["P"]) * a["IC"] * a["K"] ** 2,
         _conv_nchwc_reference,
         lambda a: (_conv_check(a, ["IC", "OC", "IB", "OB"]), _blocks_divide(a, [("IC", "IB"), ("OC", "OB")])),
+    ),
+    "conv2d_nchwc_general": OpDef(
+        "conv2d_nchwc_general", GENERAL_CONV_ARGS, "conv2d_nchwc_general", "conv2d_nchwc_general",
+        _conv2d_nchwc_general_compute, _general_conv_flops, _conv_nchwc_general_reference, _general_conv_check,
     ),
     "depthwise_conv2d_nchwc": OpDef(
         "depthwise_conv2d_nchwc", ("H", "W", "C", "K", "S", "P", "B"), "depthwise_conv2d_nchwc",

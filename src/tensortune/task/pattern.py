@@ -13,6 +13,8 @@ Recognised anchors (a multiply-accumulate reduction block ``C += X * Y``):
 - ``depthwise_conv2d``: the same with ``data[n, f(+rc), ...]`` and ``w[f, 0|rc, ry, rx]``.
 - ``conv2d_nchwc``: ``out[n,fo,y,x,fi] += data[n, rco, y*S+ry, x*S+rx, rci] * w[fo, rco, ry, rx, rci, fi]``
   (the blocked form a model's layout plan gives it, see :mod:`tensortune.task.ops`).
+- ``conv2d_nchwc_general``: the same of any geometry: ``data[n, g(fo) + rco, y*SH+ry*DH, x*SW+rx*DW, rci]``
+  with ``g(fo) = (fo // OCgo) * ICgo`` for groups of channel blocks, 1xk/kx1 kernels, asymmetric padding.
 - ``depthwise_conv2d_nchwc``: ``out[n,c,y,x,ci] += data[n, c, y*S+ry, x*S+rx, ci] * w[c, 0, ry, rx, 0, ci]``.
 - ``matmul`` / ``dense`` / ``batch_matmul``: one reduction variable ``k``,
   ``out[..., i, j] += A[..., i, k] * B[..., k, j]`` (``B[..., j, k]``: dense).
@@ -461,14 +463,22 @@ def _conv_nchwc(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[st
     else:
         return _generic("no blocked [O, I, KH, KW, i, o] weight operand")
     wv = [_plain_var(e) for e in weight.indices]
-    lin = [_linear(e) for e in data.indices]
-    if any(v is None for v in lin):
-        return _generic("non-linear data index")
+    lin = [_linear(e) for i, e in enumerate(data.indices)]
+    wshape, dshape = _shape(_load_buffer(weight)), _shape(_load_buffer(data))
+    if wshape is None or dshape is None:
+        return _generic("symbolic shapes")
+    G = 1
     if len(red) == 4:
         rco, ry, rx, rci = red
         op = "conv2d_nchwc"
-        if wv != [fo, rco, ry, rx, rci, fi] or lin[1] != ({rco: 1}, 0) or lin[4] != ({rci: 1}, 0):
+        group = _channel_groups(data.indices[1], fo, rco)
+        if wv != [fo, rco, ry, rx, rci, fi] or group is None or lin[4] != ({rci: 1}, 0):
             return _generic("blocked conv2d operands are not indexed as the template expects")
+        if group != (0, 0):  # grouped: output block fo reads input blocks (fo // OCgo) * ICgo + rco
+            OCgo, ICgo = group
+            G = b.extent(fo) // OCgo
+            if ICgo != wshape[1] or b.extent(fo) % OCgo or dshape[1] != G * ICgo:
+                return _generic("grouped blocked conv2d whose channel index does not match its shapes")
     elif len(red) == 2:
         ry, rx = red
         op = "depthwise_conv2d_nchwc"
@@ -476,46 +486,92 @@ def _conv_nchwc(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[st
             return _generic("blocked depthwise operands are not indexed as the template expects")
     else:
         return _generic(f"{len(red)} reduction variables in a blocked convolution")
+    if any(v is None for v in (lin[0], lin[2], lin[3])):
+        return _generic("non-linear data index")
     (c_n, _), (c_y, off_y), (c_x, off_x) = lin[0], lin[2], lin[3]  # type: ignore[misc]
     if c_n != {n: 1} or c_y.keys() != {oy, ry} or c_x.keys() != {ox, rx} or off_y or off_x:
-        return _generic("data spatial index is not y*S + ry")
-    S, SW = c_y[oy], c_x[ox]
-    if S != SW or c_y[ry] != 1 or c_x[rx] != 1:
-        return _generic("non-square stride or dilation")
+        return _generic("data spatial index is not y*S + ry*D")
+    SH, SW, DH, DW = c_y[oy], c_x[ox], c_y[ry], c_x[rx]
     KH, KW = b.extent(ry), b.extent(rx)
-    wshape, dshape = _shape(_load_buffer(weight)), _shape(_load_buffer(data))
-    if KH != KW or wshape is None or dshape is None:
-        return _generic("non-square kernel or symbolic shapes")
-    pad_block, P, H, W = None, 0, dshape[2], dshape[3]
+    pad_block, PT, PL, H, W = None, 0, 0, dshape[2], dshape[3]
     dh = _load_buffer(data).__chandle__()
     writers = [p for p in before if any(w.__chandle__() == dh for w in p.write_buffers)]
     if writers:
-        padded = _pad_amount(writers[-1])
+        padded = _pad_offsets(writers[-1])
         if padded is None:
             return _generic("data produced by a stage that is not zero padding")
-        P, H, W = padded
-        pad_block = writers[-1].name if P else None
-        if dshape[2] != H + 2 * P or dshape[3] != W + 2 * P:
-            return _generic("asymmetric padding")
+        PT, PL, H, W = padded
+        pad_block = writers[-1].name if dshape[2:4] != (H, W) else None  # a copy stage is inlined
+    PB, PR = dshape[2] - H - PT, dshape[3] - W - PL
+    if min(PB, PR) < 0:
+        return _generic("padding crops the input")
     OH, OW = b.extent(oy), b.extent(ox)
-    if (H + 2 * P - KH) // S + 1 != OH or (W + 2 * P - KW) // S + 1 != OW:
+    if (H + PT + PB - (KH - 1) * DH - 1) // SH + 1 != OH or (W + PL + PR - (KW - 1) * DW - 1) // SW + 1 != OW:
         return _generic("output size does not follow from the input, kernel, stride and padding")
+    plain = SH == SW and DH == DW == 1 and KH == KW and PT == PL == PB == PR and G == 1
     if op == "conv2d_nchwc":
         IB, OB = wshape[4], wshape[5]
-        args = {"H": H, "W": W, "IC": wshape[1] * IB, "OC": b.extent(fo) * OB, "K": KH, "S": S, "P": P, "IB": IB, "OB": OB}
+        if plain:
+            args = {"H": H, "W": W, "IC": wshape[1] * IB, "OC": b.extent(fo) * OB, "K": KH, "S": SH, "P": PT,
+                    "IB": IB, "OB": OB}
+        else:
+            op = "conv2d_nchwc_general"
+            args = {"H": H, "W": W, "IC": dshape[1] * IB, "OC": b.extent(fo) * OB, "KH": KH, "KW": KW, "SH": SH,
+                    "SW": SW, "PT": PT, "PL": PL, "PB": PB, "PR": PR, "DH": DH, "DW": DW, "G": G, "IB": IB, "OB": OB}
     else:
+        if not plain:
+            return _generic("blocked depthwise with a non-square kernel, stride or padding, or dilation")
         B = wshape[5]
         if wshape[1] != 1 or wshape[4] != 1 or dshape[1] != b.extent(fo):
             return _generic("blocked depthwise channel multiplier != 1")
-        args = {"H": H, "W": W, "C": b.extent(fo) * B, "K": KH, "S": S, "P": P, "B": B}
+        args = {"H": H, "W": W, "C": b.extent(fo) * B, "K": KH, "S": SH, "P": PT, "B": B}
     reads = [r.__chandle__() for r in b.reads]
     prologue = tuple(p.name for p in before if p.name != pad_block)  # a P = 0 copy stage is inlined
     return FuncPattern(op, args, pad=pad_block, weight_read=reads.index(_load_buffer(weight).__chandle__()),
                        prologue=prologue, **common)
 
 
+def _channel_groups(e: Any, fo: Any, rco: Any) -> tuple[int, int] | None:
+    """The data's channel-block index of a blocked conv2d: ``rco`` -> ``(0, 0)`` (one group);
+    ``(fo // OCgo) * ICgo + rco`` (``fo * ICgo + rco`` when ``OCgo`` is 1) -> ``(OCgo, ICgo)``;
+    anything else -> None."""
+    lin = _linear(e)
+    if lin is not None:
+        if lin == ({rco: 1}, 0):
+            return 0, 0
+        coefs, const = lin
+        if const == 0 and coefs.get(rco) == 1 and set(coefs) == {fo, rco}:
+            return 1, coefs[fo]
+        return None
+    e = _strip_cast(e)
+    if type(e).__name__ != "Add":
+        return None
+    for term, rest in ((e.a, e.b), (e.b, e.a)):
+        if _linear(rest) != ({rco: 1}, 0):
+            continue
+        term, scale = _strip_cast(term), 1
+        if type(term).__name__ == "Mul":
+            for d, c in ((term.a, term.b), (term.b, term.a)):
+                if type(_strip_cast(c)).__name__ == "IntImm":
+                    term, scale = _strip_cast(d), int(_strip_cast(c).value)
+                    break
+        if type(term).__name__ == "FloorDiv" and _linear(term.a) == ({fo: 1}, 0) \
+                and type(_strip_cast(term.b)).__name__ == "IntImm":
+            return int(_strip_cast(term.b).value), scale
+    return None
+
+
 def _pad_amount(pb: _Block) -> tuple[int, int, int] | None:
-    """``(P, H, W)`` of a zero-padding block ``out[n,c,y,x] = if(in range) in[n,c,y-P,x-P] else 0``."""
+    """``(P, H, W)`` of a symmetric zero-padding block ``out[n,c,y,x] = if(in range) in[n,c,y-P,x-P] else 0``
+    (the bottom and right padding follow from the output's shape)."""
+    offsets = _pad_offsets(pb)
+    if offsets is None or offsets[0] != offsets[1]:
+        return None
+    return offsets[0], offsets[2], offsets[3]
+
+
+def _pad_offsets(pb: _Block) -> tuple[int, int, int, int] | None:
+    """``(top, left, H, W)`` of a zero-padding block ``out[n,c,y,x] = if(in range) in[n,c,y-top,x-left] else 0``."""
     if pb.reduction or type(pb.store).__name__ != "BufferStore":
         return None
     v = _strip_cast(pb.store.value)
@@ -533,9 +589,9 @@ def _pad_amount(pb: _Block) -> tuple[int, int, int] | None:
     if any(v_ is None for v_ in lin):
         return None
     py, px = -lin[2][1], -lin[3][1]  # type: ignore[index]
-    if py != px or py < 0 or any(lin[i][1] for i in range(len(lin)) if i not in (2, 3)):  # type: ignore[index]
+    if py < 0 or px < 0 or any(lin[i][1] for i in range(len(lin)) if i not in (2, 3)):  # type: ignore[index]
         return None
     shape = _shape(_load_buffer(load))
     if shape is None:
         return None
-    return py, shape[2], shape[3]
+    return py, px, shape[2], shape[3]

@@ -70,9 +70,14 @@ class Conv2dNCHWcTemplate(Template):
     name = "conv2d_nchwc"
     parallel_splits = ("tile_f", "tile_y")
 
+    @staticmethod
+    def in_blocks(task: Any) -> int:
+        """Input channel blocks each output block reads (the reduction's outer channel loop)."""
+        return task.args["IC"] // task.args["IB"]
+
     def space(self, task: Any) -> ConfigSpace:
         a = task.args
-        OCo, ICo, OH, OW = a["OC"] // a["OB"], a["IC"] // a["IB"], task.out_shape[2], task.out_shape[3]
+        OCo, ICo, OH, OW = a["OC"] // a["OB"], self.in_blocks(task), task.out_shape[2], task.out_shape[3]
         vec = block_vectors(task, a["OB"])
         acc = max_accumulators(task.target_json)
         s = ConfigSpace()
@@ -87,7 +92,7 @@ class Conv2dNCHWcTemplate(Template):
 
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         a = task.args
-        OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], a["IC"] // a["IB"]
+        OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], self.in_blocks(task)
         xi, fm = default_register_tile(OW, OCo, block_vectors(task, a["OB"]), max_accumulators(task.target_json))
         return {
             "tile_f": (OCo // fm, fm),
@@ -120,3 +125,16 @@ class Conv2dNCHWcTemplate(Template):
         schedule_padding(sch, pat.pad)
         return sch.mod
 
+
+
+class Conv2dNCHWcGeneralTemplate(Conv2dNCHWcTemplate):
+    """The same register tiles for a blocked conv2d of any geometry (``conv2d_nchwc_general``:
+    1xk and kx1 kernels, asymmetric padding, strides, dilation, groups of channel blocks); the
+    parallel loop over output channel blocks runs across the groups, each reading its own inputs."""
+
+    name = "conv2d_nchwc_general"
+
+    @staticmethod
+    def in_blocks(task: Any) -> int:
+        """Input channel blocks of one group."""
+        return task.args["IC"] // task.args["G"] // task.args["IB"]

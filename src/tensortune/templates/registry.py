@@ -56,6 +56,7 @@ TEMPLATES: Registry[Any] = Registry("template", {
     "dense_pack": "tensortune.templates.dense_pack:DensePackTemplate",
     "conv2d": "tensortune.templates.conv2d:Conv2dTemplate",
     "conv2d_nchwc": "tensortune.templates.conv2d_nchwc:Conv2dNCHWcTemplate",
+    "conv2d_nchwc_general": "tensortune.templates.conv2d_nchwc:Conv2dNCHWcGeneralTemplate",
     "depthwise_conv2d": "tensortune.templates.depthwise:DepthwiseTemplate",
     "depthwise_conv2d_nchwc": "tensortune.templates.depthwise_nchwc:DepthwiseNCHWcTemplate",
 })
