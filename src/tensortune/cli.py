@@ -889,12 +889,13 @@ def cmd_profile(a: argparse.Namespace) -> int:
     model = _load(a)
     with _readonly_db(a.db) as db:
         cm = compile_model(model, db, layout=a.layout)
-    peak = None
+    peak: dict[str, Any] = {}
     if not a.no_peak:
         from .measure.peak import measure_peak
 
-        peak = measure_peak(threads)["peak_gflops"]
-    prof = profile_compiled(cm, runs=a.runs, threads=threads, peak_gflops=peak)
+        peak = measure_peak(threads)
+    prof = profile_compiled(cm, runs=a.runs, threads=threads, peak_gflops=peak.get("peak_gflops"),
+                            bandwidth_gbs=peak.get("bandwidth_gbs"))
     print(json.dumps(prof.to_json()) if a.json else prof.table(a.top))
     return 0
 

@@ -56,12 +56,13 @@ def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     kernels = [f for f in prof["funcs"] if f["task"]]
     assert {f["kernel_class"] for f in kernels} == {t["kernel_class"] for t in tasks}
     assert all(f["ms"] > 0 and f["calls"] >= 1 and f["source"] == "tuned" and f["stored_ms"] > 0 for f in kernels)
+    assert all(f["bytes"] > 0 and f["gbs"] > 0 and f["bound"] in ("compute", "memory") for f in kernels)
     assert prof["total_ms"] > 0 and prof["sum_ms"] > 0
     # the ONNX file's Clip (TIR maximum/minimum calls) follows the block too: only the edges transform
     assert prof["layout"].startswith("layouts: NCHW8c for 2/2") and "2 layout transforms" in prof["layout"]
     assert main(["profile", onnx_path, "--runs", "2", "--top", "2"]) == 0
     text = capsys.readouterr().out
-    assert "measured peak" in text and "%peak" in text and "more functions" in text
+    assert "measured peak" in text and "copy" in text and "%roof" in text and "more functions" in text
 
 
 def test_survey_tuning_times_the_model_each_round(tmp_path, capsys):

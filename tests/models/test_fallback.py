@@ -113,3 +113,15 @@ def test_every_schedule_broken_still_builds_from_naive_loops(conv_model, monkeyp
     with torch.no_grad():
         want = [module(*inputs).numpy()]
     assert compare_outputs(cm.run([x.numpy() for x in inputs]), want).ok
+
+
+def test_tvm_default_schedule_applies_to_a_reduction_and_says_when_not():
+    tj = host_target_json()
+    a = te.placeholder((16, 64), name="A")
+    k = te.reduce_axis((0, 64), "k")
+    s = te.compute((16,), lambda i: te.sum(a[i, k], axis=k), name="S")
+    norm = te.compute((16, 64), lambda i, j: a[i, j] / s[i], name="N")
+    builds(compile_mod.tvm_default_schedule(te.create_prim_func([a, norm]), tj), tj)
+    double = te.compute((16, 64), lambda i, j: a[i, j] * 2.0, name="D")
+    with pytest.raises(ValueError, match="no rule"):
+        compile_mod.tvm_default_schedule(te.create_prim_func([a, double]), tj)

@@ -26,6 +26,10 @@ VALID = {
     # H, W, IC, OC, K, S, P, IB, OB: the blocked forms (NCHW4c in, OIHW4i8o weight, NCHW8c out)
     "conv2d_nchwc": ((11, 11, 8, 16, 3, 2, 1, 4, 8), 2 * 16 * 6 * 6 * 8 * 9,
                      [[1, 2, 11, 11, 4], [2, 2, 3, 3, 4, 8], [1, 2, 6, 6, 8]]),
+    # H, W, IC, OC, KH, KW, SH, SW, PT, PL, PB, PR, DH, DW, G, IB, OB: a 1x5 kernel, stride (1, 2),
+    # padding (0, 2, 1, 1), two groups of two 4-channel blocks
+    "conv2d_nchwc_general": ((10, 12, 16, 16, 1, 5, 1, 2, 0, 2, 1, 1, 1, 1, 2, 4, 4), 2 * 16 * 11 * 6 * 8 * 5,
+                             [[1, 4, 10, 12, 4], [4, 2, 1, 5, 4, 4], [1, 4, 11, 6, 4]]),
     "depthwise_conv2d_nchwc": ((12, 12, 16, 3, 1, 1, 8), 2 * 16 * 12 * 12 * 9,
                                [[1, 2, 12, 12, 8], [2, 1, 3, 3, 1, 8], [1, 2, 12, 12, 8]]),
 }

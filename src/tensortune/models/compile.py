@@ -54,6 +54,7 @@ class FuncChoice:
     best_ms: float | None = None  # the stored best latency of the task (tuned only)
     funcs: list[str] = field(default_factory=list)
     flops: float = 0.0  # of one call
+    bytes: float = 0.0  # of its buffers (inputs and output) per call: the least memory it moves
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for reports."""
@@ -125,6 +126,11 @@ class CompiledModel:
         }
         atomic_write(path + ".json", json.dumps(meta, indent=1))
         return path, path + ".json"
+
+
+def _buffer_bytes(task: Task) -> float:
+    """Bytes of a task's parameter buffers (inputs and output)."""
+    return float(sum(int(np.prod(shape)) * np.dtype(dt).itemsize for shape, dt in zip(task.arg_shapes, task.arg_dtypes)))
 
 
 def _to_tvm(inputs: Sequence[np.ndarray]) -> list[Any]:
@@ -224,13 +230,14 @@ def tvm_default_schedule(func: Any, target_json: dict[str, Any]) -> Any:
     """``func`` scheduled by TVM's own CPU rules (``s_tir.dlight.cpu``: GEMV, reductions); raises
     :class:`ValueError` when no rule applies (the function would stay as naive loops)."""
     import tvm
+    import tvm_ffi
     from tvm.s_tir import dlight
 
     target = make_target(target_json)
     mod = tvm.IRModule({"main": func})
     with target:
         out = dlight.ApplyDefaultSchedule(dlight.cpu.GEMV(), dlight.cpu.Reduction())(mod)
-    if tvm.ir.structural_equal(out["main"], func):
+    if tvm_ffi.structural_equal(out["main"], func):
         raise ValueError("no rule of TVM's applies")
     return out["main"]
 
@@ -283,7 +290,8 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = Non
         sched, i, reason = _pick(steps, (lambda f: builds(f, target_json)) if check else None)
         source = steps[i].source
         choices.append(FuncChoice(task.name, task.kernel_class, task.workload_key, mt.weight, source, reason,
-                                  n, best_ms if source == "tuned" else None, list(mt.funcs), task.flops))
+                                  n, best_ms if source == "tuned" else None, list(mt.funcs), task.flops,
+                                  _buffer_bytes(task)))
         sched = sched.without_attr("global_symbol")  # the Relax function's own attributes, not the task's "main"
         for name in mt.funcs:
             attrs = fused[name].attrs

@@ -46,11 +46,6 @@ TESTED = ("convnext", "regnet", "resnet", "mobilenet_v2", "mobilevit", "efficien
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def is_hf_folder(path: str) -> bool:
-    """Whether ``path`` is a ``save_pretrained`` folder (a directory holding ``config.json``)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
-
-
 def _transformers() -> Any:
     """The ``transformers`` module, or the one-line error saying how to install it."""
     try:
@@ -119,6 +114,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def _type_name(v: Any) -> str:
+    """A value's kind, as refusals name it."""
     return "true/false" if isinstance(v, bool) else "a list" if isinstance(v, (list, tuple)) else type(v).__name__
 
 
@@ -137,11 +133,12 @@ def _fits(value: Any, default: Any) -> bool:
             return False
         return all(_fits(v, default[0]) for v in value) if default else True
     if isinstance(default, str):
-        return not isinstance(value, (list, bool))
+        return isinstance(value, str)
     return True
 
 
 def _positive(spec: str, key: str, value: Any) -> int:
+    """``value`` of a shape key, refused unless a positive int."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ModelError(f"{spec}: {key}={value!r} must be a positive integer")
     return value
@@ -160,7 +157,7 @@ def _build_config(spec: str, model_type: str, fields: dict[str, Any], tf: Any) -
         default = AutoConfig.for_model(model_type)
     except Exception as e:  # noqa: BLE001 - a config class that cannot be built is bad input
         raise ModelError(f"{spec}: cannot make a {model_type} config: {_first_line(e)}") from None
-    names = sorted(default.to_dict())
+    names = sorted(k for k in default.to_dict() if not k.startswith("_"))
     for key, value in fields.items():
         if not hasattr(default, key):
             raise ModelError(f"{spec}: {key!r} is not a {model_type} config field (fields: {', '.join(names)})")
@@ -205,11 +202,14 @@ def _instantiate(where: str, config: Any, folder: str | None) -> Any:
     try:
         try:
             model = make(attn_implementation="eager")
-        except (TypeError, ValueError) as e:  # a class without attention implementations
+        except (TypeError, ValueError) as e:
+            if "attn" not in str(e).lower() and "attention" not in str(e).lower():
+                raise
             log.debug("%s: eager attention refused (%s); default attention", where, _first_line(e))
             model = make()
     except Exception as e:  # noqa: BLE001 - e.g. an architecture needing another package
-        raise ModelError(f"{where}: cannot build the {config.model_type} model: {_first_line(e)}") from None
+        raise ModelError(f"{where}: cannot build the {config.model_type} model: {type(e).__name__}: "
+                         f"{_first_line(e)}") from None
     if config.model_type == "whisper":
         model = model.get_encoder()
     return model.float().eval()
@@ -227,10 +227,16 @@ class HFModule(torch.nn.Module):
         super().__init__()
         self.model = model
         self.extra = dict(extra)
+        self.takes_mask = "attention_mask" in inspect.signature(model.forward).parameters
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         """``model(**{input_name: x}, **extra)`` reduced to one tensor."""
-        out = self.model(**{self.input_name: x}, **self.extra)
+        kwargs = dict(self.extra)
+        if self.input_name == "input_ids" and self.takes_mask:
+            # all ones: the whole sequence attends, as with no mask; without one, torch.export traces
+            # transformers' packed-sequence detection (a bool cumsum TVM cannot build)
+            kwargs["attention_mask"] = torch.ones_like(x)
+        out = self.model(**{self.input_name: x}, **kwargs)
         hidden = getattr(out, "last_hidden_state", None)
         if isinstance(hidden, torch.Tensor):
             return hidden

@@ -3,8 +3,10 @@
 ``relax.VirtualMachine.set_instrument`` calls a hook before and after every function call of
 an inference; the profile times each call, sums a function's calls per inference, and takes
 the median over ``runs`` inferences. Each function is shown next to its task's stored
-latency (what tuning measured alone; the tuner's estimate of it), its GFLOP/s and its share
-of the machine's measured peak (:mod:`tensortune.measure.peak`), and the model's plain latency
+latency (what tuning measured alone; the tuner's estimate of it), its GFLOP/s and GB/s (its
+buffers' bytes over its time) and its share of the roof that bounds it: the machine's measured
+peak for a compute-bound function, its measured copy bandwidth for a memory-bound one
+(:mod:`tensortune.measure.peak`), and the model's plain latency
 (no hook) next to the sum of the functions, so a user sees both where time goes and where the
 tuning estimates lie.
 """
@@ -35,6 +37,7 @@ class FuncProfile:
     source: str = ""  # one of tensortune.models.compile.SOURCES
     flops: float = 0.0  # per call
     stored_ms: float | None = None  # the task's best stored latency, per call (tuned only)
+    bytes: float = 0.0  # of its buffers per call (the least memory it moves)
 
     @property
     def ms_per_call(self) -> float:
@@ -51,11 +54,35 @@ class FuncProfile:
         """In-model time over the stored (tuning) latency: > 1 when tuning's estimate was optimistic."""
         return self.ms_per_call / self.stored_ms if self.stored_ms else None
 
-    def to_json(self, peak: float | None) -> dict[str, Any]:
+    @property
+    def gbs(self) -> float:
+        """Memory throughput inside the model: its buffers' bytes over its time (GB/s)."""
+        return self.bytes / (self.ms_per_call * 1e6) if self.ms_per_call > 0 and self.bytes else 0.0
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte of its buffers."""
+        return self.flops / self.bytes if self.bytes else 0.0
+
+    def bound(self, peak: float | None, bandwidth: float | None) -> str:
+        """``compute`` or ``memory``: which roof limits it (its intensity against the machine's ridge)."""
+        if not peak or not bandwidth:
+            return "compute" if self.flops and self.intensity > 4.0 else "memory"
+        return "compute" if self.intensity * bandwidth >= peak else "memory"
+
+    def roof_share(self, peak: float | None, bandwidth: float | None) -> float | None:
+        """Its share of the roof that limits it: GFLOP/s of the peak, or GB/s of the copy bandwidth."""
+        if self.bound(peak, bandwidth) == "compute":
+            return self.gflops / peak if peak and self.flops else None
+        return self.gbs / bandwidth if bandwidth and self.bytes else None
+
+    def to_json(self, peak: float | None, bandwidth: float | None = None) -> dict[str, Any]:
         """JSON row."""
         d = dict(self.__dict__)
         d.update(ms_per_call=self.ms_per_call, gflops=self.gflops, estimate_ratio=self.estimate_ratio,
-                 peak_share=self.gflops / peak if peak else None)
+                 peak_share=self.gflops / peak if peak else None, gbs=self.gbs,
+                 bandwidth_share=self.gbs / bandwidth if bandwidth and self.bytes else None,
+                 bound=self.bound(peak, bandwidth), roof_share=self.roof_share(peak, bandwidth))
         return d
 
 
@@ -71,6 +98,7 @@ class ModelProfile:
     cpu_model: str = ""
     layout: str = ""
     runs: int = DEFAULT_RUNS
+    bandwidth_gbs: float | None = None  # the machine's measured copy bandwidth
 
     @property
     def sum_ms(self) -> float:
@@ -87,24 +115,26 @@ class ModelProfile:
         """JSON form (``tensortune profile --json``)."""
         return {"model": self.model, "threads": self.threads, "cpu_model": self.cpu_model, "runs": self.runs,
                 "total_ms": self.total_ms, "sum_ms": self.sum_ms, "peak_gflops": self.peak_gflops, "layout": self.layout,
-                "funcs": [f.to_json(self.peak_gflops) for f in self.funcs]}
+                "bandwidth_gbs": self.bandwidth_gbs, "funcs": [f.to_json(self.peak_gflops, self.bandwidth_gbs) for f in self.funcs]}
 
     def table(self, top: int | None = None) -> str:
         """The report as text, heaviest function first."""
-        peak = self.peak_gflops
+        peak, bw = self.peak_gflops, self.bandwidth_gbs
         head = (f"{self.model}: medians of {self.runs} inferences, {self.threads} threads, {self.cpu_model or 'CPU ?'}"
-                + (f", measured peak {peak:.1f} GFLOP/s" if peak else ""))
+                + (f", measured peak {peak:.1f} GFLOP/s" if peak else "") + (f", copy {bw:.1f} GB/s" if bw else ""))
         lines = [head, self.layout] if self.layout else [head]
-        lines.append(f"{'ms/inf':>8} {'share':>6} {'calls':>5} {'ms/call':>8} {'stored':>8} {'GFLOP/s':>8} {'%peak':>6}  "
-                     f"{'source':8} function")
+        lines.append(f"{'ms/inf':>8} {'share':>6} {'calls':>5} {'ms/call':>8} {'stored':>8} {'GFLOP/s':>8} {'GB/s':>6} "
+                     f"{'%roof':>9}  {'source':8} function")
         rows = self.funcs if top is None else self.funcs[:top]
         for f in rows:
             stored = f"{f.stored_ms:8.3f}" if f.stored_ms else f"{'-':>8}"
             gf = f"{f.gflops:8.1f}" if f.flops else f"{'-':>8}"
-            pk = f"{f.gflops / peak:6.0%}" if peak and f.flops else f"{'-':>6}"
+            gb = f"{f.gbs:6.1f}" if f.bytes else f"{'-':>6}"
+            roof = f.roof_share(peak, bw)
+            pk = f"{roof:4.0%} {f.bound(peak, bw)[:3]}" if roof is not None else f"{'-':>9}"
             share = f.ms / self.sum_ms if self.sum_ms else 0.0
-            lines.append(f"{f.ms:8.3f} {share:6.1%} {f.calls:5d} {f.ms_per_call:8.3f} {stored} {gf} {pk}  {f.source:8} "
-                         f"{f.name}" + (f"  [{f.task}]" if f.task else ""))
+            lines.append(f"{f.ms:8.3f} {share:6.1%} {f.calls:5d} {f.ms_per_call:8.3f} {stored} {gf} {gb} {pk:>9}  "
+                         f"{f.source:8} {f.name}" + (f"  [{f.task}]" if f.task else ""))
         if top is not None and len(self.funcs) > top:
             rest = self.funcs[top:]
             lines.append(f"{sum(f.ms for f in rest):8.3f} ms in {len(rest)} more functions")
@@ -149,7 +179,8 @@ def function_times(compiled: Any, run: Callable[[], None], runs: int) -> list[di
 
 
 def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int = DEFAULT_RUNS, threads: int = 0,
-                     peak_gflops: float | None = None, layout: str = "") -> ModelProfile:
+                     peak_gflops: float | None = None, layout: str = "", bandwidth_gbs: float | None = None
+                     ) -> ModelProfile:
     """Profile a :class:`~tensortune.models.compile.CompiledModel` on ``inputs`` (default: the
     model's example inputs). TVM_NUM_THREADS must already be set to ``threads``."""
     from ..target import cpu_model
@@ -181,11 +212,12 @@ def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int =
             rows[n] = FuncProfile(n, int(calls), _median_ms(totals))
             continue
         rows[n] = FuncProfile(n, int(calls), _median_ms(totals), c.task, c.kernel_class, c.source, c.flops,
-                              c.best_ms)
+                              c.best_ms, c.bytes)
     funcs = sorted(rows.values(), key=lambda r: -r.ms)
     if runtime.calls:
         funcs.append(runtime)
     if not layout and compiled.layout is not None:
         layout = compiled.layout.summary()
-    return ModelProfile(model.name, threads, _median_ms(plain), funcs, peak_gflops, cpu_model(), layout, runs)
+    return ModelProfile(model.name, threads, _median_ms(plain), funcs, peak_gflops, cpu_model(), layout, runs,
+                        bandwidth_gbs)
 

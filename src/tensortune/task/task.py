@@ -12,7 +12,7 @@ import numpy as np
 from ..space import Config, ConfigSpace
 from ..target import host_target_json, target_key
 from ..templates.registry import Template, get_template
-from .ops import OpError, conv_out, get_op
+from .ops import OpError, get_op
 
 #: Relative / absolute tolerance of the correctness check (float32, reductions up to ~5k terms).
 RTOL, ATOL = 1e-3, 1e-3
@@ -205,10 +205,8 @@ class Task:
     def features(self) -> dict[str, float]:
         """Task features: the shape arguments (and output sizes) as numbers."""
         feats = {k: float(v) for k, v in self.args.items()}
-        if self.op.startswith(("conv2d", "depthwise_conv2d")):
-            a = self.args
-            feats["OH"] = float(conv_out(a["H"], a["K"], a["S"], a["P"]))
-            feats["OW"] = float(conv_out(a["W"], a["K"], a["S"], a["P"]))
+        if self.op.startswith(("conv2d", "depthwise_conv2d")):  # NCHW or NCHW{c}c: the output's H and W
+            feats["OH"], feats["OW"] = float(self.out_shape[2]), float(self.out_shape[3])
         feats["log_flops"] = float(np.log2(max(self.flops, 1.0)))
         return feats
 

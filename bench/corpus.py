@@ -1,0 +1,122 @@
+"""The Hugging Face corpus: models nobody here wrote, untuned tensortune against the CPU runtimes.
+
+``python -m bench.corpus --out bench/results/corpus-CPU-DATE [--models hf:vit,...] [--rounds 5]``
+
+Each model is built from its default config with random weights (``hf:MODEL_TYPE``, nothing
+downloaded), compiled untuned, its outputs checked against PyTorch, then timed in interleaved
+rounds with ONNX Runtime, OpenVINO (f32) and PyTorch eager at the machine's thread count
+(:func:`tensortune.models.bench.bench_model`). ``corpus.json`` holds one entry per model, written
+as soon as the model is done, so a stopped run goes on from the next model; ``report.md`` is the
+table: GFLOPs, each system's median, untuned tensortune over the faster runtime, and every
+function that did not get its template's schedule (the fallbacks, with why).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import geomean, machine_info, machine_line, write_text
+
+#: The corpus: each family of the issue at its default config (EfficientNet at B0's width, depth
+#: and resolution: its default config is B7 at 600x600).
+CORPUS = (
+    "hf:convnext", "hf:regnet", "hf:resnet", "hf:mobilenet_v2", "hf:mobilevit",
+    "hf:efficientnet:image_size=224,width_coefficient=1.0,depth_coefficient=1.0", "hf:swin", "hf:levit",
+    "hf:poolformer", "hf:vit", "hf:gpt2", "hf:distilbert", "hf:t5", "hf:whisper",
+)
+SYSTEMS = ("tensortune untuned", "onnxruntime", "openvino", "pytorch")
+
+
+def run_model(spec: str, rounds: int) -> dict[str, Any]:
+    """Compile ``spec`` untuned, check and time it against the runtimes; one JSON entry."""
+    from tensortune.models.bench import bench_model
+    from tensortune.models.compile import compile_model
+    from tensortune.models.importer import load_model
+
+    t0 = time.perf_counter()
+    model = load_model(spec)
+    t1 = time.perf_counter()
+    cm = compile_model(model)
+    t2 = time.perf_counter()
+    report = bench_model(model, rounds=rounds, tuned=cm)
+    rows = {r.name: r for r in report.rows}
+    fastest = report.fastest_library()
+    untuned = rows.get("tensortune untuned")
+    ms = {n: (rows[n].latency.median_ms if n in rows and rows[n].latency and rows[n].ok else None) for n in SYSTEMS}
+    return {
+        "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9,
+        "import_s": t1 - t0, "compile_s": t2 - t1, "ms": ms,
+        "untuned_copy_ms": rows["tensortune tuned"].latency.median_ms if rows["tensortune tuned"].latency else None,
+        "checks": {n: r.check for n, r in rows.items()}, "outputs_match": bool(untuned and untuned.ok),
+        "fastest": fastest[0] if fastest else None,
+        "ratio": (ms["tensortune untuned"] / fastest[1]) if fastest and ms["tensortune untuned"] else None,
+        "layout": cm.layout.summary() if cm.layout is not None else "",
+        "fallbacks": [{"task": c.task, "source": c.source, "reason": c.reason}
+                      for c in cm.choices if c.source not in ("tuned", "default")],
+        "generic": [{"task": c.task, "flops": c.flops, "weight": c.weight} for c in cm.choices
+                    if c.kernel_class == "generic" or c.task.startswith(("conv2d-", "depthwise_conv2d-"))],
+        "notes": report.notes,
+    }
+
+
+def report_md(data: dict[str, Any]) -> str:
+    """The corpus table and the fallbacks."""
+    lines = [f"# Hugging Face corpus, untuned tensortune ({machine_line(data['machine'])}, "
+             f"{data['machine'].get('cpus')} threads, {data['rounds']} interleaved rounds)", "",
+             "| model | GFLOPs | tensortune | ONNX Runtime | OpenVINO | PyTorch | / fastest runtime | outputs | compile s |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+
+    def f(v: float | None) -> str:
+        return f"{v:.2f}" if v is not None else "-"
+
+    for e in data["models"].values():
+        if "error" in e:
+            lines.append(f"| {e['model']} | - | - | - | - | - | - | {e['error'][:120]} | - |")
+            continue
+        m = e["ms"]
+        lines.append(f"| {e['model']} | {e['gflops']:.2f} | {f(m['tensortune untuned'])} | {f(m['onnxruntime'])} | "
+                     f"{f(m['openvino'])} | {f(m['pytorch'])} | {f(e['ratio'])}x ({e['fastest'] or '-'}) | "
+                     f"{'match' if e['outputs_match'] else 'MISMATCH'} | {e['compile_s']:.0f} |")
+    ratios = [e.get("ratio") for e in data["models"].values()]
+    g = geomean([r for r in ratios if r])
+    lines += ["", f"Geomean of untuned tensortune over the faster of ONNX Runtime and OpenVINO: "
+                  f"{g:.2f}x over {len([r for r in ratios if r])} models." if g else ""]
+    lines += ["", "## Layouts and fallbacks", ""]
+    for e in data["models"].values():
+        if "error" in e:
+            continue
+        lines.append(f"- **{e['model']}**: {e['layout']}")
+        for fb in e["fallbacks"]:
+            lines.append(f"  - {fb['source']}: {fb['task']}: {fb['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run (or resume) the corpus into ``--out``."""
+    ap = argparse.ArgumentParser(prog="python -m bench.corpus", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="results folder (resumed when it holds corpus.json)")
+    ap.add_argument("--models", default=",".join(CORPUS), help="comma-separated hf: specs")
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    path = out / "corpus.json"
+    data = json.loads(path.read_text()) if path.is_file() else {"machine": machine_info(), "rounds": a.rounds,
+                                                                 "models": {}}
+    specs = [s for s in a.models.split(",") if s]
+    for spec in specs:
+        if spec in data["models"] and "error" not in data["models"][spec]:
+            continue
+        try:
+            data["models"][spec] = run_model(spec, a.rounds)
+        except Exception as e:  # noqa: BLE001 - a model that fails is a result of the corpus
+            data["models"][spec] = {"model": spec, "error": (str(e).strip().splitlines() or [type(e).__name__])[0]}
+        write_text(path, json.dumps(data, indent=1))
+        write_text(out / "report.md", report_md(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
