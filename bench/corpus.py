@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
     out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
     path = out / "corpus.json"
     data = json.loads(path.read_text()) if path.is_file() else {"machine": machine_info(), "rounds": a.rounds,
                                                                  "models": {}}

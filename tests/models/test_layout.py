@@ -116,8 +116,8 @@ def test_nchw_mode_is_the_graph_as_imported(model) -> None:
 
 
 class _Geometry(nn.Module):
-    """Convolutions the plain blocked template cannot run: narrow and wide groups, 1x7 and 7x1
-    kernels, dilation, an explicit asymmetric pad before a stride-2 convolution."""
+    """Convolutions the plain blocked templates cannot run: narrow and wide groups, 1x7 and 7x1
+    kernels, dilation, an explicit asymmetric pad before a stride-2 convolution and a depthwise one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -128,12 +128,14 @@ class _Geometry(nn.Module):
         self.c71 = nn.Conv2d(48, 64, (7, 1), padding=(3, 0))
         self.dil = nn.Conv2d(64, 64, 3, padding=2, dilation=2)
         self.asym = nn.Sequential(nn.ZeroPad2d((0, 1, 0, 1)), nn.Conv2d(64, 64, 3, 2))
+        self.dw = nn.Sequential(nn.ZeroPad2d((0, 1, 0, 1)), nn.Conv2d(64, 64, 3, 2, groups=64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.relu(self.stem(x))
         x = torch.relu(self.g4(x)) + x
         x = self.c71(torch.relu(self.c17(self.g32(x))))
-        return self.asym(torch.relu(self.dil(x)))
+        x = torch.relu(self.dil(x))
+        return self.asym(x) + self.dw(x)
 
 
 def test_any_geometry_and_groups_run_blocked_and_match() -> None:
@@ -144,7 +146,10 @@ def test_any_geometry_and_groups_run_blocked_and_match() -> None:
     plan = cm.layout
     assert plan.block and all(c.layout != "NCHW" for c in plan.convs), plan.summary()
     general = [c for c in cm.choices if c.kernel_class.startswith("conv2d_nchwc_general")]
-    assert len(general) == 5 and all(c.source == "default" for c in general)
+    assert len(general) == 6 and all(c.source == "default" for c in general)  # the zero pads folded in
+    assert [c.kernel_class.split("-")[0] for c in cm.choices if c.kernel_class.startswith("depthwise")] == \
+        ["depthwise_conv2d_nchwc_general"]
+    assert not [c for c in cm.choices if c.task.startswith("pad")]
     widened = next(c for c in plan.convs if c.kind == "grouped" and c.padded_flops > c.flops)
     assert widened.padded_flops == pytest.approx(widened.flops * plan.block / 4)
     with torch.no_grad():

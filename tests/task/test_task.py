@@ -30,6 +30,9 @@ VALID = {
     # padding (0, 2, 1, 1), two groups of two 4-channel blocks
     "conv2d_nchwc_general": ((10, 12, 16, 16, 1, 5, 1, 2, 0, 2, 1, 1, 1, 1, 2, 4, 4), 2 * 16 * 11 * 6 * 8 * 5,
                              [[1, 4, 10, 12, 4], [4, 2, 1, 5, 4, 4], [1, 4, 11, 6, 4]]),
+    # H, W, C, KH, KW, SH, SW, PT, PL, PB, PR, DH, DW, B: 3x3 stride 2, padded bottom and right only
+    "depthwise_conv2d_nchwc_general": ((12, 12, 16, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, 8), 2 * 16 * 6 * 6 * 9,
+                                       [[1, 2, 12, 12, 8], [2, 1, 3, 3, 1, 8], [1, 2, 6, 6, 8]]),
     "depthwise_conv2d_nchwc": ((12, 12, 16, 3, 1, 1, 8), 2 * 16 * 12 * 12 * 9,
                                [[1, 2, 12, 12, 8], [2, 1, 3, 3, 1, 8], [1, 2, 12, 12, 8]]),
 }

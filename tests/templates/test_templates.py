@@ -51,6 +51,10 @@ OP_CASES = {
     "conv2d-nchwc-grouped": ("conv2d_nchwc_general", (9, 9, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 8, 8)),
     "conv2d-nchwc-grouped-per-block": ("conv2d_nchwc_general", (10, 10, 32, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 4, 8, 8)),
     "depthwise-nchwc": ("depthwise_conv2d_nchwc", (13, 13, 16, 3, 1, 1, 8)),
+    # H, W, C, KH, KW, SH, SW, PT, PL, PB, PR, DH, DW, B: TensorFlow's "same" at stride 2 (pad bottom
+    # and right only), a dilated 1x5
+    "depthwise-nchwc-same-stride2": ("depthwise_conv2d_nchwc_general", (14, 14, 16, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, 8)),
+    "depthwise-nchwc-dilated-1x5": ("depthwise_conv2d_nchwc_general", (9, 11, 8, 1, 5, 1, 1, 0, 4, 0, 4, 1, 2, 8)),
     "depthwise-nchwc-stride2": ("depthwise_conv2d_nchwc", (17, 17, 8, 5, 2, 2, 8)),
     # a model's matmul with its weight packed at compile time; one row: the classifier's GEMV
     "dense-pack": ("dense_pack", (12, 48, 40, 8)),

@@ -8,12 +8,13 @@ The recipe is TVM's own (its Adreno pipeline, Relay's x86 ``alter_conv2d_layout`
 
 1. ``clip`` (ReLU6) becomes ``minimum(maximum(x, lo), hi)``: ``relax.clip`` has no layout
    inference and would send the activation back to NCHW and forward again;
-2. channel counts the block does not divide are padded up to it where that is cheap
+2. a zero ``pad`` before a convolution becomes the convolution's own padding (:func:`fold_pads`);
+   channel counts the block does not divide are padded up to it where that is cheap
    (:mod:`.chanpad`), so those convolutions run blocked too;
 3. ``ConvertLayout`` with a per-call callback: the plan's block for every convolution it can
    block, NCHW for the rest (each with its reason, :class:`ConvPlan`);
-4. ``FoldConstant``: the weights are bound constants, so their layout transforms are done
-   once, here, at compile time; no inference repacks a weight;
+4. the weights are bound constants, so their layout transforms are done once, here, at compile
+   time (with numpy, :mod:`.constfold`; ``FoldConstant`` for the rest); no inference repacks a weight;
 5. ``LegalizeOps`` with :func:`legalize_conv2d`: the blocked forms lower to the TE computes of
    :mod:`tensortune.task.ops` (``conv2d_nchwc``, ``depthwise_conv2d_nchwc``), which the op
    templates recognise; NCHW convolutions take TVM's own legalization.
@@ -26,13 +27,17 @@ everywhere and the plan says why.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .chanpad import PadResult, pad_channels, padded_count, widened_groups
+from .constfold import fold_constant_transforms
 from .prepack import DensePlan, pack_dense_weights
+
+log = logging.getLogger(__name__)
 
 #: Layout modes: ``blocked`` (the plan above) or ``nchw`` (no plan: TVM's layouts as imported).
 MODES = ("blocked", "nchw")
@@ -163,9 +168,6 @@ class _Conv:
             return f"imported in layout {self.layouts[0]}/{self.layouts[1]}"
         if self.data[0] != 1:
             return "batch > 1"
-        if self.kind == "depthwise_conv2d" and (len(set(self.strides)) != 1 or len(set(self.padding)) != 1
-                                                 or set(self.dilation) != {1} or self.weight[2] != self.weight[3]):
-            return "depthwise with a non-square kernel, stride or padding, or dilation"
         return ""
 
 
@@ -329,6 +331,44 @@ def _elementwise_call(call: Any) -> Any:
     return op(args[0], args[1])
 
 
+def fold_pads(mod: Any) -> Any:
+    """``conv2d(nn.pad(x), padding=p)`` -> ``conv2d(x, padding=p + the pad)`` where the pad is zeros on
+    the spatial axes only (TensorFlow's "same" padding as PyTorch ports write it: ``ZeroPad2d((0, 1,
+    0, 1))`` before a stride-2 convolution). The convolution then pads inside its own function (per
+    tile, in its blocked layout) instead of after a separate pass over the whole activation."""
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    @mutator
+    class _Fold(PyExprMutator):  # type: ignore[misc]
+        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", "") != "relax.nn.conv2d" or str(call.attrs.data_layout) != "NCHW":
+                return call
+            x = call.args[0]
+            pad = self.lookup_binding(x) if isinstance(x, relax.Var) else None
+            if not isinstance(pad, relax.Call) or getattr(pad.op, "name", "") != "relax.nn.pad":
+                return call
+            widths = _ints(pad.attrs.pad_width)
+            value = pad.attrs.pad_value
+            if str(pad.attrs.pad_mode) != "constant" or float(getattr(value, "value", value) or 0.0) != 0.0 \
+                    or len(widths) != 8 or any(widths[:4]) or min(widths) < 0:
+                return call
+            a = call.attrs
+            t, left, b, r = _ints(a.padding)
+            padding = (t + widths[4], left + widths[6], b + widths[5], r + widths[7])
+            out_dtype = None if str(a.out_dtype) in ("", "void", "None") else str(a.out_dtype)
+            return relax.op.nn.conv2d(pad.args[0], call.args[1], a.strides, padding, a.dilation, int(a.groups),
+                                      "NCHW", str(a.kernel_layout), str(a.out_layout or "NCHW"), out_dtype)
+
+    out = mod.clone() if hasattr(mod, "clone") else mod
+    folder = _Fold(out)
+    for gv, f in list(out.functions.items()):
+        if isinstance(f, relax.Function):
+            out[gv] = folder.visit_expr(f)
+    return relax.transform.DeadCodeElimination()(out)
+
+
 def count_layout_transforms(mod: Any) -> int:
     """``layout_transform`` calls in ``main`` (Relax ops before legalization, or the fused
     functions named ``*layout_transform*`` after it)."""
@@ -359,6 +399,10 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
     if mode == "nchw":
         return mod, LayoutPlan(mode)
     mod = rewrite_clip(relax.transform.FoldConstant()(mod))
+    try:
+        mod = fold_pads(mod)
+    except Exception as e:  # noqa: BLE001 - an optimisation: the graph as it was
+        log.warning("pads before convolutions kept as separate functions: %s", _last_line(e))
     convs = _convs(mod)
     b = choose_block(convs, target_json)
     pad, unpadded = PadResult({}), mod
@@ -409,10 +453,11 @@ def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
         return {"relax.nn.conv2d": layouts or ["NCHW", "OIHW", "NCHW"]}
 
     try:
-        seq = [relax.transform.ConvertLayout({}, callback), relax.transform.Normalize(),  # mod is folded already
-               relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
+        converted = tvm.transform.Sequential([relax.transform.ConvertLayout({}, callback),  # mod is folded already
+                                              relax.transform.Normalize()])(mod)
+        seq = [relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
                relax.transform.DeadCodeElimination()]
-        return tvm.transform.Sequential(seq)(mod)
+        return tvm.transform.Sequential(seq)(fold_constant_transforms(converted))
     except Exception as e:  # noqa: BLE001 - TVM cannot convert this graph: keep NCHW, say why
         for p in plan.convs:
             p.layout, p.reason, p.padded, p.padded_flops = "NCHW", "layout planning failed", "", p.flops
@@ -424,11 +469,11 @@ def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
 def legalize_conv2d(bb: Any, call: Any) -> Any:
     """Lower a blocked conv2d to :func:`~tensortune.task.ops.conv2d_nchwc_te` (square kernel, one
     stride and padding, no dilation or groups), :func:`~tensortune.task.ops.conv2d_nchwc_general_te`
-    (any other geometry, groups of channel blocks) or :func:`~tensortune.task.ops.depthwise_nchwc_te`;
-    any NCHW conv2d to TVM's own legalization."""
+    (any other geometry, groups of channel blocks), :func:`~tensortune.task.ops.depthwise_nchwc_te` or
+    :func:`~tensortune.task.ops.depthwise_nchwc_general_te`; any NCHW conv2d to TVM's own legalization."""
     import tvm
 
-    from ..task.ops import conv2d_nchwc_general_te, conv2d_nchwc_te, depthwise_nchwc_te
+    from ..task.ops import conv2d_nchwc_general_te, conv2d_nchwc_te, depthwise_nchwc_general_te, depthwise_nchwc_te
 
     a = call.attrs
     dl, kl = str(a.data_layout), str(a.kernel_layout)
@@ -441,8 +486,8 @@ def legalize_conv2d(bb: Any, call: Any) -> Any:
         and call.args[1].ty.shape[2].value == call.args[1].ty.shape[3].value
     if groups > 1 and kl.startswith("OIHW1i"):
         if not plain:
-            raise ValueError(f"blocked depthwise convolution of strides {strides}, padding {padding}, dilation "
-                             f"{dilation} is not supported")
+            return bb.call_te(depthwise_nchwc_general_te, call.args[0], call.args[1], strides, padding, dilation,
+                              out_dtype, primfunc_name_hint="depthwise_conv2d_nchwc")
         return bb.call_te(depthwise_nchwc_te, call.args[0], call.args[1], strides[0], padding[0], out_dtype,
                           primfunc_name_hint="depthwise_conv2d_nchwc")
     if groups == 1 and plain:

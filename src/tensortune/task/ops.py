@@ -10,7 +10,9 @@ The blocked convolutions are the forms a model's layout plan gives them
 (:mod:`tensortune.models.layout`): ``conv2d_nchwc`` reads data ``[1, IC/IB, H, W, IB]`` and a
 weight packed once at compile time as ``[OC/OB, IC/IB, K, K, IB, OB]`` (``OIHW{IB}i{OB}o``)
 and writes ``[1, OC/OB, OH, OW, OB]``; ``depthwise_conv2d_nchwc`` reads ``[1, C/B, H, W, B]``
-and ``[C/B, 1, K, K, 1, B]`` (``OIHW1i{B}o``). The same TE computes serve the model's
+and ``[C/B, 1, K, K, 1, B]`` (``OIHW1i{B}o``). Their ``_general`` forms take any kernel (1xk, kx1),
+stride, padding (top, left, bottom, right) and dilation, and the conv2d one groups of channel
+blocks; a model's plain convolutions keep the plain ops (and their tuning records). The same TE computes serve the model's
 legalization (:func:`conv2d_nchwc_te`, :func:`depthwise_nchwc_te`), so a standalone task and a
 model's function are one computation.
 """
@@ -280,6 +282,71 @@ def conv2d_nchwc_general_te(data: "te.Tensor", kernel: "te.Tensor", strides: Seq
     )
 
 
+#: Shape arguments of :func:`depthwise_nchwc_general_te`'s op (as :data:`GENERAL_CONV_ARGS`, one channel count).
+GENERAL_DW_ARGS = ("H", "W", "C", "KH", "KW", "SH", "SW", "PT", "PL", "PB", "PR", "DH", "DW", "B")
+
+
+def depthwise_nchwc_general_te(data: "te.Tensor", kernel: "te.Tensor", strides: Sequence[int], padding: Sequence[int],
+                               dilation: Sequence[int], out_dtype: str = "float32") -> "te.Tensor":
+    """Blocked depthwise conv2d of any geometry: data ``[1, C/B, H, W, B]``, kernel
+    ``[C/B, 1, KH, KW, 1, B]``; ``padding`` is (top, left, bottom, right)."""
+    from tvm import te, topi
+
+    _, Co, H, W, B = (int(d) for d in data.shape)
+    KH, KW = int(kernel.shape[2]), int(kernel.shape[3])
+    SH, SW = strides
+    PT, PL, PB, PR = padding
+    DH, DW = dilation
+    OH, OW = general_conv_out({"H": H, "W": W, "KH": KH, "KW": KW, "SH": SH, "SW": SW, "PT": PT, "PL": PL,
+                               "PB": PB, "PR": PR, "DH": DH, "DW": DW})
+    pad = topi.nn.pad(data, [0, 0, PT, PL, 0], [0, 0, PB, PR, 0], name="pad") if any(padding) else data
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+    return te.compute(
+        (1, Co, OH, OW, B),
+        lambda n, c, y, x, ci: te.sum(
+            pad[n, c, y * SH + ry * DH, x * SW + rx * DW, ci].astype(out_dtype)
+            * kernel[c, 0, ry, rx, 0, ci].astype(out_dtype), axis=[ry, rx]),
+        name="dw_nchwc",
+    )
+
+
+def _dw_nchwc_general_compute(args: dict[str, int]) -> list:
+    from tvm import te
+
+    a = args
+    data = te.placeholder((1, a["C"] // a["B"], a["H"], a["W"], a["B"]), name="data")
+    kernel = te.placeholder((a["C"] // a["B"], 1, a["KH"], a["KW"], 1, a["B"]), name="kernel")
+    out = depthwise_nchwc_general_te(data, kernel, (a["SH"], a["SW"]), (a["PT"], a["PL"], a["PB"], a["PR"]),
+                                     (a["DH"], a["DW"]))
+    return [data, kernel, out]
+
+
+def _general_dw_check(a: dict[str, int]) -> None:
+    _positive(a, ["H", "W", "C", "KH", "KW", "SH", "SW", "DH", "DW", "B"])
+    if min(a["PT"], a["PL"], a["PB"], a["PR"]) < 0:
+        raise OpError("padding must be >= 0")
+    _blocks_divide(a, [("C", "B")])
+    if min(general_conv_out(a)) < 1:
+        raise OpError("the kernel is larger than the padded input")
+
+
+def _dw_nchwc_general_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    a = args
+    x = unblock(inputs[0])[0]
+    co, _, kh, kw, _, b = inputs[1].shape
+    w = inputs[1][:, 0, :, :, 0, :].transpose(0, 3, 1, 2).reshape(co * b, kh, kw)
+    x = np.pad(x, ((0, 0), (a["PT"], a["PB"]), (a["PL"], a["PR"])))
+    oh, ow = general_conv_out(a)
+    out = np.zeros((a["C"], oh, ow), np.float64)
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * a["DH"], kx * a["DW"]
+            win = x[:, y0:y0 + (oh - 1) * a["SH"] + 1:a["SH"], x0:x0 + (ow - 1) * a["SW"] + 1:a["SW"]]
+            out += win * w[:, ky, kx, None, None]
+    return block(out[None].astype(np.float32), a["B"])
+
+
 def _conv2d_nchwc_general_compute(args: dict[str, int]) -> list:
     from tvm import te
 
@@ -434,6 +501,12 @@ OPS: dict[str, OpDef] = {
     "conv2d_nchwc_general": OpDef(
         "conv2d_nchwc_general", GENERAL_CONV_ARGS, "conv2d_nchwc_general", "conv2d_nchwc_general",
         _conv2d_nchwc_general_compute, _general_conv_flops, _conv_nchwc_general_reference, _general_conv_check,
+    ),
+    "depthwise_conv2d_nchwc_general": OpDef(
+        "depthwise_conv2d_nchwc_general", GENERAL_DW_ARGS, "depthwise_conv2d_nchwc_general",
+        "depthwise_conv2d_nchwc_general", _dw_nchwc_general_compute,
+        lambda a: 2.0 * a["C"] * np.prod(general_conv_out(a)) * a["KH"] * a["KW"],
+        _dw_nchwc_general_reference, _general_dw_check,
     ),
     "depthwise_conv2d_nchwc": OpDef(
         "depthwise_conv2d_nchwc", ("H", "W", "C", "K", "S", "P", "B"), "depthwise_conv2d_nchwc",

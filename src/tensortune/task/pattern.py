@@ -15,7 +15,8 @@ Recognised anchors (a multiply-accumulate reduction block ``C += X * Y``):
   (the blocked form a model's layout plan gives it, see :mod:`tensortune.task.ops`).
 - ``conv2d_nchwc_general``: the same of any geometry: ``data[n, g(fo) + rco, y*SH+ry*DH, x*SW+rx*DW, rci]``
   with ``g(fo) = (fo // OCgo) * ICgo`` for groups of channel blocks, 1xk/kx1 kernels, asymmetric padding.
-- ``depthwise_conv2d_nchwc``: ``out[n,c,y,x,ci] += data[n, c, y*S+ry, x*S+rx, ci] * w[c, 0, ry, rx, 0, ci]``.
+- ``depthwise_conv2d_nchwc``: ``out[n,c,y,x,ci] += data[n, c, y*S+ry, x*S+rx, ci] * w[c, 0, ry, rx, 0, ci]``,
+  and ``depthwise_conv2d_nchwc_general`` of any geometry.
 - ``matmul`` / ``dense`` / ``batch_matmul``: one reduction variable ``k``,
   ``out[..., i, j] += A[..., i, k] * B[..., k, j]`` (``B[..., j, k]``: dense).
 - ``dense_pack``: ``out[..., i, j] += A[..., i, k] * W[j // NB, k, j % NB]`` (a weight packed at
@@ -519,12 +520,15 @@ def _conv_nchwc(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[st
             args = {"H": H, "W": W, "IC": dshape[1] * IB, "OC": b.extent(fo) * OB, "KH": KH, "KW": KW, "SH": SH,
                     "SW": SW, "PT": PT, "PL": PL, "PB": PB, "PR": PR, "DH": DH, "DW": DW, "G": G, "IB": IB, "OB": OB}
     else:
-        if not plain:
-            return _generic("blocked depthwise with a non-square kernel, stride or padding, or dilation")
         B = wshape[5]
         if wshape[1] != 1 or wshape[4] != 1 or dshape[1] != b.extent(fo):
             return _generic("blocked depthwise channel multiplier != 1")
-        args = {"H": H, "W": W, "C": b.extent(fo) * B, "K": KH, "S": SH, "P": PT, "B": B}
+        if plain:
+            args = {"H": H, "W": W, "C": b.extent(fo) * B, "K": KH, "S": SH, "P": PT, "B": B}
+        else:
+            op = "depthwise_conv2d_nchwc_general"
+            args = {"H": H, "W": W, "C": b.extent(fo) * B, "KH": KH, "KW": KW, "SH": SH, "SW": SW, "PT": PT,
+                    "PL": PL, "PB": PB, "PR": PR, "DH": DH, "DW": DW, "B": B}
     reads = [r.__chandle__() for r in b.reads]
     prologue = tuple(p.name for p in before if p.name != pad_block)  # a P = 0 copy stage is inlined
     return FuncPattern(op, args, pad=pad_block, weight_read=reads.index(_load_buffer(weight).__chandle__()),

@@ -34,6 +34,11 @@ class DepthwiseNCHWcTemplate(Template):
     parallel_splits = ("tile_c", "tile_y")
     version = 2  # knob pad_at
 
+    @staticmethod
+    def padded(task: Any) -> bool:
+        """Whether the task has a padding stage."""
+        return task.args["P"] > 0
+
     def space(self, task: Any) -> ConfigSpace:
         a = task.args
         Co, OH, OW = a["C"] // a["B"], task.out_shape[2], task.out_shape[3]
@@ -44,7 +49,7 @@ class DepthwiseNCHWcTemplate(Template):
         s.define_split("tile_y", OH, 2, max_innermost=8)
         s.define_split("tile_x", OW, 2, policy="any", max_innermost=acc)
         s.define_choice("unroll_kw", [1, 0])
-        if a["P"] > 0:  # a padding stage to place
+        if self.padded(task):  # a padding stage to place
             s.define_choice("pad_at", list(PAD_AT))
         s.define_unroll(UNROLL_STEPS)
         s.add_constraint("registers", lambda c: c["tile_x"][1] * vec <= acc)
@@ -63,7 +68,7 @@ class DepthwiseNCHWcTemplate(Template):
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == (ty if pad_at == "tile" else 1),)),
             "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == xi,)),
             "unroll_kw": 1,
-            **({"pad_at": pad_at} if task.args["P"] > 0 else {}),
+            **({"pad_at": pad_at} if self.padded(task) else {}),
             **unroll_knobs(16),
         }
 
@@ -88,3 +93,17 @@ class DepthwiseNCHWcTemplate(Template):
             schedule_padding(sch, pat.pad)
         return sch.mod
 
+
+
+class DepthwiseNCHWcGeneralTemplate(DepthwiseNCHWcTemplate):
+    """The same tiles for a blocked depthwise conv2d of any geometry (``depthwise_conv2d_nchwc_general``:
+    1xk and kx1 kernels, asymmetric padding such as TensorFlow's "same" at stride 2, dilation)."""
+
+    name = "depthwise_conv2d_nchwc_general"
+    version = 1
+
+    @staticmethod
+    def padded(task: Any) -> bool:
+        """Whether the task has a padding stage (any side)."""
+        a = task.args
+        return max(a["PT"], a["PL"], a["PB"], a["PR"]) > 0

@@ -59,6 +59,7 @@ TEMPLATES: Registry[Any] = Registry("template", {
     "conv2d_nchwc_general": "tensortune.templates.conv2d_nchwc:Conv2dNCHWcGeneralTemplate",
     "depthwise_conv2d": "tensortune.templates.depthwise:DepthwiseTemplate",
     "depthwise_conv2d_nchwc": "tensortune.templates.depthwise_nchwc:DepthwiseNCHWcTemplate",
+    "depthwise_conv2d_nchwc_general": "tensortune.templates.depthwise_nchwc:DepthwiseNCHWcGeneralTemplate",
 })
 
 
