@@ -1,6 +1,6 @@
 """The Hugging Face corpus: models nobody here wrote, untuned tensortune against the CPU runtimes.
 
-``python -m bench.corpus --out bench/results/corpus-CPU-DATE [--models hf:vit,...] [--rounds 5]``
+``python -m bench.corpus --out bench/results/corpus-CPU-DATE [--models hf:vit hf:gpt2:seq_len=64 ...] [--rounds 5]``
 
 Each model is built from its default config with random weights (``hf:MODEL_TYPE``, nothing
 downloaded), compiled untuned, its outputs checked against PyTorch, then timed in interleaved
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run (or resume) the corpus into ``--out``."""
     ap = argparse.ArgumentParser(prog="python -m bench.corpus", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="results folder (resumed when it holds corpus.json)")
-    ap.add_argument("--models", default=",".join(CORPUS), help="comma-separated hf: specs")
+    ap.add_argument("--models", nargs="+", default=list(CORPUS), help="hf: specs (space-separated)")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
     out = Path(a.out)
@@ -106,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     path = out / "corpus.json"
     data = json.loads(path.read_text()) if path.is_file() else {"machine": machine_info(), "rounds": a.rounds,
                                                                  "models": {}}
-    specs = [s for s in a.models.split(",") if s]
-    for spec in specs:
+    for spec in a.models:
         if spec in data["models"] and "error" not in data["models"][spec]:
             continue
         try:

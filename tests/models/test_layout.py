@@ -155,3 +155,35 @@ def test_any_geometry_and_groups_run_blocked_and_match() -> None:
     with torch.no_grad():
         want = [m(x).numpy()]
     assert compare_outputs(cm.run([x.numpy()]), want).ok
+
+
+class _NormAndConv1d(nn.Module):
+    """GroupNorm of one group (PoolFormer) and of four, an average pool minus its input, a conv1d."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(3, 32, 3, padding=1)
+        self.g1, self.g4 = nn.GroupNorm(1, 32), nn.GroupNorm(4, 32)
+        self.pool = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.c1 = nn.Conv1d(32, 32, 3, padding=1, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.g1(self.c(x))
+        y = torch.relu(self.g4(self.pool(y) - y))
+        return self.c1(y.flatten(2))
+
+
+def test_group_norm_and_conv1d_run_blocked_and_match() -> None:
+    torch.manual_seed(0)
+    m = _NormAndConv1d()
+    for p in m.parameters():
+        p.data.normal_(0, 0.5)  # affine weights away from 1 and 0: the check sees them
+    m.eval()
+    x = torch.randn(1, 3, 16, 16)
+    cm = compile_model(load_model(m, [x]))
+    assert cm.layout.block and all(c.layout != "NCHW" for c in cm.layout.convs), cm.layout.summary()
+    assert any(c.kernel_class.startswith("conv2d_nchwc_general") for c in cm.choices)  # the conv1d, as 1x3
+    assert not any("group_norm" in c.task or "conv1d" in c.task for c in cm.choices)
+    with torch.no_grad():
+        want = [m(x).numpy()]
+    assert compare_outputs(cm.run([x.numpy()]), want).ok

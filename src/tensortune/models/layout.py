@@ -8,7 +8,8 @@ The recipe is TVM's own (its Adreno pipeline, Relay's x86 ``alter_conv2d_layout`
 
 1. ``clip`` (ReLU6) becomes ``minimum(maximum(x, lo), hi)``: ``relax.clip`` has no layout
    inference and would send the activation back to NCHW and forward again;
-2. a zero ``pad`` before a convolution becomes the convolution's own padding (:func:`fold_pads`);
+2. conv1d becomes a 1xK conv2d and GroupNorm its primitive ops (:mod:`.canonical`), a zero
+   ``pad`` before a convolution the convolution's own padding (:func:`fold_pads`);
    channel counts the block does not divide are padded up to it where that is cheap
    (:mod:`.chanpad`), so those convolutions run blocked too;
 3. ``ConvertLayout`` with a per-call callback: the plan's block for every convolution it can
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .chanpad import PadResult, pad_channels, padded_count, widened_groups
+from .canonical import canonicalize
 from .constfold import fold_constant_transforms
 from .prepack import DensePlan, pack_dense_weights
 
@@ -400,9 +402,9 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
         return mod, LayoutPlan(mode)
     mod = rewrite_clip(relax.transform.FoldConstant()(mod))
     try:
-        mod = fold_pads(mod)
+        mod = fold_pads(canonicalize(mod))
     except Exception as e:  # noqa: BLE001 - an optimisation: the graph as it was
-        log.warning("pads before convolutions kept as separate functions: %s", _last_line(e))
+        log.warning("conv1d, group norm and pads before convolutions kept as imported: %s", _last_line(e))
     convs = _convs(mod)
     b = choose_block(convs, target_json)
     pad, unpadded = PadResult({}), mod
