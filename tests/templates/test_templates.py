@@ -59,6 +59,10 @@ OP_CASES = {
     # a model's matmul with its weight packed at compile time; one row: the classifier's GEMV
     "dense-pack": ("dense_pack", (12, 48, 40, 8)),
     "dense-pack-gemv": ("dense_pack", (1, 40, 24, 8)),
+    # rows no register tile divides (a ViT's 197 tokens): guarded tail tiles
+    "dense-pack-prime-rows": ("dense_pack", (37, 32, 24, 8)),
+    "batch-matmul-prime-rows": ("batch_matmul", (2, 37, 24, 16)),
+    "batch-matmul-prime-columns": ("batch_matmul", (2, 37, 37, 16)),
 }
 
 
@@ -255,7 +259,7 @@ def test_dense_default_register_tile_leaves_room_for_weights() -> None:
     assert default_register_tile(384, 384, 1, 12, 16) == (6, 2)
     assert default_register_tile(384, 125, 1, 12, 16) == (12, 1)  # N = 1000: 125 blocks
     assert default_register_tile(128, 96, 1, 12, 16) == (4, 2)
-    assert default_register_tile(197, 96, 1, 12, 16) == (1, 4)  # a prime row count
+    assert default_register_tile(197, 96, 1, 12, 16) == (6, 2)  # a prime row count: 33 tiles, a guarded tail of 5 rows
     for M, blocks, wide in [(384, 384, True), (128, 96, True), (1, 512, True), (1, 512, False)]:
         yi, xb = default_register_tile(M, blocks, 1, 28 if wide else 12, 32 if wide else 16)
         assert (yi + 1) * xb + 2 <= (32 if wide else 16) and yi <= 16 and xb <= (4 if M >= 4 else 8)

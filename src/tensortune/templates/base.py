@@ -90,6 +90,20 @@ def largest_divisor_le(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
+def row_split_policy(rows: int, cap: int = 16) -> str:
+    """The split policy of a GEMM's rows: exact factors when some divisor of 4 to ``cap`` rows makes
+    a register tile, else ``any`` (a guarded tail: a ViT's 197 tokens would get 1-row tiles)."""
+    return "factors" if largest_divisor_le(rows, cap) >= 4 else "any"
+
+
+def tail_row_tiles(rows: int, cap: int = 16) -> list[int]:
+    """Register-tile heights for ``rows`` split by :func:`row_split_policy`: its divisors up to ``cap``
+    (``factors``), else every height whose guarded tail wastes at most a tenth of the rows."""
+    if row_split_policy(rows, cap) == "factors":
+        return [d for d in range(1, min(rows, cap) + 1) if rows % d == 0]
+    return [h for h in range(1, min(rows, cap) + 1) if (-(-rows // h) * h - rows) * 10 <= rows]
+
+
 def largest_multiple_divisor(n: int, step: int, cap: int) -> int:
     """The largest divisor of ``n`` that is a multiple of ``step`` and at most ``cap``
     (else the largest divisor at most ``cap``)."""

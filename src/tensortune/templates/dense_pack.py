@@ -15,7 +15,8 @@ from typing import Any
 
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
-from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, output_stage, unroll_knobs,
+from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, output_stage, row_split_policy,
+                   tail_row_tiles, unroll_knobs,
                    vector_lanes, vectorize_own_loop)
 from .conv2d_nchwc import max_accumulators, vector_registers
 
@@ -32,7 +33,7 @@ def default_register_tile(M: int, blocks: int, vec: int, acc: int, regs: int) ->
     with 384 rows, 200 configs each: the 6 x 2 tile this picks ran at a median 0.87 of each task's
     best config, the 4 x 3 tile (as many accumulators, but all 16 registers taken) at 0.28."""
     xmax = 4 if M >= 4 else 8
-    cands = [(yi, xb) for yi in divisors(M) if yi <= 16 for xb in divisors(blocks)
+    cands = [(yi, xb) for yi in tail_row_tiles(M) for xb in divisors(blocks)
              if xb <= xmax and yi * xb * vec <= acc and (yi + 1) * xb * vec + 2 <= regs]
     return max(cands, key=lambda t: (t[0] * t[1], -(t[0] + t[1] * vec), t[0]))
 
@@ -49,7 +50,7 @@ class DensePackTemplate(Template):
         vec = -(-a["NB"] // vector_lanes(task))
         acc = max_accumulators(task.target_json)
         s = ConfigSpace()
-        s.define_split("tile_y", M, 3, max_innermost=16)
+        s.define_split("tile_y", M, 3, policy=row_split_policy(M), max_innermost=16)
         s.define_split("tile_x", blocks, 3, max_innermost=max(1, acc // vec))
         s.define_split("tile_k", K, 2, max_innermost=16)
         s.define_unroll()
@@ -63,7 +64,7 @@ class DensePackTemplate(Template):
         tj = task.target_json
         yi, xb = default_register_tile(M, blocks, vec, max_accumulators(tj), vector_registers(tj))
         ki = largest_divisor_le(K, 4)
-        return {"tile_y": (M // yi, 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K // ki, ki),
+        return {"tile_y": (-(-M // yi), 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K // ki, ki),
                 **unroll_knobs(64)}
 
     def apply(self, task: Any, config: Config) -> Any:
@@ -73,7 +74,7 @@ class DensePackTemplate(Template):
         loops = sch.get_loops(block)
         lead, (i, j, k) = loops[:-3], loops[-3:]
         jo, jn = sch.split(j, [None, NB])
-        yo, ym, yi = sch.split(i, list(config["tile_y"]))
+        yo, ym, yi = sch.split(i, [None, *config["tile_y"][1:]])  # a guarded tail when the rows do not divide
         xo, xm, xb = sch.split(jo, list(config["tile_x"]))
         ko, ki = sch.split(k, list(config["tile_k"]))
         sch.reorder(*lead, xo, yo, ym, xm, ko, ki, yi, xb, jn)

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..space import Config, ConfigSpace
 from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, largest_multiple_divisor,
-                   output_stage, pick_entity, unroll_knobs, vector_lanes, vectorize_own_loop)
+                   output_stage, pick_entity, row_split_policy, tail_row_tiles, unroll_knobs, vector_lanes,
+                   vectorize_own_loop)
 
 #: Register budget: yi * ceil(xi / lanes) accumulators at most.
 MAX_ACCUMULATORS = 28
@@ -39,12 +40,18 @@ class GemmTemplate(Template):
     name = "gemm"
     parallel_splits = ("tile_x", "tile_y")
 
+    @staticmethod
+    def column_policy(N: int, lanes: int) -> str:
+        """Exact factors when a multiple of the vector lanes divides the columns, else ``any``
+        (a guarded tail: attention's 197 x 197 scores would get 1-column tiles)."""
+        return "factors" if N % lanes == 0 or largest_multiple_divisor(N, lanes, 8 * lanes) >= lanes else "any"
+
     def space(self, task: Any) -> ConfigSpace:
         M, N, K = task.args["M"], task.args["N"], task.args["K"]
         lanes = vector_lanes(task)
         s = ConfigSpace()
-        s.define_split("tile_y", M, 3, max_innermost=16)
-        s.define_split("tile_x", N, 3, max_innermost=8 * lanes)
+        s.define_split("tile_y", M, 3, policy=row_split_policy(M), max_innermost=16)
+        s.define_split("tile_x", N, 3, policy=self.column_policy(N, lanes), max_innermost=8 * lanes)
         s.define_split("tile_k", K, 2, max_innermost=64)
         s.define_choice("pack_b", [1, 0])
         s.define_unroll()
@@ -61,8 +68,11 @@ class GemmTemplate(Template):
         M, N, K = task.args["M"], task.args["N"], task.args["K"]
         lanes = vector_lanes(task)
         return {
-            "tile_y": pick_entity(space, "tile_y", lambda e: (e[2] == largest_divisor_le(M, 4), e[1] == 1)),
-            "tile_x": pick_entity(space, "tile_x", lambda e: (e[2] == largest_multiple_divisor(N, lanes, 4 * lanes), e[1] == 1)),
+            "tile_y": pick_entity(space, "tile_y", lambda e: (e[2] == max(h for h in tail_row_tiles(M) if h <= 4),
+                                                              e[1] == 1)),
+            "tile_x": pick_entity(space, "tile_x", lambda e: (
+                e[2] == (largest_multiple_divisor(N, lanes, 4 * lanes) if self.column_policy(N, lanes) == "factors"
+                         else lanes), e[1] == 1)),
             "tile_k": pick_entity(space, "tile_k", lambda e: (e[1] == largest_divisor_le(K, 4),)),
             "pack_b": 1,
             **unroll_knobs(64),
@@ -73,8 +83,8 @@ class GemmTemplate(Template):
         sch, block = anchored_schedule(task)
         loops = sch.get_loops(block)
         batch, (i, j, k) = loops[:-3], loops[-3:]
-        yo, ym, yi = sch.split(i, list(config["tile_y"]))
-        xo, xm, xi = sch.split(j, list(config["tile_x"]))
+        yo, ym, yi = sch.split(i, [None, *config["tile_y"][1:]])  # a guarded tail when the rows do not divide
+        xo, xm, xi = sch.split(j, [None, *config["tile_x"][1:]])
         ko, ki = sch.split(k, list(config["tile_k"]))
         sch.reorder(*batch, xo, yo, ym, xm, ko, ki, yi, xi)
         acc = output_stage(sch, block, pat)
