@@ -24,7 +24,7 @@ from .common import geomean, machine_info, machine_line, write_text
 #: and resolution: its default config is B7 at 600x600).
 CORPUS = (
     "hf:convnext", "hf:regnet", "hf:resnet", "hf:mobilenet_v2", "hf:mobilevit",
-    "hf:efficientnet:image_size=224,width_coefficient=1.0,depth_coefficient=1.0", "hf:swin", "hf:levit",
+    "hf:efficientnet:image_size=224,width_coefficient=1.0,depth_coefficient=1.0,hidden_dim=1280", "hf:swin", "hf:levit",
     "hf:poolformer", "hf:vit", "hf:gpt2", "hf:distilbert", "hf:t5", "hf:whisper",
 )
 SYSTEMS = ("tensortune untuned", "onnxruntime", "openvino", "pytorch")
