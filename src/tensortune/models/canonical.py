@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .relaxrewrite import rewrite_functions
+
 
 def _per_channel(bb_emit: Any, v: Any, channels: int) -> Any:
     """``v`` (``[C]``) as ``[1, C, 1, 1]``: a reshaped constant, else a reshape."""
@@ -75,12 +77,7 @@ def decompose_group_norm(mod: Any) -> Any:
                 y = relax.op.add(y, _per_channel(emit, beta, c))
             return y
 
-    out = mod.clone() if hasattr(mod, "clone") else mod
-    rewriter = _Decompose(out)
-    for gv, f in list(out.functions.items()):
-        if isinstance(f, relax.Function):
-            out[gv] = rewriter.visit_expr(f)
-    return out
+    return rewrite_functions(mod, _Decompose)
 
 
 def conv1d_as_conv2d(mod: Any) -> Any:
@@ -115,12 +112,7 @@ def conv1d_as_conv2d(mod: Any) -> Any:
             ys = [int(d) for d in y.ty.shape]
             return relax.op.reshape(y, (ys[0], ys[1], ys[3]))
 
-    out = mod.clone() if hasattr(mod, "clone") else mod
-    rewriter = _Conv1d(out)
-    for gv, f in list(out.functions.items()):
-        if isinstance(f, relax.Function):
-            out[gv] = rewriter.visit_expr(f)
-    return out
+    return rewrite_functions(mod, _Conv1d)
 
 
 def canonicalize(mod: Any) -> Any:

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .relaxrewrite import rewrite_functions
+
 #: TIR expression kinds :func:`_numpy_expr` evaluates, by class name.
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "FloorDiv": np.floor_divide, "FloorMod": np.mod,
@@ -72,9 +74,4 @@ def fold_constant_transforms(mod: Any) -> Any:
                 return call
             return relax.const(value)
 
-    out = mod.clone() if hasattr(mod, "clone") else mod
-    folder = _Fold(out)
-    for gv, f in list(out.functions.items()):
-        if isinstance(f, relax.Function):
-            out[gv] = folder.visit_expr(f)
-    return out
+    return rewrite_functions(mod, _Fold)

@@ -38,6 +38,7 @@ from .chanpad import PadResult, pad_channels, padded_count, widened_groups
 from .canonical import canonicalize
 from .constfold import fold_constant_transforms
 from .prepack import DensePlan, pack_dense_weights
+from .relaxrewrite import rewrite_functions
 
 log = logging.getLogger(__name__)
 
@@ -309,12 +310,7 @@ def rewrite_clip(mod: Any) -> Any:
             hi = relax.const(np.array(scalar(call.args[2]), dtype=dt))
             return relax.op.minimum(relax.op.maximum(x, lo), hi)
 
-    out = mod.clone() if hasattr(mod, "clone") else mod
-    r = _Clip(out)
-    for gv, f in list(out.functions.items()):
-        if isinstance(f, relax.Function):
-            out[gv] = r.visit_expr(f)
-    return out
+    return rewrite_functions(mod, _Clip)
 
 
 def _elementwise_call(call: Any) -> Any:
@@ -363,12 +359,7 @@ def fold_pads(mod: Any) -> Any:
             return relax.op.nn.conv2d(pad.args[0], call.args[1], a.strides, padding, a.dilation, int(a.groups),
                                       "NCHW", str(a.kernel_layout), str(a.out_layout or "NCHW"), out_dtype)
 
-    out = mod.clone() if hasattr(mod, "clone") else mod
-    folder = _Fold(out)
-    for gv, f in list(out.functions.items()):
-        if isinstance(f, relax.Function):
-            out[gv] = folder.visit_expr(f)
-    return relax.transform.DeadCodeElimination()(out)
+    return relax.transform.DeadCodeElimination()(rewrite_functions(mod, _Fold))
 
 
 def count_layout_transforms(mod: Any) -> int:

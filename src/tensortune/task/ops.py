@@ -247,24 +247,33 @@ def general_conv_out(a: dict[str, int]) -> tuple[int, int]:
     return oh, ow
 
 
+def _padded_window(data: "te.Tensor", kernel: "te.Tensor", strides: Sequence[int], padding: Sequence[int],
+                   dilation: Sequence[int]) -> tuple[Any, int, int, Any, Any]:
+    """The general blocked convolutions' common part: (padded data, OH, OW, kernel-row and
+    kernel-column reduction axes)."""
+    from tvm import te, topi
+
+    _, _, H, W, _ = (int(d) for d in data.shape)
+    KH, KW = int(kernel.shape[2]), int(kernel.shape[3])
+    PT, PL, PB, PR = padding
+    OH, OW = general_conv_out({"H": H, "W": W, "KH": KH, "KW": KW, "SH": strides[0], "SW": strides[1], "PT": PT,
+                               "PL": PL, "PB": PB, "PR": PR, "DH": dilation[0], "DW": dilation[1]})
+    pad = topi.nn.pad(data, [0, 0, PT, PL, 0], [0, 0, PB, PR, 0], name="pad") if any(padding) else data
+    return pad, OH, OW, te.reduce_axis((0, KH), name="ry"), te.reduce_axis((0, KW), name="rx")
+
+
 def conv2d_nchwc_general_te(data: "te.Tensor", kernel: "te.Tensor", strides: Sequence[int], padding: Sequence[int],
                             dilation: Sequence[int], groups: int, out_dtype: str = "float32") -> "te.Tensor":
     """Blocked conv2d of any geometry: data ``[1, IC/IB, H, W, IB]``, kernel
     ``[OC/OB, IC/G/IB, KH, KW, IB, OB]``; ``padding`` is (top, left, bottom, right); output block
     ``fo`` of group ``fo // (OC/G/OB)`` reads that group's ``IC/G/IB`` input blocks."""
-    from tvm import te, tirx, topi
+    from tvm import te, tirx
 
-    _, _, H, W, _ = (int(d) for d in data.shape)
-    OCo, ICgo, KH, KW, _, OB = (int(d) for d in kernel.shape)
+    OCo, ICgo, _, _, _, OB = (int(d) for d in kernel.shape)
     SH, SW = strides
-    PT, PL, PB, PR = padding
     DH, DW = dilation
-    OH, OW = general_conv_out({"H": H, "W": W, "KH": KH, "KW": KW, "SH": SH, "SW": SW, "PT": PT, "PL": PL,
-                               "PB": PB, "PR": PR, "DH": DH, "DW": DW})
-    pad = topi.nn.pad(data, [0, 0, PT, PL, 0], [0, 0, PB, PR, 0], name="pad") if any(padding) else data
+    pad, OH, OW, ry, rx = _padded_window(data, kernel, strides, padding, dilation)
     rco = te.reduce_axis((0, ICgo), name="rco")
-    ry = te.reduce_axis((0, KH), name="ry")
-    rx = te.reduce_axis((0, KW), name="rx")
     rci = te.reduce_axis((0, int(data.shape[4])), name="rci")
     OCgo = OCo // groups
 
@@ -290,18 +299,12 @@ def depthwise_nchwc_general_te(data: "te.Tensor", kernel: "te.Tensor", strides: 
                                dilation: Sequence[int], out_dtype: str = "float32") -> "te.Tensor":
     """Blocked depthwise conv2d of any geometry: data ``[1, C/B, H, W, B]``, kernel
     ``[C/B, 1, KH, KW, 1, B]``; ``padding`` is (top, left, bottom, right)."""
-    from tvm import te, topi
+    from tvm import te
 
-    _, Co, H, W, B = (int(d) for d in data.shape)
-    KH, KW = int(kernel.shape[2]), int(kernel.shape[3])
+    _, Co, _, _, B = (int(d) for d in data.shape)
     SH, SW = strides
-    PT, PL, PB, PR = padding
     DH, DW = dilation
-    OH, OW = general_conv_out({"H": H, "W": W, "KH": KH, "KW": KW, "SH": SH, "SW": SW, "PT": PT, "PL": PL,
-                               "PB": PB, "PR": PR, "DH": DH, "DW": DW})
-    pad = topi.nn.pad(data, [0, 0, PT, PL, 0], [0, 0, PB, PR, 0], name="pad") if any(padding) else data
-    ry = te.reduce_axis((0, KH), name="ry")
-    rx = te.reduce_axis((0, KW), name="rx")
+    pad, OH, OW, ry, rx = _padded_window(data, kernel, strides, padding, dilation)
     return te.compute(
         (1, Co, OH, OW, B),
         lambda n, c, y, x, ci: te.sum(
@@ -341,9 +344,7 @@ def _dw_nchwc_general_reference(args: dict[str, int], inputs: Sequence[np.ndarra
     out = np.zeros((a["C"], oh, ow), np.float64)
     for ky in range(kh):
         for kx in range(kw):
-            y0, x0 = ky * a["DH"], kx * a["DW"]
-            win = x[:, y0:y0 + (oh - 1) * a["SH"] + 1:a["SH"], x0:x0 + (ow - 1) * a["SW"] + 1:a["SW"]]
-            out += win * w[:, ky, kx, None, None]
+            out += _window(x, a, ky, kx, oh, ow) * w[:, ky, kx, None, None]
     return block(out[None].astype(np.float32), a["B"])
 
 
@@ -376,6 +377,12 @@ def _general_conv_flops(a: dict[str, int]) -> float:
     return 2.0 * a["OC"] * oh * ow * (a["IC"] // a["G"]) * a["KH"] * a["KW"]
 
 
+def _window(x: np.ndarray, a: dict[str, int], ky: int, kx: int, oh: int, ow: int) -> np.ndarray:
+    """The ``[C, OH, OW]`` inputs that kernel tap ``(ky, kx)`` meets in padded ``x`` (strides, dilation of ``a``)."""
+    y0, x0 = ky * a["DH"], kx * a["DW"]
+    return x[:, y0:y0 + (oh - 1) * a["SH"] + 1:a["SH"], x0:x0 + (ow - 1) * a["SW"] + 1:a["SW"]]
+
+
 def _conv_nchwc_general_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
     a = args
     x = unblock(inputs[0])[0]
@@ -387,8 +394,7 @@ def _conv_nchwc_general_reference(args: dict[str, int], inputs: Sequence[np.ndar
     out = np.zeros((a["OC"], oh, ow), np.float64)
     for ky in range(kh):
         for kx in range(kw):
-            y0, x0 = ky * a["DH"], kx * a["DW"]
-            win = x[:, y0:y0 + (oh - 1) * a["SH"] + 1:a["SH"], x0:x0 + (ow - 1) * a["SW"] + 1:a["SW"]]
+            win = _window(x, a, ky, kx, oh, ow)
             for g in range(a["G"]):
                 out[g * ocg:(g + 1) * ocg] += np.einsum("oc,cyx->oyx", w[g * ocg:(g + 1) * ocg, :, ky, kx],
                                                         win[g * icg:(g + 1) * icg])
