@@ -17,102 +17,89 @@ from typing import Any
 
 import numpy as np
 
-from .relaxrewrite import rewrite_functions
+from .relaxrewrite import conv_out_dtype, rewrite_calls
 
 
-def _per_channel(bb_emit: Any, v: Any, channels: int) -> Any:
-    """``v`` (``[C]``) as ``[1, C, 1, 1]``: a reshaped constant, else a reshape."""
+def _reshaped(emit: Any, v: Any, shape: tuple[int, ...]) -> Any:
+    """``v`` in ``shape``: a reshaped constant, else an emitted reshape."""
     from tvm import relax
     from tvm.ir.expr import Constant
 
     if isinstance(v, Constant) and hasattr(v.value, "numpy"):
-        return relax.const(v.value.numpy().reshape(1, channels, 1, 1))
-    return bb_emit(relax.op.reshape(v, (1, channels, 1, 1)))
+        return relax.const(v.value.numpy().reshape(shape))
+    return emit(relax.op.reshape(v, shape))
+
+
+def _decompose(call: Any, m: Any) -> Any:
+    """One NCHW ``group_norm`` call as primitive ops (``call`` unchanged for any other form)."""
+    from tvm import relax
+
+    a = call.attrs
+    x, gamma, beta = call.args
+    shape = getattr(getattr(x, "ty", None), "shape", None)
+    if shape is None or len(shape) != 4 or int(a.channel_axis) != 1:
+        return call
+    n, c, h, w = (int(d) for d in shape)
+    groups, eps = int(a.num_groups), float(a.epsilon)
+    emit = m.builder_.emit
+    dt = str(x.ty.dtype)
+    if groups == 1:
+        # the mean over channels as a 1x1 convolution with weights 1/C (ConvertLayout cannot
+        # infer a blocked layout for a mean over the channel axis; a convolution it can)
+        avg = relax.const(np.full((c, c, 1, 1), 1.0 / c, dtype=dt))
+
+        def mean(v: Any) -> Any:
+            return emit(relax.op.nn.conv2d(emit(relax.op.mean(v, [2, 3], keepdims=True)), avg))
+
+        xg = x
+    else:
+        xg = emit(relax.op.reshape(x, (n, groups, c // groups, h, w)))
+
+        def mean(v: Any) -> Any:
+            return emit(relax.op.mean(v, [2, 3, 4], keepdims=True))
+
+    centred = emit(relax.op.subtract(xg, mean(xg)))
+    var = mean(emit(relax.op.multiply(centred, centred)))
+    inv = emit(relax.op.rsqrt(emit(relax.op.add(var, relax.const(np.array(eps, dtype=dt))))))
+    y = emit(relax.op.multiply(centred, inv))
+    if groups != 1:
+        y = emit(relax.op.reshape(y, (n, c, h, w)))
+    if bool(a.scale):
+        y = emit(relax.op.multiply(y, _reshaped(emit, gamma, (1, c, 1, 1))))
+    if bool(a.center):
+        y = relax.op.add(y, _reshaped(emit, beta, (1, c, 1, 1)))
+    return y
 
 
 def decompose_group_norm(mod: Any) -> Any:
     """``mod`` with every NCHW ``group_norm`` (channel axis 1, 4-D) written as primitive ops."""
+    return rewrite_calls(mod, "relax.nn.group_norm", _decompose)
+
+
+def _conv1d(call: Any, m: Any) -> Any:
+    """One NCW ``conv1d`` call as a conv2d over ``[N, C, 1, L]`` reshaped back (``call`` unchanged otherwise)."""
     from tvm import relax
-    from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    @mutator
-    class _Decompose(PyExprMutator):  # type: ignore[misc]
-        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
-            call = super().visit_call_(call)
-            if getattr(call.op, "name", "") != "relax.nn.group_norm":
-                return call
-            a = call.attrs
-            x, gamma, beta = call.args
-            shape = getattr(getattr(x, "ty", None), "shape", None)
-            if shape is None or len(shape) != 4 or int(a.channel_axis) != 1:
-                return call
-            n, c, h, w = (int(d) for d in shape)
-            groups, eps = int(a.num_groups), float(a.epsilon)
-            emit = self.builder_.emit
-            dt = str(x.ty.dtype)
-            if groups == 1:
-                # the mean over channels as a 1x1 convolution with weights 1/C (ConvertLayout cannot
-                # infer a blocked layout for a mean over the channel axis; a convolution it can)
-                avg = relax.const(np.full((c, c, 1, 1), 1.0 / c, dtype=dt))
-
-                def mean(v: Any) -> Any:
-                    return emit(relax.op.nn.conv2d(emit(relax.op.mean(v, [2, 3], keepdims=True)), avg))
-
-                xg = x
-            else:
-                xg = emit(relax.op.reshape(x, (n, groups, c // groups, h, w)))
-
-                def mean(v: Any) -> Any:
-                    return emit(relax.op.mean(v, [2, 3, 4], keepdims=True))
-
-            centred = emit(relax.op.subtract(xg, mean(xg)))
-            var = mean(emit(relax.op.multiply(centred, centred)))
-            inv = emit(relax.op.rsqrt(emit(relax.op.add(var, relax.const(np.array(eps, dtype=dt))))))
-            y = emit(relax.op.multiply(centred, inv))
-            if groups != 1:
-                y = emit(relax.op.reshape(y, (n, c, h, w)))
-            if bool(a.scale):
-                y = emit(relax.op.multiply(y, _per_channel(emit, gamma, c)))
-            if bool(a.center):
-                y = relax.op.add(y, _per_channel(emit, beta, c))
-            return y
-
-    return rewrite_functions(mod, _Decompose)
+    a = call.attrs
+    x, w = call.args
+    xs, ws = getattr(x.ty, "shape", None), getattr(w.ty, "shape", None)
+    if (str(a.data_layout), str(a.kernel_layout)) != ("NCW", "OIW") or xs is None or ws is None:
+        return call
+    n, c, length = (int(d) for d in xs)
+    o, i, k = (int(d) for d in ws)
+    emit = m.builder_.emit
+    x4 = emit(relax.op.reshape(x, (n, c, 1, length)))
+    w4 = _reshaped(emit, w, (o, i, 1, k))
+    pl, pr = (int(p) for p in a.padding)
+    y = emit(relax.op.nn.conv2d(x4, w4, (1, int(a.strides[0])), (0, pl, 0, pr), (1, int(a.dilation[0])),
+                                int(a.groups), "NCHW", "OIHW", "NCHW", conv_out_dtype(a)))
+    ys = [int(d) for d in y.ty.shape]
+    return relax.op.reshape(y, (ys[0], ys[1], ys[3]))
 
 
 def conv1d_as_conv2d(mod: Any) -> Any:
     """``mod`` with every NCW ``conv1d`` computed as a ``conv2d`` over ``[N, C, 1, L]`` and reshaped back."""
-    from tvm import relax
-    from tvm.ir.expr import Constant
-    from tvm.relax.expr_functor import PyExprMutator, mutator
-
-    @mutator
-    class _Conv1d(PyExprMutator):  # type: ignore[misc]
-        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
-            call = super().visit_call_(call)
-            if getattr(call.op, "name", "") != "relax.nn.conv1d":
-                return call
-            a = call.attrs
-            x, w = call.args
-            xs, ws = getattr(x.ty, "shape", None), getattr(w.ty, "shape", None)
-            if (str(a.data_layout), str(a.kernel_layout)) != ("NCW", "OIW") or xs is None or ws is None:
-                return call
-            n, c, length = (int(d) for d in xs)
-            o, i, k = (int(d) for d in ws)
-            emit = self.builder_.emit
-            x4 = emit(relax.op.reshape(x, (n, c, 1, length)))
-            if isinstance(w, Constant) and hasattr(w.value, "numpy"):
-                w4 = relax.const(w.value.numpy().reshape(o, i, 1, k))
-            else:
-                w4 = emit(relax.op.reshape(w, (o, i, 1, k)))
-            pl, pr = (int(p) for p in a.padding)
-            out_dtype = None if str(a.out_dtype) in ("", "void", "None") else str(a.out_dtype)
-            y = emit(relax.op.nn.conv2d(x4, w4, (1, int(a.strides[0])), (0, pl, 0, pr), (1, int(a.dilation[0])),
-                                        int(a.groups), "NCHW", "OIHW", "NCHW", out_dtype))
-            ys = [int(d) for d in y.ty.shape]
-            return relax.op.reshape(y, (ys[0], ys[1], ys[3]))
-
-    return rewrite_functions(mod, _Conv1d)
+    return rewrite_calls(mod, "relax.nn.conv1d", _conv1d)
 
 
 def canonicalize(mod: Any) -> Any:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .prepack import static_shape as _shape
+from .relaxrewrite import conv_out_dtype
 
 #: A count is padded only when the padded count is at most this many times the count.
 MAX_WASTE = 4.0 / 3.0
@@ -183,15 +184,14 @@ def pad_channels(mod: Any, block: int) -> tuple[Any, PadResult]:
                 wv, groups = widen_groups(wv, groups, block), os_[1] // block
                 result.widened += 1
                 return relax.op.nn.conv2d(x, relax.const(wv), a.strides, a.padding, a.dilation, groups, "NCHW",
-                                          "OIHW", "NCHW",
-                                          None if str(a.out_dtype) in ("", "void", "None") else str(a.out_dtype))
+                                          "OIHW", "NCHW", conv_out_dtype(a))
             else:
                 return None
             for c, p in ((os_[1], wv.shape[1] * groups), (oc, wv.shape[0])):
                 if p != c:
                     result.padded[c] = p
             return relax.op.nn.conv2d(x, relax.const(wv), a.strides, a.padding, a.dilation, groups, "NCHW", "OIHW",
-                                      "NCHW", None if str(a.out_dtype) in ("", "void", "None") else str(a.out_dtype))
+                                      "NCHW", conv_out_dtype(a))
 
         def binary(self, new: Any, old: Any) -> Any:
             pads = [self.padded(n, o) for n, o in zip(new.args, old.args)]

@@ -32,7 +32,7 @@ import numpy as np
 from ..target import host_target_json, make_target
 from ..task import Task
 from .extract import ModelTask, extract_tasks
-from .importer import Model, ModelError
+from .importer import Model, ModelError, _first_line
 
 #: How each function was scheduled, best first (the fallback chain).
 SOURCES = ("tuned", "default", "generic", "tvm", "naive")
@@ -250,30 +250,20 @@ def builds(func: Any, target_json: dict[str, Any]) -> None:
     tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), make_target(target_json))
 
 
-def _pick(steps: list[_Step], check: Callable[[Any], None] | None = None, skip: int = 0
-          ) -> tuple[Any, int, str]:
-    """The first step from ``skip`` on whose function is made (and passes ``check``): (function,
-    index in ``steps``, reason naming every step that failed before it)."""
+def _pick(steps: list[_Step], check: Callable[[Any], None] | None = None) -> tuple[Any, int, str]:
+    """The first step whose function is made (and passes ``check``): (function, index in ``steps``,
+    reason naming every step that failed before it)."""
     failed: list[str] = []
     for i, step in enumerate(steps):
-        if i < skip:
-            continue
         try:
             func = step.make()
             if check is not None:
                 check(func)
         except Exception as e:  # noqa: BLE001 - a schedule that fails falls back to the next
-            failed.append(f"{step.source} failed ({_first_line(e)})")
+            failed.append(f"{step.source} failed ({_first_line(e)[:120]})")
             continue
         return func, i, "; ".join(failed + [step.note])
     raise RuntimeError("; ".join(failed))  # naive loops that do not build: the model cannot
-
-
-def _first_line(e: BaseException) -> str:
-    """A TVM or Python error in one short line (TVM's useful line is its last)."""
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
-    line = lines[-1] if type(e).__module__.startswith("tvm") else lines[0]
-    return line[:120]
 
 
 def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = None, model: str = "",

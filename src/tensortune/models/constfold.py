@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .relaxrewrite import rewrite_functions
+from .relaxrewrite import rewrite_calls
 
 #: TIR expression kinds :func:`_numpy_expr` evaluates, by class name.
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -47,31 +47,24 @@ def transform_array(x: np.ndarray, index_map: Any, pad_value: float | None = Non
     return out
 
 
-def fold_constant_transforms(mod: Any) -> Any:
-    """``mod`` with every ``layout_transform`` of a constant replaced by the transformed constant."""
+def _fold(call: Any, m: Any) -> Any:
+    """One ``layout_transform`` of a tensor constant as the transformed constant (``call`` otherwise)."""
     from tvm import relax
     from tvm.ir.expr import Constant
-    from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    op = relax.op.layout_transform(relax.const(np.zeros((1,), "float32")), lambda i: (i,)).op
+    x = call.args[0]
+    if isinstance(x, relax.Var):
+        x = m.lookup_binding(x)
+    if not isinstance(x, Constant) or not hasattr(x.value, "numpy"):  # a tensor constant only
+        return call
+    pad = call.attrs.pad_value
+    try:
+        value = transform_array(x.value.numpy(), call.attrs.index_map, None if pad is None else float(pad.value))
+    except ValueError:  # an index map numpy cannot evaluate: FoldConstant's job
+        return call
+    return relax.const(value)
 
-    @mutator
-    class _Fold(PyExprMutator):  # type: ignore[misc]
-        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
-            call = super().visit_call_(call)
-            if not call.op.same_as(op):
-                return call
-            x = call.args[0]
-            if isinstance(x, relax.Var):
-                x = self.lookup_binding(x)
-            if not isinstance(x, Constant) or not hasattr(x.value, "numpy"):  # a tensor constant only
-                return call
-            pad = call.attrs.pad_value
-            try:
-                value = transform_array(x.value.numpy(), call.attrs.index_map,
-                                        None if pad is None else float(pad.value))
-            except ValueError:  # an index map numpy cannot evaluate: FoldConstant's job
-                return call
-            return relax.const(value)
 
-    return rewrite_functions(mod, _Fold)
+def fold_constant_transforms(mod: Any) -> Any:
+    """``mod`` with every ``layout_transform`` of a constant replaced by the transformed constant."""
+    return rewrite_calls(mod, "relax.layout_transform", _fold)

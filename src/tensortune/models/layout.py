@@ -38,7 +38,7 @@ from .chanpad import PadResult, pad_channels, padded_count, widened_groups
 from .canonical import canonicalize
 from .constfold import fold_constant_transforms
 from .prepack import DensePlan, pack_dense_weights
-from .relaxrewrite import rewrite_functions
+from .relaxrewrite import conv_out_dtype, rewrite_calls, rewrite_functions
 
 log = logging.getLogger(__name__)
 
@@ -329,37 +329,36 @@ def _elementwise_call(call: Any) -> Any:
     return op(args[0], args[1])
 
 
+def _fold_pad(call: Any, m: Any) -> Any:
+    """One NCHW conv2d reading a spatial zero ``pad`` as a conv2d with that padding added (``call`` otherwise)."""
+    from tvm import relax
+
+    if str(call.attrs.data_layout) != "NCHW":
+        return call
+    x = call.args[0]
+    pad = m.lookup_binding(x) if isinstance(x, relax.Var) else None
+    if not isinstance(pad, relax.Call) or getattr(pad.op, "name", "") != "relax.nn.pad":
+        return call
+    widths = _ints(pad.attrs.pad_width)
+    value = pad.attrs.pad_value
+    if str(pad.attrs.pad_mode) != "constant" or float(getattr(value, "value", value) or 0.0) != 0.0 \
+            or len(widths) != 8 or any(widths[:4]) or min(widths) < 0:
+        return call
+    a = call.attrs
+    t, left, b, r = _ints(a.padding)
+    padding = (t + widths[4], left + widths[6], b + widths[5], r + widths[7])
+    return relax.op.nn.conv2d(pad.args[0], call.args[1], a.strides, padding, a.dilation, int(a.groups), "NCHW",
+                              str(a.kernel_layout), str(a.out_layout or "NCHW"), conv_out_dtype(a))
+
+
 def fold_pads(mod: Any) -> Any:
     """``conv2d(nn.pad(x), padding=p)`` -> ``conv2d(x, padding=p + the pad)`` where the pad is zeros on
     the spatial axes only (TensorFlow's "same" padding as PyTorch ports write it: ``ZeroPad2d((0, 1,
     0, 1))`` before a stride-2 convolution). The convolution then pads inside its own function (per
     tile, in its blocked layout) instead of after a separate pass over the whole activation."""
     from tvm import relax
-    from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    @mutator
-    class _Fold(PyExprMutator):  # type: ignore[misc]
-        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
-            call = super().visit_call_(call)
-            if getattr(call.op, "name", "") != "relax.nn.conv2d" or str(call.attrs.data_layout) != "NCHW":
-                return call
-            x = call.args[0]
-            pad = self.lookup_binding(x) if isinstance(x, relax.Var) else None
-            if not isinstance(pad, relax.Call) or getattr(pad.op, "name", "") != "relax.nn.pad":
-                return call
-            widths = _ints(pad.attrs.pad_width)
-            value = pad.attrs.pad_value
-            if str(pad.attrs.pad_mode) != "constant" or float(getattr(value, "value", value) or 0.0) != 0.0 \
-                    or len(widths) != 8 or any(widths[:4]) or min(widths) < 0:
-                return call
-            a = call.attrs
-            t, left, b, r = _ints(a.padding)
-            padding = (t + widths[4], left + widths[6], b + widths[5], r + widths[7])
-            out_dtype = None if str(a.out_dtype) in ("", "void", "None") else str(a.out_dtype)
-            return relax.op.nn.conv2d(pad.args[0], call.args[1], a.strides, padding, a.dilation, int(a.groups),
-                                      "NCHW", str(a.kernel_layout), str(a.out_layout or "NCHW"), out_dtype)
-
-    return relax.transform.DeadCodeElimination()(rewrite_functions(mod, _Fold))
+    return relax.transform.DeadCodeElimination()(rewrite_calls(mod, "relax.nn.conv2d", _fold_pad))
 
 
 def count_layout_transforms(mod: Any) -> int:

@@ -368,10 +368,9 @@ class OpenVinoRunner:
         """A zero-argument function running one inference on ``inputs`` (checked and bound once), for timing.
 
         The inputs are bound once, without a copy, to an infer request of the callable's own (so
-        :meth:`run` cannot rebind them); each call runs it and copies the outputs out, as ONNX
-        Runtime's ``session.run`` allocates them, so both libraries do the same work around the
-        inference. Passing the arrays on every call instead costs about 0.1 ms of Python-side
-        wrapping per inference (2-core host), which would be timed as OpenVINO's.
+        :meth:`run` cannot rebind them); each call only runs it. Passing the arrays on every call
+        instead costs about 0.1 ms of Python-side wrapping per inference (2-core host), which would
+        be timed as OpenVINO's.
         """
         import openvino as ov
 

@@ -1,4 +1,4 @@
-"""One helper of the layout plan's graph rewrites: a Relax expression mutator over every function."""
+"""Helpers of the layout plan's graph rewrites: a Relax mutator over every function, a rewrite of one op's calls."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -15,3 +15,23 @@ def rewrite_functions(mod: Any, make_mutator: Callable[[Any], Any]) -> Any:
         if isinstance(f, relax.Function):
             out[gv] = rewriter.visit_expr(f)
     return out
+
+
+def rewrite_calls(mod: Any, op_name: str, rewrite: Callable[[Any, Any], Any]) -> Any:
+    """A copy of ``mod`` with every call of the Relax op ``op_name`` (its arguments rewritten first)
+    replaced by ``rewrite(call, mutator)``; returning ``call`` keeps it. The mutator gives the
+    rewrite ``lookup_binding`` (what a variable is bound to) and ``builder_.emit`` (new bindings)."""
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    @mutator
+    class _Calls(PyExprMutator):  # type: ignore[misc]
+        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
+            call = super().visit_call_(call)
+            return rewrite(call, self) if getattr(call.op, "name", "") == op_name else call
+
+    return rewrite_functions(mod, _Calls)
+
+
+def conv_out_dtype(attrs: Any) -> str | None:
+    """A convolution's ``out_dtype`` attribute, None when it is unset (the input's dtype)."""
+    return None if str(attrs.out_dtype) in ("", "void", "None") else str(attrs.out_dtype)
