@@ -263,3 +263,78 @@ def test_dense_default_register_tile_leaves_room_for_weights() -> None:
     for M, blocks, wide in [(384, 384, True), (128, 96, True), (1, 512, True), (1, 512, False)]:
         yi, xb = default_register_tile(M, blocks, 1, 28 if wide else 12, 32 if wide else 16)
         assert (yi + 1) * xb + 2 <= (32 if wide else 16) and yi <= 16 and xb <= (4 if M >= 4 else 8)
+
+
+def _block_executions(mod) -> int:
+    """How many times the blocks of ``mod``'s scheduled PrimFunc execute in all (loop extents
+    multiplied over each block's loops): repeated work shows as a larger count."""
+    import tvm.s_tir as st
+
+    sch = st.Schedule(mod)
+    total = 0
+    for b in sch.get_child_blocks(sch.get_sblock("root")):
+        n = 1
+        for lp in sch.get_loops(b):
+            n *= int(sch.get(lp).extent)
+        total += n
+    return total
+
+
+def _gelu_between_reshapes():
+    """A convolution's bias and GELU between two reshapes (Whisper's stem): the reshape's index
+    is ``(w // W + c) % C``, a region TVM cannot narrow per channel."""
+    from tvm import topi
+
+    x = te.placeholder((1, 24, 1, 40), name="x")
+    bias = te.placeholder((1, 24, 1), name="bias")
+    r = topi.reshape(x, (1, 24, 40))
+    a = topi.add(r, bias)
+    g = topi.multiply(a, topi.add(topi.multiply(topi.erf(topi.multiply(a, 0.7071)), 0.5), 0.5))
+    return te.create_prim_func([x, bias, topi.reshape(g, (1, 24, 1, 40))])
+
+
+def _softmax(rows: int, cols: int):
+    from tvm import topi
+
+    x = te.placeholder((2, rows, cols), name="x")
+    return te.create_prim_func([x, topi.nn.softmax(x, axis=-1)])
+
+
+@pytest.mark.parametrize("name,make", [("gelu-between-reshapes", _gelu_between_reshapes),
+                                       ("softmax-60", lambda: _softmax(8, 60)),
+                                       ("softmax-96", lambda: _softmax(8, 96))])
+def test_generic_template_repeats_no_work_and_vectorises_rows(measurer: Measurer, name: str, make) -> None:
+    """The generic default computes no stage whole per parallel iteration (the reshape's producer is
+    kept on its own or inlined: it once ran 384 times over in Whisper) and gives a row reduction a
+    vector of partial results; default and samples match the reference."""
+    task = Task.from_primfunc(make())
+    unscheduled = _block_executions(tvm.IRModule({"main": task.prim_func()}))
+    scheduled = task.template.apply(task, task.default_config())
+    assert _block_executions(scheduled) <= 2 * unscheduled
+    if name.startswith("softmax"):
+        text = scheduled.script()
+        assert "_rf" in text and "T.vectorized" in text, text
+    check_configs(measurer, task)
+
+
+def test_gemm_columns_no_vector_divides_are_padded_not_guarded() -> None:
+    """Whisper's 1500 x 1500 attention scores: columns are padded to the tile in the packed copy of
+    B and the register tile carries no guard (a guarded vector column became gathers and ran at
+    11% of peak); the default tile is two vectors wide; a fused bias epilogue stays correct."""
+    from tensortune.templates.base import vector_lanes
+    lanes = vector_lanes(Task.from_op("batch_matmul", (1, 8, 8, 8)))
+    M, N, K = 30, 12 * lanes - 3, 16
+    a, b = te.placeholder((2, M, K), name="A"), te.placeholder((2, K, N), name="B")
+    bias = te.placeholder((N,), name="bias")
+    k = te.reduce_axis((0, K), name="k")
+    c = te.compute((2, M, N), lambda n, i, j: te.sum(a[n, i, k] * b[n, k, j], axis=k), name="C")
+    d = te.compute((2, M, N), lambda n, i, j: c[n, i, j] + bias[j], name="D")
+    for task in (Task.from_op("batch_matmul", (2, M, N, K)), Task.from_fused(te.create_prim_func([a, b, bias, d]))):
+        assert task.template_name == "gemm"
+        cfg = task.default_config()
+        assert cfg["tile_x"][2] == 2 * lanes and task.space.knob("pack_b").entities == [1]
+        text = task.template.apply(task, cfg).script()
+        update = text.split('T.sblock("C_update")')[1].split("T.sblock(")[0]
+        assert "T.where" not in update, text
+        inputs = task.make_inputs(0)
+        np.testing.assert_allclose(run_config(task, cfg, inputs), task.reference(inputs), rtol=1e-4, atol=1e-4)

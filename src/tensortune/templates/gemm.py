@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, largest_multiple_divisor,
+from .base import (Template, anchored_schedule, annotate_unroll, fuse_epilogue, largest_divisor_le, largest_multiple_divisor,
                    output_stage, pick_entity, row_split_policy, tail_row_tiles, unroll_knobs, vector_lanes,
                    vectorize_own_loop)
 
@@ -44,7 +44,7 @@ class GemmTemplate(Template):
     def column_policy(N: int, lanes: int) -> str:
         """Exact factors when a multiple of the vector lanes divides the columns, else ``any``
         (a guarded tail: attention's 197 x 197 scores would get 1-column tiles)."""
-        return "factors" if N % lanes == 0 or largest_multiple_divisor(N, lanes, 8 * lanes) >= lanes else "any"
+        return "factors" if N % lanes == 0 else "any"
 
     def space(self, task: Any) -> ConfigSpace:
         M, N, K = task.args["M"], task.args["N"], task.args["K"]
@@ -53,7 +53,8 @@ class GemmTemplate(Template):
         s.define_split("tile_y", M, 3, policy=row_split_policy(M), max_innermost=16)
         s.define_split("tile_x", N, 3, policy=self.column_policy(N, lanes), max_innermost=8 * lanes)
         s.define_split("tile_k", K, 2, max_innermost=64)
-        s.define_choice("pack_b", [1, 0])
+        # columns no tile divides are padded in the packed copy: packing is then not a choice
+        s.define_choice("pack_b", [1, 0] if self.column_policy(N, lanes) == "factors" else [1])
         s.define_unroll()
 
         def registers(c: Config) -> bool:
@@ -67,12 +68,14 @@ class GemmTemplate(Template):
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         M, N, K = task.args["M"], task.args["N"], task.args["K"]
         lanes = vector_lanes(task)
+        if self.column_policy(N, lanes) == "factors":
+            rows, cols = max(h for h in tail_row_tiles(M) if h <= 4), largest_multiple_divisor(N, lanes, 4 * lanes)
+        else:  # padded columns: two vectors when the padding stays under a tenth, rows up to 12 accumulators
+            cols = 2 * lanes if (-(-N // (2 * lanes)) * 2 * lanes - N) * 10 <= N else lanes
+            rows = max(h for h in tail_row_tiles(M) if h <= 6 and h * (cols // lanes) <= 12)
         return {
-            "tile_y": pick_entity(space, "tile_y", lambda e: (e[2] == max(h for h in tail_row_tiles(M) if h <= 4),
-                                                              e[1] == 1)),
-            "tile_x": pick_entity(space, "tile_x", lambda e: (
-                e[2] == (largest_multiple_divisor(N, lanes, 4 * lanes) if self.column_policy(N, lanes) == "factors"
-                         else lanes), e[1] == 1)),
+            "tile_y": pick_entity(space, "tile_y", lambda e: (e[2] == rows, e[1] == 1)),
+            "tile_x": pick_entity(space, "tile_x", lambda e: (e[2] == cols, e[1] == 1)),
             "tile_k": pick_entity(space, "tile_k", lambda e: (e[1] == largest_divisor_le(K, 4),)),
             "pack_b": 1,
             **unroll_knobs(64),
@@ -81,16 +84,25 @@ class GemmTemplate(Template):
     def apply(self, task: Any, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
+        col_tile = config["tile_x"][1] * config["tile_x"][2]
+        b_pad = _pad_columns(sch, block, col_tile) if task.args["N"] % col_tile else None
         loops = sch.get_loops(block)
         batch, (i, j, k) = loops[:-3], loops[-3:]
         yo, ym, yi = sch.split(i, [None, *config["tile_y"][1:]])  # a guarded tail when the rows do not divide
         xo, xm, xi = sch.split(j, [None, *config["tile_x"][1:]])
         ko, ki = sch.split(k, list(config["tile_k"]))
         sch.reorder(*batch, xo, yo, ym, xm, ko, ki, yi, xi)
-        acc = output_stage(sch, block, pat)
+        if b_pad is not None:  # the unpadding store is the output stage, or is inlined into the epilogue
+            unpad = sch.get_consumers(block)[0]
+            if pat.epilogue:
+                sch.compute_inline(unpad)
+            acc = fuse_epilogue(sch, pat) if pat.epilogue else unpad
+        else:
+            acc = output_stage(sch, block, pat)
         sch.reverse_compute_at(acc, xm)
-        if config["pack_b"]:
-            packed = sch.cache_read(block, pat.weight_read, "global")
+        pack = config["pack_b"] or b_pad is not None
+        if pack:
+            packed = b_pad if b_pad is not None else sch.cache_read(block, pat.weight_read, "global")
             sch.transform_layout(packed, ("write", 0), _packed_b_layout(pat, config["tile_x"][2]))
             sch.compute_at(packed, xo)
             if pat.b_layout == "kn":
@@ -103,7 +115,16 @@ class GemmTemplate(Template):
         sch.vectorize(xi)
         vectorize_own_loop(sch, acc, xm)
         # on the compute nest only: unrolling the packing nest too makes builds explode
-        annotate_unroll(sch, ym if config["pack_b"] else par, config)
+        annotate_unroll(sch, ym if pack else par, config)
         sch.decompose_reduction(block, ko)
         return sch.mod
 
+
+def _pad_columns(sch: Any, block: Any, multiple: int) -> Any:
+    """Pad the anchor's columns to a ``multiple`` (``pad_einsum``): B gets a zero-padded copy (returned;
+    it becomes the packed copy) and the output a padded buffer stored back by a new consumer block, so
+    the register tile needs no guard (a guarded vector column is scalarised)."""
+    before = {sch.get(b).name_hint for b in sch.get_producers(block)}
+    n_iters = len(sch.get(block).iter_vars)
+    sch.pad_einsum(block, [1] * (n_iters - 2) + [multiple, 1])
+    return next(b for b in sch.get_producers(block) if sch.get(b).name_hint not in before)

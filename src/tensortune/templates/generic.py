@@ -10,10 +10,11 @@ so no stage of a model is left as naive serial loops.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, TemplateError, annotate_unroll, schedule_of, vectorize_own_loop
+from .base import Template, TemplateError, annotate_unroll, schedule_of, vector_lanes, vectorize_own_loop
 
 
 def _main_block(sch: Any) -> Any:
@@ -42,8 +43,9 @@ def _loop_kinds(sch: Any, block: Any) -> list[tuple[Any, int, bool]]:
 
 
 #: An elementwise block read by several consumers stays materialised when its expression is
-#: longer than this (printed characters): inlining would compute e.g. softmax's exponential once
-#: in the row sum (a scalar reduction loop) and again in the normalisation.
+#: longer than this (printed characters, buffer indices left out): inlining would compute e.g.
+#: softmax's exponential once in the row sum (a scalar reduction loop) and again in the
+#: normalisation.
 SHARED_EXPR_CHARS = 400
 
 
@@ -51,9 +53,26 @@ def _is_reduction(sch: Any, block: Any) -> bool:
     return any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars)
 
 
+def _expr_chars(block: Any) -> int:
+    """Printed length of a block's stored expression without the buffer indices (a reshape's index
+    arithmetic is no work worth keeping a buffer for)."""
+    from tvm import tirx
+
+    body = block.body
+    text = str(body.value if isinstance(body, tirx.BufferStore) else body)
+    while True:
+        stripped = _INDICES.sub("[]", text)
+        if stripped == text:
+            return len(text)
+        text = stripped
+
+
+_INDICES = re.compile(r"\[[^\[\]]+\]")
+
+
 def _expensive_shared(sch: Any, block: Any) -> bool:
     return len(sch.get_consumers(block)) > 1 and not _is_reduction(sch, block) \
-        and len(str(sch.get(block).body)) > SHARED_EXPR_CHARS
+        and _expr_chars(sch.get(block)) > SHARED_EXPR_CHARS
 
 
 def _inline_all(sch: Any) -> None:
@@ -96,7 +115,10 @@ def _parallel_own(sch: Any, block: Any) -> None:
     else:
         outer = lead[:-1][:3]
     if outer:
-        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        try:
+            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        except Exception:  # noqa: BLE001 - loops not in the block's iteration order (rfactor's partials): serial
+            pass
     if not kinds[-1][2] and len(lead) > len(outer) and kinds[-1][1] <= 1024:
         try:
             sch.vectorize(sch.get_loops(block)[-1])
@@ -104,24 +126,126 @@ def _parallel_own(sch: Any, block: Any) -> None:
             pass
 
 
-def _attach_producers(sch: Any, producers: list[Any], loop: Any | None) -> None:
-    """Compute each remaining producer under ``loop`` (consumers first), else on its own."""
+def _attach_producers(sch: Any, producers: list[Any], loop: Any | None, lanes: int) -> None:
+    """Compute each remaining producer under ``loop`` (consumers first), else on its own; then
+    vectorise the attached ones (``lanes`` wide): an elementwise block's innermost loop, a
+    vector of partial results' (:func:`_split_reductions`) lane loop."""
+    attached = []
     for b in reversed(producers):
         try:
             if loop is None:
                 raise ValueError("no loop to attach to")
+            if _recomputed_whole(sch, b, loop):
+                raise ValueError("the region per iteration is the whole buffer")
             sch.compute_at(b, loop)
-            _vectorize_spatial_inner(sch, b, loop)
+            attached.append(b)
         except Exception:  # noqa: BLE001 - region not computable per iteration
             _parallel_own(sch, b)
+    for b in attached:
+        if not _is_reduction(sch, b):
+            _vectorize_spatial_inner(sch, b, loop, lanes)
+        elif sch.get(b).name_hint.endswith("_rf"):
+            _vectorize_partials(sch, b, loop)
 
 
-def _vectorize_spatial_inner(sch: Any, block: Any, anchor: Any) -> None:
-    """Vectorise an attached elementwise producer's own innermost loop (not a reduction's)."""
-    if _is_reduction(sch, block):
+def _split_reductions(sch: Any, producers: list[Any], lanes: int) -> list[Any]:
+    """Give each row reduction among ``producers`` (softmax's max and sum, a norm's mean: one
+    reduction loop, innermost) a vector of partial results (``rfactor``, :func:`_vector_piece`
+    wide) combined by a short final reduction, instead of one scalar chain; returns the
+    producers with each split one replaced by its two blocks."""
+    out = []
+    for b in producers:
+        kinds = _loop_kinds(sch, b)
+        piece = _vector_piece(kinds[-1][1], lanes) if kinds and kinds[-1][2] and sum(r for *_, r in kinds) == 1 else 0
+        if piece:
+            try:
+                _, ki = sch.split(kinds[-1][0], [None, piece])
+                out.append(sch.rfactor(ki, len(sch.get(b).iter_vars) - 1))  # the partials contiguous
+            except Exception:  # noqa: BLE001 - not a plain reduction (rfactor refuses it): stays scalar
+                pass
+        out.append(b)
+    return out
+
+
+def _vectorize_partials(sch: Any, rf: Any, anchor: Any) -> None:
+    """The partial-result block of a split reduction: its init and update vectorised over the lanes."""
+    loops = _below(sch, rf, anchor)
+    if len(loops) < 2:
         return
     try:
-        vectorize_own_loop(sch, block, anchor)
+        ko, ki = loops[-2:]
+        init = sch.decompose_reduction(rf, ko)
+        sch.vectorize(ki)
+        sch.vectorize(sch.get_loops(init)[-1])
+    except Exception:  # noqa: BLE001 - left as it is: still correct, scalar
+        pass
+
+
+def _vector_piece(extent: int, lanes: int) -> int:
+    """The width a loop of ``extent`` is vectorised in: the largest divisor from ``lanes`` to four
+    vectors, else from 4 to ``lanes``; 0 when the loop is too short or no such divisor exists (a
+    guarded vector loop is scalarised)."""
+    if extent < 2 * lanes:
+        return 0
+    for lo, hi in ((lanes, 4 * lanes), (4, lanes)):
+        ds = [d for d in range(lo, hi + 1) if extent % d == 0]
+        if ds:
+            return max(ds)
+    return 0
+
+
+def _below(sch: Any, block: Any, anchor: Any) -> list[Any]:
+    """The loops of ``block`` below its compute-at loop ``anchor``."""
+    loops = sch.get_loops(block)
+    ref = sch.get_sref(anchor)
+    at = next(i for i, lp in enumerate(loops) if sch.get_sref(lp).same_as(ref))
+    return loops[at + 1:]
+
+
+def _recomputed_whole(sch: Any, block: Any, loop: Any) -> bool:
+    """Whether ``compute_at(block, loop)`` would repeat work (tried on a copy of the schedule): an
+    elementwise block computed whole in every iteration of ``loop`` (a region TVM cannot narrow,
+    e.g. through a reshape's modulo), or a reduction computed more than
+    :data:`MAX_REDUCTION_REPEAT` times over (a channel mean broadcast along the parallel channels)."""
+    extent = int(sch.get(loop).extent)
+    if extent <= 1:
+        return False
+    before = _iterations(sch, sch.get_loops(block))
+    trial = sch.copy()
+    trial.compute_at(block, loop)
+    loops = trial.get_loops(block)
+    anchor = trial.get_sref(loop)
+    below = next(i for i, lp in enumerate(loops) if trial.get_sref(lp).same_as(anchor)) + 1
+    after = _iterations(trial, loops[below:])
+    if _is_reduction(sch, block):
+        return after * extent > MAX_REDUCTION_REPEAT * before
+    return after >= before
+
+
+#: A reduction producer computed inside the output's loop may repeat at most this share of its work.
+MAX_REDUCTION_REPEAT = 1.5
+
+
+def _iterations(sch: Any, loops: list[Any]) -> int:
+    n = 1
+    for lp in loops:
+        n *= int(sch.get(lp).extent)
+    return n
+
+
+def _vectorize_spatial_inner(sch: Any, block: Any, anchor: Any, lanes: int) -> None:
+    """Vectorise an attached elementwise producer's own innermost loop, in pieces when it is long
+    (a 1500-wide vector is legal but spills every register)."""
+    loops = _below(sch, block, anchor)
+    if not loops:
+        return
+    try:
+        inner = loops[-1]
+        extent = int(sch.get(inner).extent)
+        piece = _vector_piece(extent, lanes) if extent > 4 * lanes else extent
+        if piece and piece < extent:
+            _, inner = sch.split(inner, [None, piece])
+        sch.vectorize(inner)
     except Exception:  # noqa: BLE001 - a gather or a branch: stays scalar
         pass
 
@@ -130,7 +254,7 @@ class GenericTemplate(Template):
     """A space for PrimFuncs no op template knows."""
 
     name = "generic"
-    version = 2
+    version = 3
 
     def _shape(self, task: Any) -> list[tuple[int, bool]]:
         sch = schedule_of(task)
@@ -145,16 +269,22 @@ class GenericTemplate(Template):
         spatial = [e for e, r in shape if not r]
         s = ConfigSpace()
         inner = spatial[-1] if spatial else 1
-        s.define_split("tile_inner", inner, 2, policy="power2", max_innermost=64)
+        # a guarded vector loop becomes gathers and scatters: exact pieces where a vector-wide one exists
+        policy = "factors" if inner % 16 and _vector_piece(inner, vector_lanes(task)) >= vector_lanes(task) else "power2"
+        s.define_split("tile_inner", inner, 2, policy=policy, max_innermost=64)
         s.define_choice("parallel_depth", list(range(0, min(len(spatial) - 1, 3) + 1)) if spatial else [0])
         s.define_unroll()
         return s
 
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
-        ents = space.knob("tile_inner").entities
+        knob = space.knob("tile_inner")
         depths = space.knob("parallel_depth").entities
+        if knob.policy == "factors":
+            inner = max(knob.entities, key=lambda e: e[1] if e[1] <= 4 * vector_lanes(task) else 0)
+        else:
+            inner = max(knob.entities, key=lambda e: (e[1] <= 16, e[1]))
         return {
-            "tile_inner": max(ents, key=lambda e: (e[1] <= 16, e[1])),
+            "tile_inner": inner,
             "parallel_depth": max(depths),
             "auto_unroll_max_step": 16,
             "unroll_explicit": 1,
@@ -168,8 +298,10 @@ class GenericTemplate(Template):
         kinds = _loop_kinds(sch, block)
         spatial = [lp for lp, _, r in kinds if not r]
         reduce = [lp for lp, _, r in kinds if r]
+        if spatial and config["parallel_depth"]:  # partial results only where they go under a parallel loop
+            producers = _split_reductions(sch, producers, vector_lanes(task))
         if not spatial:
-            _attach_producers(sch, producers, None)
+            _attach_producers(sch, producers, None, vector_lanes(task))
             return sch.mod
         outer_sp, last = spatial[:-1], spatial[-1]
         lo, li = sch.split(last, list(config["tile_inner"]))
@@ -185,7 +317,7 @@ class GenericTemplate(Template):
         if par_loops:
             sch.parallel(top)
         annotate_unroll(sch, top, config)
-        _attach_producers(sch, producers, top if par_loops else None)
+        _attach_producers(sch, producers, top if par_loops else None, vector_lanes(task))
         if reduce:  # last: vectorize/parallel need the block whole
             sch.decompose_reduction(block, reduce[0])
         return sch.mod
