@@ -1,6 +1,9 @@
 """The Hugging Face corpus: models nobody here wrote, untuned tensortune against the CPU runtimes.
 
 ``python -m bench.corpus --out bench/results/corpus-CPU-DATE [--models hf:vit hf:gpt2:seq_len=64 ...] [--rounds 5]``
+``python -m bench.corpus --out DIR --tune fasor -O mode=efficiency --budget 270``: each model tuned first
+(``tensortune tune --time-budget``, its database in ``DIR/dbs``, never committed), then timed tuned and
+untuned beside the runtimes into ``tuned-TUNER.json`` / ``tuned-TUNER.md``.
 
 Each model is built from its default config with random weights (``hf:MODEL_TYPE``, nothing
 downloaded), compiled untuned, its outputs checked against PyTorch, then timed in interleaved
@@ -62,6 +65,69 @@ def run_model(spec: str, rounds: int) -> dict[str, Any]:
     }
 
 
+def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Path, rounds: int) -> dict[str, Any]:
+    """Tune ``spec`` with ``tuner`` for ``budget`` seconds (kept: a rerun reads the tuning run back),
+    then check and time it tuned and untuned against the runtimes; one JSON entry."""
+    from tensortune.database import Database
+    from tensortune.models.bench import bench_model
+    from tensortune.models.compile import compile_model
+    from tensortune.models.importer import load_model
+
+    from .modelruns import run_json
+
+    slug = spec.replace(":", "_").replace("=", "-").replace(",", "_")
+    db = out / "dbs" / f"{slug}-{tuner}.db"
+    cmd = ["tune", spec, "--tuner", tuner, "--time-budget", str(budget), "--db", str(db), "--no-progress"]
+    for o in options:
+        cmd += ["-O", o]
+    run = run_json(cmd, out / "runs" / f"{slug}-{tuner}.json", fresh=[db])
+    model = load_model(spec)
+    with Database(str(db)) as database:
+        cm = compile_model(model, database)
+    report = bench_model(model, rounds=rounds, tuned=cm)
+    rows = {r.name: r for r in report.rows}
+    fastest = report.fastest_library()
+    names = ("tensortune tuned",) + SYSTEMS
+    ms = {n: (rows[n].latency.median_ms if n in rows and rows[n].latency and rows[n].ok else None) for n in names}
+    return {
+        "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9, "ms": ms,
+        "tuning_wall_s": run.get("wall_s"), "tasks_measured": run.get("tasks_measured"), "counts": cm.counts(),
+        "outputs_match": bool(rows.get("tensortune tuned") and rows["tensortune tuned"].ok),
+        "fastest": fastest[0] if fastest else None,
+        "ratio": (ms["tensortune tuned"] / fastest[1]) if fastest and ms["tensortune tuned"] else None,
+        "untuned_ratio": (ms["tensortune untuned"] / fastest[1]) if fastest and ms["tensortune untuned"] else None,
+        "notes": report.notes,
+    }
+
+
+def tuned_md(data: dict[str, Any]) -> str:
+    """The tuned corpus table."""
+    lines = [f"# Hugging Face corpus, tuned by {data['tuner']} {' '.join(data['options'])} for {data['budget']:.0f} s "
+             f"a model ({machine_line(data['machine'])}, {data['machine'].get('cpus')} threads, {data['rounds']} "
+             "interleaved rounds)", "",
+             "| model | GFLOPs | tuned | untuned | ONNX Runtime | OpenVINO | PyTorch | tuned / fastest | untuned / fastest "
+             "| outputs | tuning s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+
+    def f(v: float | None, fmt: str = ".2f") -> str:
+        return format(v, fmt) if v is not None else "-"
+
+    for e in data["models"].values():
+        if "error" in e:
+            lines.append(f"| {e['model']} | - | - | - | - | - | - | - | - | {e['error'][:120]} | - |")
+            continue
+        m = e["ms"]
+        lines.append(f"| {e['model']} | {e['gflops']:.2f} | {f(m['tensortune tuned'])} | {f(m['tensortune untuned'])} | "
+                     f"{f(m['onnxruntime'])} | {f(m['openvino'])} | {f(m['pytorch'])} | {f(e['ratio'])}x | "
+                     f"{f(e['untuned_ratio'])}x | {'match' if e['outputs_match'] else 'MISMATCH'} | "
+                     f"{f(e['tuning_wall_s'], '.0f')} |")
+    for key, what in (("ratio", "tuned"), ("untuned_ratio", "untuned")):
+        rs = [e.get(key) for e in data["models"].values() if e.get(key)]
+        if rs:
+            lines.append(f"\nGeomean of {what} tensortune over the faster of ONNX Runtime and OpenVINO: "
+                         f"{geomean(rs):.2f}x over {len(rs)} models.")
+    return "\n".join(lines) + "\n"
+
+
 def report_md(data: dict[str, Any]) -> str:
     """The corpus table and the fallbacks."""
     lines = [f"# Hugging Face corpus, untuned tensortune ({machine_line(data['machine'])}, "
@@ -100,21 +166,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="results folder (resumed when it holds corpus.json)")
     ap.add_argument("--models", nargs="+", default=list(CORPUS), help="hf: specs (space-separated)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tune", metavar="TUNER", help="tune each model first with this tuner")
+    ap.add_argument("-O", dest="options", action="append", default=[], metavar="KEY=VALUE",
+                    help="a tuner option (repeatable)")
+    ap.add_argument("--budget", type=float, default=270.0, help="tuning seconds a model (default 270: with the "
+                                                                 "in-model check, under five minutes)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "corpus.json"
-    data = json.loads(path.read_text()) if path.is_file() else {"machine": machine_info(), "rounds": a.rounds,
-                                                                 "models": {}}
+    path = out / (f"tuned-{a.tune}.json" if a.tune else "corpus.json")
+    fresh = {"machine": machine_info(), "rounds": a.rounds, "models": {}}
+    if a.tune:
+        fresh.update(tuner=a.tune, options=a.options, budget=a.budget)
+    data = json.loads(path.read_text()) if path.is_file() else fresh
     for spec in a.models:
         if spec in data["models"] and "error" not in data["models"][spec]:
             continue
         try:
-            data["models"][spec] = run_model(spec, a.rounds)
+            data["models"][spec] = (tune_model(spec, a.tune, a.options, a.budget, out, a.rounds) if a.tune
+                                    else run_model(spec, a.rounds))
         except Exception as e:  # noqa: BLE001 - a model that fails is a result of the corpus
             data["models"][spec] = {"model": spec, "error": (str(e).strip().splitlines() or [type(e).__name__])[0]}
         write_text(path, json.dumps(data, indent=1))
-        write_text(out / "report.md", report_md(data))
+        write_text(path.with_suffix(".md") if a.tune else out / "report.md", tuned_md(data) if a.tune else report_md(data))
     return 0
 
 

@@ -9,7 +9,8 @@
 ONNX Runtime's speed). Written as ``mean``, ``subtract``, ``multiply`` and ``rsqrt`` over the
 channel axis, with the affine weights as per-channel constants, every step follows the block
 (one group: the spatial mean, then the channel mean as a 1x1 convolution) or goes back to NCHW around a reshape
-(several groups), and the reductions fuse like LayerNorm's.
+(several groups), and the reductions fuse like LayerNorm's. Three passes over the input: its mean, its
+variance, and ``x * s + t`` with per-channel ``s`` and ``t`` (no centred copy written and read back).
 """
 from __future__ import annotations
 
@@ -58,16 +59,21 @@ def _decompose(call: Any, m: Any) -> Any:
         def mean(v: Any) -> Any:
             return emit(relax.op.mean(v, [2, 3, 4], keepdims=True))
 
-    centred = emit(relax.op.subtract(xg, mean(xg)))
+    # three passes over x: its mean, the variance of x - mean (subtract, square and mean fuse into
+    # one reduction), then y = x * s + t with s = gamma / std and t = beta - mean * s, per channel
+    # (tiny), so that no centred copy of x is written and read back
+    mu = mean(xg)
+    centred = emit(relax.op.subtract(xg, mu))
     var = mean(emit(relax.op.multiply(centred, centred)))
     inv = emit(relax.op.rsqrt(emit(relax.op.add(var, relax.const(np.array(eps, dtype=dt))))))
-    y = emit(relax.op.multiply(centred, inv))
-    if groups != 1:
-        y = emit(relax.op.reshape(y, (n, c, h, w)))
-    if bool(a.scale):
-        y = emit(relax.op.multiply(y, _reshaped(emit, gamma, (1, c, 1, 1))))
+    gshape = (1, c, 1, 1) if groups == 1 else (1, groups, c // groups, 1, 1)
+    scale = emit(relax.op.multiply(inv, _reshaped(emit, gamma, gshape))) if bool(a.scale) else inv
+    shift = emit(relax.op.negative(emit(relax.op.multiply(mu, scale))))
     if bool(a.center):
-        y = relax.op.add(y, _reshaped(emit, beta, (1, c, 1, 1)))
+        shift = emit(relax.op.add(shift, _reshaped(emit, beta, gshape)))
+    y = relax.op.add(emit(relax.op.multiply(xg, scale)), shift)
+    if groups != 1:
+        y = relax.op.reshape(emit(y), (n, c, h, w))
     return y
 
 
