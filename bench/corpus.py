@@ -77,6 +77,7 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
 
     slug = spec.replace(":", "_").replace("=", "-").replace(",", "_")
     db = out / "dbs" / f"{slug}-{tuner}.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
     cmd = ["tune", spec, "--tuner", tuner, "--time-budget", str(budget), "--db", str(db), "--no-progress"]
     for o in options:
         cmd += ["-O", o]
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             data["models"][spec] = (tune_model(spec, a.tune, a.options, a.budget, out, a.rounds) if a.tune
                                     else run_model(spec, a.rounds))
-        except Exception as e:  # noqa: BLE001 - a model that fails is a result of the corpus
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a model that fails (or its tuning run) is a result
             data["models"][spec] = {"model": spec, "error": (str(e).strip().splitlines() or [type(e).__name__])[0]}
         write_text(path, json.dumps(data, indent=1))
         write_text(path.with_suffix(".md") if a.tune else out / "report.md", tuned_md(data) if a.tune else report_md(data))
