@@ -33,11 +33,13 @@ CORPUS = (
 SYSTEMS = ("tensortune untuned", "onnxruntime", "openvino", "pytorch")
 
 
-def run_model(spec: str, rounds: int) -> dict[str, Any]:
-    """Compile ``spec`` untuned, check and time it against the runtimes; one JSON entry."""
+def run_model(spec: str, rounds: int, peak: dict[str, Any]) -> dict[str, Any]:
+    """Compile ``spec`` untuned, check and time it against the runtimes, profile it against the
+    machine's ``peak`` (:func:`tensortune.measure.peak.measure_peak`); one JSON entry."""
     from tensortune.models.bench import bench_model
     from tensortune.models.compile import compile_model
     from tensortune.models.importer import load_model
+    from tensortune.models.profile import profile_compiled
 
     t0 = time.perf_counter()
     model = load_model(spec)
@@ -49,9 +51,13 @@ def run_model(spec: str, rounds: int) -> dict[str, Any]:
     fastest = report.fastest_library()
     untuned = rows.get("tensortune untuned")
     ms = {n: (rows[n].latency.median_ms if n in rows and rows[n].latency and rows[n].ok else None) for n in SYSTEMS}
+    prof = profile_compiled(cm, threads=peak.get("threads", 0), peak_gflops=peak.get("peak_gflops"),
+                            bandwidth_gbs=peak.get("bandwidth_gbs"))
     return {
         "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9,
         "import_s": t1 - t0, "compile_s": t2 - t1, "ms": ms,
+        "below_half_peak": [{"task": f.task, "mflops": f.flops / 1e6, "gflops": f.gflops, "calls": f.calls,
+                             "ms": f.ms} for f in prof.below(0.5)],
         "untuned_copy_ms": rows["tensortune tuned"].latency.median_ms if rows["tensortune tuned"].latency else None,
         "checks": {n: r.check for n, r in rows.items()}, "outputs_match": bool(untuned and untuned.ok),
         "fastest": fastest[0] if fastest else None,
@@ -151,6 +157,13 @@ def report_md(data: dict[str, Any]) -> str:
     g = geomean([r for r in ratios if r])
     lines += ["", f"Geomean of untuned tensortune over the faster of ONNX Runtime and OpenVINO: "
                   f"{g:.2f}x over {len([r for r in ratios if r])} models." if g else ""]
+    peak = data.get("peak", {}).get("peak_gflops")
+    lines += ["", f"## Conv and matmul functions of more than 50 MFLOPs under half the measured peak "
+                  f"({peak:.0f} GFLOP/s)" if peak else "## Under half the peak", ""]
+    for e in data["models"].values():
+        for f in e.get("below_half_peak", []):
+            lines.append(f"- {e['model']}: {f['task']}: {f['gflops']:.0f} GFLOP/s ({f['gflops'] / peak:.0%}), "
+                         f"{f['calls']} calls, {f['ms']:.2f} ms" if peak else f"- {e['model']}: {f['task']}")
     lines += ["", "## Layouts and fallbacks", ""]
     for e in data["models"].values():
         if "error" in e:
@@ -180,12 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.tune:
         fresh.update(tuner=a.tune, options=a.options, budget=a.budget)
     data = json.loads(path.read_text()) if path.is_file() else fresh
+    if not a.tune and "peak" not in data:
+        from tensortune.measure.peak import measure_peak
+        from tensortune.target import cpu_count
+
+        data["peak"] = {**measure_peak(cpu_count()), "threads": cpu_count()}
     for spec in a.models:
         if spec in data["models"] and "error" not in data["models"][spec]:
             continue
         try:
             data["models"][spec] = (tune_model(spec, a.tune, a.options, a.budget, out, a.rounds) if a.tune
-                                    else run_model(spec, a.rounds))
+                                    else run_model(spec, a.rounds, data["peak"]))
         except (Exception, SystemExit) as e:  # noqa: BLE001 - a model that fails (or its tuning run) is a result
             data["models"][spec] = {"model": spec, "error": (str(e).strip().splitlines() or [type(e).__name__])[0]}
         write_text(path, json.dumps(data, indent=1))
