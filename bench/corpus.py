@@ -107,6 +107,10 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
     }
 
 
+def _num(v: float | None, fmt: str = ".2f") -> str:
+    return format(v, fmt) if v is not None else "-"
+
+
 def tuned_md(data: dict[str, Any]) -> str:
     """The tuned corpus table."""
     lines = [f"# Hugging Face corpus, tuned by {data['tuner']} {' '.join(data['options'])} for {data['budget']:.0f} s "
@@ -114,10 +118,7 @@ def tuned_md(data: dict[str, Any]) -> str:
              "interleaved rounds)", "",
              "| model | GFLOPs | tuned | untuned | ONNX Runtime | OpenVINO | PyTorch | tuned / fastest | untuned / fastest "
              "| outputs | tuning s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-
-    def f(v: float | None, fmt: str = ".2f") -> str:
-        return format(v, fmt) if v is not None else "-"
-
+    f = _num
     for e in data["models"].values():
         if "error" in e:
             lines.append(f"| {e['model']} | - | - | - | - | - | - | - | - | {e['error'][:120]} | - |")
@@ -141,10 +142,7 @@ def report_md(data: dict[str, Any]) -> str:
              f"{data['machine'].get('cpus')} threads, {data['rounds']} interleaved rounds)", "",
              "| model | GFLOPs | tensortune | ONNX Runtime | OpenVINO | PyTorch | / fastest runtime | outputs | compile s |",
              "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
-
-    def f(v: float | None) -> str:
-        return f"{v:.2f}" if v is not None else "-"
-
+    f = _num
     for e in data["models"].values():
         if "error" in e:
             lines.append(f"| {e['model']} | - | - | - | - | - | - | {e['error'][:120]} | - |")

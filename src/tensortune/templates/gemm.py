@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, anchored_schedule, annotate_unroll, fuse_epilogue, largest_divisor_le, largest_multiple_divisor,
-                   output_stage, pick_entity, row_split_policy, tail_row_tiles, unroll_knobs, vector_lanes,
-                   vectorize_own_loop)
+from .base import (Template, anchored_schedule, annotate_unroll, fuse_epilogue, largest_divisor_le,
+                   largest_multiple_divisor, output_stage, pick_entity, row_split_policy, tail_row_tiles, unroll_knobs,
+                   vector_lanes, vectorize_own_loop)
 
 #: Register budget: yi * ceil(xi / lanes) accumulators at most.
 MAX_ACCUMULATORS = 28
@@ -42,8 +42,9 @@ class GemmTemplate(Template):
 
     @staticmethod
     def column_policy(N: int, lanes: int) -> str:
-        """Exact factors when a multiple of the vector lanes divides the columns, else ``any``
-        (a guarded tail: attention's 197 x 197 scores would get 1-column tiles)."""
+        """Exact factors when the vector lanes divide the columns, else ``any``: the columns are
+        padded to the tile (attention's 197 x 197 scores would get 1-column tiles, Whisper's
+        1500 x 1500 ones 60-column tiles of 3.75 vectors)."""
         return "factors" if N % lanes == 0 else "any"
 
     def space(self, task: Any) -> ConfigSpace:

@@ -5,8 +5,10 @@ reduction loops, the innermost spatial loop split ``tile_inner`` = [outer, inner
 inner part vectorised, the leading spatial loops fused and parallelised (``parallel_depth``
 of them), and the unroll knobs on the parallel loop. Blocks that cannot be inlined (the
 row reductions of softmax and layer norm, a pooling window's padding) are computed inside
-the output's parallel loop where their region allows it, else parallelised on their own,
-so no stage of a model is left as naive serial loops.
+the output's parallel loop where their region allows it without repeating work, else
+parallelised on their own, so no stage of a model is left as naive serial loops. A row
+reduction accumulates a vector of partial results; long rows are vectorised in exact
+pieces (a guarded vector loop is scalarised into gathers and scatters).
 """
 from __future__ import annotations
 
@@ -213,10 +215,7 @@ def _recomputed_whole(sch: Any, block: Any, loop: Any) -> bool:
     before = _iterations(sch, sch.get_loops(block))
     trial = sch.copy()
     trial.compute_at(block, loop)
-    loops = trial.get_loops(block)
-    anchor = trial.get_sref(loop)
-    below = next(i for i, lp in enumerate(loops) if trial.get_sref(lp).same_as(anchor)) + 1
-    after = _iterations(trial, loops[below:])
+    after = _iterations(trial, _below(trial, block, loop))
     if _is_reduction(sch, block):
         return after * extent > MAX_REDUCTION_REPEAT * before
     return after >= before
@@ -227,6 +226,7 @@ MAX_REDUCTION_REPEAT = 1.5
 
 
 def _iterations(sch: Any, loops: list[Any]) -> int:
+    """The product of the extents of ``loops``."""
     n = 1
     for lp in loops:
         n *= int(sch.get(lp).extent)
@@ -270,7 +270,8 @@ class GenericTemplate(Template):
         s = ConfigSpace()
         inner = spatial[-1] if spatial else 1
         # a guarded vector loop becomes gathers and scatters: exact pieces where a vector-wide one exists
-        policy = "factors" if inner % 16 and _vector_piece(inner, vector_lanes(task)) >= vector_lanes(task) else "power2"
+        lanes = vector_lanes(task)
+        policy = "factors" if inner % lanes and _vector_piece(inner, lanes) >= lanes else "power2"
         s.define_split("tile_inner", inner, 2, policy=policy, max_innermost=64)
         s.define_choice("parallel_depth", list(range(0, min(len(spatial) - 1, 3) + 1)) if spatial else [0])
         s.define_unroll()
