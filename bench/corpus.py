@@ -19,7 +19,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .common import geomean, machine_info, machine_line, write_text
 
@@ -113,50 +113,63 @@ def _num(v: float | None, fmt: str = ".2f") -> str:
     return format(v, fmt) if v is not None else "-"
 
 
-def tuned_md(data: dict[str, Any]) -> str:
-    """The tuned corpus table."""
-    lines = [f"# Hugging Face corpus, tuned by {data['tuner']} {' '.join(data['options'])} for {data['budget']:.0f} s "
-             f"a model ({machine_line(data['machine'])}, {data['machine'].get('cpus')} threads, {data['rounds']} "
-             "interleaved rounds)", "",
-             "| model | GFLOPs | tuned | untuned | ONNX Runtime | OpenVINO | PyTorch | tuned / fastest | untuned / fastest "
-             "| outputs | tuning s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-    f = _num
+#: A table column: its header, its alignment row cell and how an entry fills it.
+Column = tuple[str, str, Callable[[dict[str, Any]], str]]
+
+
+def _table(data: dict[str, Any], columns: list[Column]) -> list[str]:
+    """A Markdown table of the corpus entries (a failed model: its error in the second-last column)."""
+    lines = ["| " + " | ".join(c[0] for c in columns) + " |", "|" + "|".join(c[1] for c in columns) + "|"]
     for e in data["models"].values():
         if "error" in e:
-            lines.append(f"| {e['model']} | - | - | - | - | - | - | - | - | {e['error'][:120]} | - |")
-            continue
-        m = e["ms"]
-        lines.append(f"| {e['model']} | {e['gflops']:.2f} | {f(m['tensortune tuned'])} | {f(m['tensortune untuned'])} | "
-                     f"{f(m['onnxruntime'])} | {f(m['openvino'])} | {f(m['pytorch'])} | {f(e['ratio'])}x | "
-                     f"{f(e['untuned_ratio'])}x | {'match' if e['outputs_match'] else 'MISMATCH'} | "
-                     f"{f(e['tuning_wall_s'], '.0f')} |")
-    for key, what in (("ratio", "tuned"), ("untuned_ratio", "untuned")):
-        rs = [e.get(key) for e in data["models"].values() if e.get(key)]
-        if rs:
-            lines.append(f"\nGeomean of {what} tensortune over the faster of ONNX Runtime and OpenVINO: "
-                         f"{geomean(rs):.2f}x over {len(rs)} models.")
+            cells = [e["model"]] + ["-"] * (len(columns) - 3) + [e["error"][:120], "-"]
+        else:
+            cells = [c[2](e) for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _ms(name: str, header: str) -> Column:
+    return (header, "---:", lambda e: _num(e["ms"][name]))
+
+
+#: The runtimes' columns, in table order.
+RUNTIMES = [_ms("onnxruntime", "ONNX Runtime"), _ms("openvino", "OpenVINO"), _ms("pytorch", "PyTorch")]
+
+
+def _geomean_line(data: dict[str, Any], key: str, what: str) -> str:
+    rs = [e[key] for e in data["models"].values() if e.get(key)]
+    return (f"Geomean of {what} tensortune over the faster of ONNX Runtime and OpenVINO: {geomean(rs):.2f}x over "
+            f"{len(rs)} models." if rs else "")
+
+
+def tuned_md(data: dict[str, Any]) -> str:
+    """The tuned corpus table."""
+    columns: list[Column] = [
+        ("model", "---", lambda e: e["model"]), ("GFLOPs", "---:", lambda e: f"{e['gflops']:.2f}"),
+        _ms("tensortune tuned", "tuned"), _ms("tensortune untuned", "untuned"), *RUNTIMES,
+        ("tuned / fastest", "---:", lambda e: f"{_num(e['ratio'])}x"),
+        ("untuned / fastest", "---:", lambda e: f"{_num(e['untuned_ratio'])}x"),
+        ("outputs", "---", lambda e: "match" if e["outputs_match"] else "MISMATCH"),
+        ("tuning s", "---:", lambda e: _num(e["tuning_wall_s"], ".0f"))]
+    lines = [f"# Hugging Face corpus, tuned by {data['tuner']} {' '.join(data['options'])} for {data['budget']:.0f} s "
+             f"a model ({machine_line(data['machine'])}, {data['machine'].get('cpus')} threads, {data['rounds']} "
+             "interleaved rounds)", "", *_table(data, columns), "",
+             _geomean_line(data, "ratio", "tuned"), "", _geomean_line(data, "untuned_ratio", "untuned")]
     return "\n".join(lines) + "\n"
 
 
 def report_md(data: dict[str, Any]) -> str:
     """The corpus table and the fallbacks."""
+    columns: list[Column] = [
+        ("model", "---", lambda e: e["model"]), ("GFLOPs", "---:", lambda e: f"{e['gflops']:.2f}"),
+        _ms("tensortune untuned", "tensortune"), *RUNTIMES,
+        ("/ fastest runtime", "---:", lambda e: f"{_num(e['ratio'])}x ({e['fastest'] or '-'})"),
+        ("outputs", "---", lambda e: "match" if e["outputs_match"] else "MISMATCH"),
+        ("compile s", "---:", lambda e: f"{e['compile_s']:.0f}")]
     lines = [f"# Hugging Face corpus, untuned tensortune ({machine_line(data['machine'])}, "
              f"{data['machine'].get('cpus')} threads, {data['rounds']} interleaved rounds)", "",
-             "| model | GFLOPs | tensortune | ONNX Runtime | OpenVINO | PyTorch | / fastest runtime | outputs | compile s |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
-    f = _num
-    for e in data["models"].values():
-        if "error" in e:
-            lines.append(f"| {e['model']} | - | - | - | - | - | - | {e['error'][:120]} | - |")
-            continue
-        m = e["ms"]
-        lines.append(f"| {e['model']} | {e['gflops']:.2f} | {f(m['tensortune untuned'])} | {f(m['onnxruntime'])} | "
-                     f"{f(m['openvino'])} | {f(m['pytorch'])} | {f(e['ratio'])}x ({e['fastest'] or '-'}) | "
-                     f"{'match' if e['outputs_match'] else 'MISMATCH'} | {e['compile_s']:.0f} |")
-    ratios = [e.get("ratio") for e in data["models"].values()]
-    g = geomean([r for r in ratios if r])
-    lines += ["", f"Geomean of untuned tensortune over the faster of ONNX Runtime and OpenVINO: "
-                  f"{g:.2f}x over {len([r for r in ratios if r])} models." if g else ""]
+             *_table(data, columns), "", _geomean_line(data, "ratio", "untuned")]
     peak = data.get("peak", {}).get("peak_gflops")
     lines += ["", f"## Conv and matmul functions of more than 50 MFLOPs under half the measured peak "
                   f"({peak:.0f} GFLOP/s)" if peak else "## Under half the peak", ""]
