@@ -166,10 +166,13 @@ class _NormAndConv1d(nn.Module):
         self.g1, self.g4 = nn.GroupNorm(1, 32), nn.GroupNorm(4, 32)
         self.pool = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
         self.c1 = nn.Conv1d(32, 32, 3, padding=1, stride=2)
+        self.scale = nn.Parameter(torch.ones(32, 1, 1))  # PoolFormer's layer scale: a [C, 1, 1] constant
+        self.c2 = nn.Conv2d(32, 32, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.g1(self.c(x) + 3.0)  # a mean far from 0: x * s + t must not lose the variance
-        y = torch.relu(self.g4(self.pool(y) - y))
+        y = self.c2(y + self.scale * (self.pool(y) - y))  # PoolFormer's token mixer, between two convolutions
+        y = torch.relu(self.g4(y))
         return self.c1(y.flatten(2))
 
 
@@ -182,6 +185,8 @@ def test_group_norm_and_conv1d_run_blocked_and_match() -> None:
     x = torch.randn(1, 3, 16, 16)
     cm = compile_model(load_model(m, [x]))
     assert cm.layout.block and all(c.layout != "NCHW" for c in cm.layout.convs), cm.layout.summary()
+    # the input's, the 4-group norm's reshape and the conv1d's: the layer scale follows the block
+    assert cm.layout.transforms <= 4, cm.layout.summary()
     assert any(c.kernel_class.startswith("conv2d_nchwc_general") for c in cm.choices)  # the conv1d, as 1x3
     assert not any("group_norm" in c.task or "conv1d" in c.task for c in cm.choices)
     with torch.no_grad():

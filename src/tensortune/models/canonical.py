@@ -3,6 +3,8 @@
 * ``conv1d`` as a ``1 x K`` ``conv2d`` on a height-1 image (:func:`conv1d_as_conv2d`): TVM
   legalizes conv1d to loops no template recognises (Whisper's two input convolutions took half of
   its encoder's time at 2-4% of the peak), while a 1xK conv2d runs blocked.
+* A lower-rank constant operand of an elementwise op on a 4-D tensor reshaped to 4-D
+  (:func:`full_rank_constants`), so that the op follows the blocked layout.
 * GroupNorm as the reductions and elementwise ops it is made of (:func:`decompose_group_norm`):
   ``relax.nn.group_norm`` has a layout inference that fails on blocked layouts (TVM 0.27:
 ``ConvertLayout`` raises on it, and the whole model kept NCHW: a PoolFormer ran at 1/200 of
@@ -108,6 +110,37 @@ def conv1d_as_conv2d(mod: Any) -> Any:
     return rewrite_calls(mod, "relax.nn.conv1d", _conv1d)
 
 
+#: Elementwise binary ops whose constant operand :func:`full_rank_constants` reshapes.
+BINARY_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+
+
+def _full_rank(call: Any, m: Any) -> Any:
+    """A binary op of a 4-D tensor and a constant of lower rank with the constant reshaped to 4-D
+    (``call`` unchanged otherwise)."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    def rank(v: Any) -> int:
+        shape = getattr(getattr(v, "ty", None), "shape", None)
+        return len(shape) if shape is not None else -1
+
+    a, b = call.args
+    if rank(a) == 4 and isinstance(b, Constant) and 0 < rank(b) < 4:
+        b = _reshaped(m.builder_.emit, b, (1,) * (4 - rank(b)) + tuple(int(d) for d in b.ty.shape))
+    elif rank(b) == 4 and isinstance(a, Constant) and 0 < rank(a) < 4:
+        a = _reshaped(m.builder_.emit, a, (1,) * (4 - rank(a)) + tuple(int(d) for d in a.ty.shape))
+    else:
+        return call
+    return getattr(relax.op, call.op.name.split(".")[-1])(a, b)
+
+
+def full_rank_constants(mod: Any) -> Any:
+    """``mod`` with the constant operand of each elementwise binary op on a 4-D tensor reshaped to 4-D:
+    ConvertLayout blocks a ``[1, C, 1, 1]`` constant with the tensor but not a ``[C, 1, 1]`` one (a
+    PoolFormer's layer scale), and the tensor went back to NCHW around the op."""
+    return rewrite_calls(mod, BINARY_OPS, _full_rank)
+
+
 def canonicalize(mod: Any) -> Any:
-    """Both rewrites of this module."""
-    return decompose_group_norm(conv1d_as_conv2d(mod))
+    """The rewrites of this module."""
+    return full_rank_constants(decompose_group_norm(conv1d_as_conv2d(mod)))

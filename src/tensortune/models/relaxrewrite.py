@@ -17,17 +17,20 @@ def rewrite_functions(mod: Any, make_mutator: Callable[[Any], Any]) -> Any:
     return out
 
 
-def rewrite_calls(mod: Any, op_name: str, rewrite: Callable[[Any, Any], Any]) -> Any:
-    """A copy of ``mod`` with every call of the Relax op ``op_name`` (its arguments rewritten first)
-    replaced by ``rewrite(call, mutator)``; returning ``call`` keeps it. The mutator gives the
-    rewrite ``lookup_binding`` (what a variable is bound to) and ``builder_.emit`` (new bindings)."""
+def rewrite_calls(mod: Any, op_name: str | tuple[str, ...], rewrite: Callable[[Any, Any], Any]) -> Any:
+    """A copy of ``mod`` with every call of the Relax op ``op_name`` (or of any of several names; its
+    arguments rewritten first) replaced by ``rewrite(call, mutator)``; returning ``call`` keeps it. The
+    mutator gives the rewrite ``lookup_binding`` (what a variable is bound to) and ``builder_.emit``
+    (new bindings)."""
     from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    names = (op_name,) if isinstance(op_name, str) else op_name
 
     @mutator
     class _Calls(PyExprMutator):  # type: ignore[misc]
         def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
             call = super().visit_call_(call)
-            return rewrite(call, self) if getattr(call.op, "name", "") == op_name else call
+            return rewrite(call, self) if getattr(call.op, "name", "") in names else call
 
     return rewrite_functions(mod, _Calls)
 
