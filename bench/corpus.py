@@ -35,6 +35,19 @@ SYSTEMS = ("tensortune untuned", "onnxruntime", "openvino", "pytorch")
 COMPUTE_KERNELS = ("conv2d", "depthwise_conv2d", "dense", "matmul", "batch_matmul")
 
 
+def _medians(report: Any, names: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, float | None], Any]:
+    """A bench report's rows by name, the median ms of ``names`` (None where a system failed or is
+    missing) and the faster library ``(name, ms)`` (None without one)."""
+    rows = {r.name: r for r in report.rows}
+    ms = {n: (rows[n].latency.median_ms if n in rows and rows[n].latency and rows[n].ok else None) for n in names}
+    return rows, ms, report.fastest_library()
+
+
+def _over(ms: float | None, fastest: Any) -> float | None:
+    """``ms`` over the faster library's median (None when either is missing)."""
+    return ms / fastest[1] if fastest and ms else None
+
+
 def run_model(spec: str, rounds: int, peak: dict[str, Any]) -> dict[str, Any]:
     """Compile ``spec`` untuned, check and time it against the runtimes, profile it against the
     machine's ``peak`` (:func:`tensortune.measure.peak.measure_peak`); one JSON entry."""
@@ -49,10 +62,8 @@ def run_model(spec: str, rounds: int, peak: dict[str, Any]) -> dict[str, Any]:
     cm = compile_model(model)
     t2 = time.perf_counter()
     report = bench_model(model, rounds=rounds, tuned=cm)
-    rows = {r.name: r for r in report.rows}
-    fastest = report.fastest_library()
+    rows, ms, fastest = _medians(report, SYSTEMS)
     untuned = rows.get("tensortune untuned")
-    ms = {n: (rows[n].latency.median_ms if n in rows and rows[n].latency and rows[n].ok else None) for n in SYSTEMS}
     prof = profile_compiled(cm, threads=peak.get("threads", 0), peak_gflops=peak.get("peak_gflops"),
                             bandwidth_gbs=peak.get("bandwidth_gbs"))
     return {
@@ -63,7 +74,7 @@ def run_model(spec: str, rounds: int, peak: dict[str, Any]) -> dict[str, Any]:
         "untuned_copy_ms": rows["tensortune tuned"].latency.median_ms if rows["tensortune tuned"].latency else None,
         "checks": {n: r.check for n, r in rows.items()}, "outputs_match": bool(untuned and untuned.ok),
         "fastest": fastest[0] if fastest else None,
-        "ratio": (ms["tensortune untuned"] / fastest[1]) if fastest and ms["tensortune untuned"] else None,
+        "ratio": _over(ms["tensortune untuned"], fastest),
         "layout": cm.layout.summary() if cm.layout is not None else "",
         "fallbacks": [{"task": c.task, "source": c.source, "reason": c.reason}
                       for c in cm.choices if c.source not in ("tuned", "default")],
@@ -94,17 +105,13 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
     with Database(str(db)) as database:
         cm = compile_model(model, database)
     report = bench_model(model, rounds=rounds, tuned=cm)
-    rows = {r.name: r for r in report.rows}
-    fastest = report.fastest_library()
-    names = ("tensortune tuned",) + SYSTEMS
-    ms = {n: (rows[n].latency.median_ms if n in rows and rows[n].latency and rows[n].ok else None) for n in names}
+    rows, ms, fastest = _medians(report, ("tensortune tuned",) + SYSTEMS)
     return {
         "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9, "ms": ms,
         "tuning_wall_s": run.get("wall_s"), "tasks_measured": run.get("tasks_measured"), "counts": cm.counts(),
         "outputs_match": bool(rows.get("tensortune tuned") and rows["tensortune tuned"].ok),
         "fastest": fastest[0] if fastest else None,
-        "ratio": (ms["tensortune tuned"] / fastest[1]) if fastest and ms["tensortune tuned"] else None,
-        "untuned_ratio": (ms["tensortune untuned"] / fastest[1]) if fastest and ms["tensortune untuned"] else None,
+        "ratio": _over(ms["tensortune tuned"], fastest), "untuned_ratio": _over(ms["tensortune untuned"], fastest),
         "notes": report.notes,
     }
 

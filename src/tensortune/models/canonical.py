@@ -11,8 +11,8 @@
 ONNX Runtime's speed). Written as ``mean``, ``subtract``, ``multiply`` and ``rsqrt`` over the
 channel axis, with the affine weights as per-channel constants, every step follows the block
 (one group: the spatial mean, then the channel mean as a 1x1 convolution) or goes back to NCHW around a reshape
-(several groups), and the reductions fuse like LayerNorm's. Three passes over the input: its mean, its
-variance, and ``x * s + t`` with per-channel ``s`` and ``t`` (no centred copy written and read back).
+(several groups). The output is ``x * s + t`` with per-channel ``s`` and ``t``, so no centred copy
+of the input is kept for it.
 """
 from __future__ import annotations
 
@@ -61,9 +61,8 @@ def _decompose(call: Any, m: Any) -> Any:
         def mean(v: Any) -> Any:
             return emit(relax.op.mean(v, [2, 3, 4], keepdims=True))
 
-    # three passes over x: its mean, the variance of x - mean (subtract, square and mean fuse into
-    # one reduction), then y = x * s + t with s = gamma / std and t = beta - mean * s, per channel
-    # (tiny), so that no centred copy of x is written and read back
+    # the mean of x, the variance of x - mean, then y = x * s + t with s = gamma / std and
+    # t = beta - mean * s per channel (tiny): no centred copy of x is kept for the output
     mu = mean(xg)
     centred = emit(relax.op.subtract(xg, mu))
     var = mean(emit(relax.op.multiply(centred, centred)))
@@ -120,18 +119,17 @@ def _full_rank(call: Any, m: Any) -> Any:
     from tvm import relax
     from tvm.ir.expr import Constant
 
-    def rank(v: Any) -> int:
-        shape = getattr(getattr(v, "ty", None), "shape", None)
-        return len(shape) if shape is not None else -1
+    def shape(v: Any) -> tuple[int, ...] | None:
+        s = getattr(getattr(v, "ty", None), "shape", None)
+        return tuple(int(d) for d in s) if s is not None else None
 
-    a, b = call.args
-    if rank(a) == 4 and isinstance(b, Constant) and 0 < rank(b) < 4:
-        b = _reshaped(m.builder_.emit, b, (1,) * (4 - rank(b)) + tuple(int(d) for d in b.ty.shape))
-    elif rank(b) == 4 and isinstance(a, Constant) and 0 < rank(a) < 4:
-        a = _reshaped(m.builder_.emit, a, (1,) * (4 - rank(a)) + tuple(int(d) for d in a.ty.shape))
-    else:
-        return call
-    return getattr(relax.op, call.op.name.split(".")[-1])(a, b)
+    args = list(call.args)
+    for i, (v, other) in enumerate(((args[0], args[1]), (args[1], args[0]))):
+        vs, os_ = shape(v), shape(other)
+        if isinstance(v, Constant) and vs and os_ is not None and len(os_) == 4 and len(vs) < 4:
+            args[i] = _reshaped(m.builder_.emit, v, (1,) * (4 - len(vs)) + vs)
+            return getattr(relax.op, call.op.name.split(".")[-1])(*args)
+    return call
 
 
 def full_rank_constants(mod: Any) -> Any:

@@ -16,8 +16,7 @@ from typing import Any
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
 from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, output_stage, row_split_policy,
-                   tail_row_tiles, unroll_knobs,
-                   vector_lanes, vectorize_own_loop)
+                   tail_row_tiles, unroll_knobs, vector_lanes, vectorize_own_loop)
 from .conv2d_nchwc import max_accumulators, vector_registers
 
 
