@@ -112,6 +112,43 @@ def _silu_te(x: Any) -> Any:
     return te.compute(x.shape, lambda *i: x(*i) * sig(*i), name="T_silu", tag=topi.tag.ELEMWISE)
 
 
+def _constant_exponent(call: Any) -> float | None:
+    """The exponent of ``power(x, c)`` when ``c`` is a one-element float constant, else None."""
+    from tvm.ir.expr import Constant
+
+    c = call.args[1]
+    if not isinstance(c, Constant) or not hasattr(c.value, "numpy"):
+        return None
+    v = c.value.numpy()
+    return float(v.reshape(-1)[0]) if v.size == 1 else None
+
+
+def _power(bb: Any, call: Any) -> Any:
+    """``x ** n`` for a small whole ``n`` as ``n - 1`` multiplies, ``x ** 0.5`` as ``sqrt``: TVM
+    lowers ``pow`` to one libm ``powf`` call per element (GPT-2's GELU, ``x ** 3``, ran at 6% of
+    the copy bandwidth). Other exponents get TVM's own legalization."""
+    from tvm import te, topi
+
+    n = _constant_exponent(call)
+    if n is None or call.args[0].ty.dtype != call.ty.dtype or not (n == 0.5 or (n == int(n) and 1 <= n <= 4)):
+        return _default(bb, call)
+
+    def te_power(x: Any) -> Any:
+        if n == 0.5:
+            return topi.sqrt(x)
+        return te.compute(x.shape, lambda *i: _times(x(*i), int(n)), name="T_power", tag=topi.tag.ELEMWISE)
+
+    return bb.call_te(te_power, call.args[0], primfunc_name_hint="power")
+
+
+def _times(v: Any, n: int) -> Any:
+    """``v * v * ... * v`` (``n`` factors)."""
+    out = v
+    for _ in range(n - 1):
+        out = out * v
+    return out
+
+
 #: Relax op -> legalization with the fast approximation (float32 only; other dtypes get TVM's own).
 FAST_MATH: dict[str, Legalize] = {op: _float32_only(fn) for op, fn in {
     "relax.exp": _unary("fast_exp"),
@@ -122,4 +159,5 @@ FAST_MATH: dict[str, Legalize] = {op: _float32_only(fn) for op, fn in {
     "relax.nn.gelu_tanh": _gelu_tanh,
     "relax.sigmoid": _one_block(_sigmoid_te, "tir_sigmoid"),
     "relax.nn.silu": _one_block(_silu_te, "silu"),
+    "relax.power": _power,
 }.items()}

@@ -175,10 +175,12 @@ def _vectorize_partials(sch: Any, rf: Any, anchor: Any) -> None:
     if len(loops) < 2:
         return
     try:
-        ko, ki = loops[-2:]
+        lane, ko = loops[-2:]  # rfactor leaves the partials' loop outside the reduction's
+        sch.reorder(ko, lane)
+        sch.vectorize(lane)  # before the init is split off: vectorize wants a whole reduction block
         init = sch.decompose_reduction(rf, ko)
-        sch.vectorize(ki)
-        sch.vectorize(sch.get_loops(init)[-1])
+        if sch.get(sch.get_loops(init)[-1]).kind != sch.get(lane).kind:
+            sch.vectorize(sch.get_loops(init)[-1])
     except Exception:  # noqa: BLE001 - left as it is: still correct, scalar
         pass
 
