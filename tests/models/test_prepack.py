@@ -153,3 +153,27 @@ def test_fast_math_matches_numpy(op: str) -> None:
             "gelu_tanh": 0.5 * xd * (1 + np.tanh(math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3))),
             "sigmoid": 1 / (1 + np.exp(-xd)), "silu": xd / (1 + np.exp(-xd))}[op]
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5, 2.5])
+def test_power_by_a_small_constant_is_multiplies(exponent: float) -> None:
+    """``x ** 3`` (GPT-2's GELU) and ``x ** 2`` become multiplies, ``x ** 0.5`` a square root, with
+    no libm ``powf`` call per element; another exponent keeps TVM's own ``pow``. All match numpy."""
+    import tvm
+    from tvm import relax
+
+    from tensortune.models.fastmath import FAST_MATH
+    from tensortune.target import make_target
+
+    x = np.random.default_rng(0).uniform(0.1, 3, size=(4, 33)).astype("float32")
+    bb = relax.BlockBuilder()
+    v = relax.Var("x", relax.TensorType(x.shape, "float32"))
+    with bb.function("main", [v]):
+        out = bb.emit(relax.op.power(v, relax.const(exponent, "float32")))
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps(FAST_MATH)(bb.get())
+    tir = "\n".join(str(f) for gv, f in mod.functions.items() if gv.name_hint != "main")
+    assert ("T.pow(" in tir) == (exponent == 2.5), tir
+    ex = tvm.compile(mod, target=make_target(host_target_json()))
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, x.astype(np.float64) ** exponent, rtol=2e-6)

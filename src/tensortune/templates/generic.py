@@ -154,11 +154,13 @@ def _split_reductions(sch: Any, producers: list[Any], lanes: int) -> list[Any]:
     """Give each row reduction among ``producers`` (softmax's max and sum, a norm's mean: one
     reduction loop, innermost) a vector of partial results (``rfactor``, :func:`_vector_piece`
     wide) combined by a short final reduction, instead of one scalar chain; returns the
-    producers with each split one replaced by its two blocks."""
+    producers with each split one replaced by its two blocks. Only exact pieces: ``compute_at``
+    drops the guard of a partials block whose split runs past the row."""
     out = []
     for b in producers:
         kinds = _loop_kinds(sch, b)
-        piece = _vector_piece(kinds[-1][1], lanes) if kinds and kinds[-1][2] and sum(r for *_, r in kinds) == 1 else 0
+        row = kinds[-1][1] if kinds and kinds[-1][2] and sum(r for *_, r in kinds) == 1 else 0
+        piece = _vector_piece(row, lanes, most=row // 2)  # two pieces at least: the partials add up
         if piece:
             try:
                 _, ki = sch.split(kinds[-1][0], [None, piece])
@@ -175,23 +177,23 @@ def _vectorize_partials(sch: Any, rf: Any, anchor: Any) -> None:
     if len(loops) < 2:
         return
     try:
-        lane, ko = loops[-2:]  # rfactor leaves the partials' loop outside the reduction's
+        lane, ko = loops[-2:]  # compute_at leaves the partials' loop outside the reduction's
         sch.reorder(ko, lane)
         sch.vectorize(lane)  # before the init is split off: vectorize wants a whole reduction block
         init = sch.decompose_reduction(rf, ko)
-        if sch.get(sch.get_loops(init)[-1]).kind != sch.get(lane).kind:
-            sch.vectorize(sch.get_loops(init)[-1])
+        sch.vectorize(sch.get_loops(init)[-1])
     except Exception:  # noqa: BLE001 - left as it is: still correct, scalar
         pass
 
 
-def _vector_piece(extent: int, lanes: int) -> int:
+def _vector_piece(extent: int, lanes: int, most: int | None = None) -> int:
     """The width a loop of ``extent`` is vectorised in: the largest divisor from ``lanes`` to four
-    vectors, else from 4 to ``lanes``; 0 when the loop is too short or no such divisor exists (a
-    guarded vector loop is scalarised)."""
+    vectors (and at most ``most``), else from 4 to ``lanes``; 0 when the loop is too short or no
+    such divisor exists (a guarded vector loop is scalarised)."""
     if extent < 2 * lanes:
         return 0
-    for lo, hi in ((lanes, 4 * lanes), (4, lanes)):
+    top = 4 * lanes if most is None else min(4 * lanes, most)
+    for lo, hi in ((lanes, top), (4, min(lanes, top))):
         ds = [d for d in range(lo, hi + 1) if extent % d == 0]
         if ds:
             return max(ds)
@@ -237,18 +239,47 @@ def _iterations(sch: Any, loops: list[Any]) -> int:
 
 def _vectorize_spatial_inner(sch: Any, block: Any, anchor: Any, lanes: int) -> None:
     """Vectorise an attached elementwise producer's own innermost loop, in pieces when it is long
-    (a 1500-wide vector is legal but spills every register)."""
+    (a 1500-wide vector is legal but spills every register): exact pieces, else ``lanes`` wide
+    with the guarded last piece peeled off."""
     loops = _below(sch, block, anchor)
     if not loops:
         return
     try:
         inner = loops[-1]
         extent = int(sch.get(inner).extent)
-        piece = _vector_piece(extent, lanes) if extent > 4 * lanes else extent
-        if piece and piece < extent:
-            _, inner = sch.split(inner, [None, piece])
+        piece = (_vector_piece(extent, lanes) or lanes) if extent > 4 * lanes else extent
+        outer = None
+        if piece < extent:
+            outer, inner = sch.split(inner, [None, piece])
         sch.vectorize(inner)
+        if outer is not None:
+            _peel_guarded(sch, outer, piece, extent)  # no exact piece: lanes wide, the last one peeled
     except Exception:  # noqa: BLE001 - a gather or a branch: stays scalar
+        pass
+
+
+def _fresh_vars(mod: Any) -> Any:
+    """``mod`` with every variable defined once, printed and parsed back when some block was
+    peeled: TVM's ``loop_partition`` gives the copies of a block the same iteration variables,
+    which its well-formedness check refuses."""
+    import tvm
+
+    text = mod.script()
+    if "_partition" not in text:
+        return mod
+    return tvm.script.from_source(text)
+
+
+def _peel_guarded(sch: Any, outer: Any, inner: int, extent: int) -> None:
+    """Peel the last iteration of ``outer`` off when the split ``outer`` x ``inner`` runs past
+    ``extent`` (a guarded block): the other iterations then vectorise without the guard (a
+    guarded vector loop is scalarised), only the last piece runs guarded."""
+    n = int(sch.get(outer).extent)
+    if n < 2 or n * inner <= extent:
+        return
+    try:
+        sch.loop_partition(outer, [n - 1])  # pieces [0, n - 1) and the rest
+    except Exception:  # noqa: BLE001 - an annotated loop: left guarded, still correct
         pass
 
 
@@ -323,5 +354,7 @@ class GenericTemplate(Template):
         _attach_producers(sch, producers, top if par_loops else None, vector_lanes(task))
         if reduce:  # last: vectorize/parallel need the block whole
             sch.decompose_reduction(block, reduce[0])
-        return sch.mod
+        elif lo not in par_loops:
+            _peel_guarded(sch, lo, config["tile_inner"][1], kinds[-1][1])
+        return _fresh_vars(sch.mod)
 
