@@ -41,15 +41,17 @@ class ModelTask:
 def fuse_passes() -> list[Any]:
     """TVM's legalize-and-fuse passes, in order (blocked convolutions lowered by
     :func:`tensortune.models.layout.legalize_conv2d`, exp/erf/tanh/softmax/GELU by the fast
-    forms of :mod:`tensortune.models.fastmath`)."""
+    forms of :mod:`tensortune.models.fastmath`, each attention's three groups merged into one
+    by :func:`tensortune.models.attention.fuse_attention`)."""
     from tvm import relax
 
+    from .attention import fuse_attention_pass
     from .fastmath import FAST_MATH
     from .layout import legalize_conv2d
 
     t = relax.transform
     return [t.DecomposeOpsForInference(), t.LegalizeOps({**FAST_MATH, "relax.nn.conv2d": legalize_conv2d}), t.AnnotateTIROpPattern(),
-            t.FoldConstant(), t.FuseOps(), t.FuseTIR(), t.DeadCodeElimination()]
+            t.FoldConstant(), t.FuseOps(), fuse_attention_pass(), t.FuseTIR(), t.DeadCodeElimination()]
 
 
 def lower_to_fused(mod: Any, target: Any) -> Any:

@@ -228,6 +228,8 @@ def _classify(func: Any, blocks: list[_Block]) -> FuncPattern:
     before, after = blocks[:k], blocks[k + 1:]
     if any(b.reduction for b in after):
         return _generic("a reduction after the anchor")
+    if any(b.reduction for b in before):
+        return _generic("a reduction before the anchor")
     out_elems = _prod([anchor.extent(v) for v in anchor.spatial])
     for b in after:
         # e.g. squeeze-and-excitation: a 1x1 conv's per-channel gate multiplied into the whole
@@ -599,3 +601,53 @@ def _pad_offsets(pb: _Block) -> tuple[int, int, int, int] | None:
     if shape is None:
         return None
     return py, px, shape[2], shape[3]
+
+
+# ---------------------------------------------------------------- attention
+@dataclass(frozen=True)
+class AttentionPattern:
+    """The blocks of a fused attention (:mod:`tensortune.models.attention`): ``S = Q K^T``, the
+    stages between (scale, mask, softmax), ``O = P V`` and O's elementwise epilogue."""
+
+    scores: str
+    out: str
+    between: tuple[str, ...]
+    after: tuple[str, ...]
+    args: dict[str, int]  # B (batch and heads), M (rows), N (keys), K (head width of Q), D (of V)
+
+
+def attention_pattern(func: Any) -> AttentionPattern | None:
+    """The :class:`AttentionPattern` of ``func``, None when it is not one: two (batch) matmuls
+    with B as ``[..., K, N]``, the second reducing over the first's columns, only row reductions and
+    elementwise stages over ``S`` between them, an elementwise epilogue after, static extents."""
+    try:
+        blocks = _blocks(func)
+    except Exception:  # noqa: BLE001 - no root block, nested blocks ...
+        return None
+    macs = [k for k, b in enumerate(blocks) if _mac_operands(b) is not None]
+    if len(macs) != 2 or macs[0] != 0 or any(e < 0 for b in blocks for e in b.extents):
+        return None
+    a, z = macs
+    common: dict[str, Any] = {"anchor": "", "epilogue": (), "epilogue_ops": ()}
+    s_pat = _gemm(blocks[a], *_mac_operands(blocks[a]), [], common)  # type: ignore[misc]
+    o_pat = _gemm(blocks[z], *_mac_operands(blocks[z]), [], common)  # type: ignore[misc]
+    if any(p.op not in ("matmul", "batch_matmul") or p.b_layout != "kn" for p in (s_pat, o_pat)):
+        return None
+    s, o = s_pat.args, o_pat.args
+    batch = s.get("B", 1)
+    if o.get("B", 1) != batch or o["M"] != s["M"] or o["K"] != s["N"]:
+        return None
+    scores, rows = batch * s["M"] * s["N"], batch * s["M"]
+    between = blocks[a + 1:z]
+    for b in between:
+        size = _prod(b.extents)
+        if not ((not b.reduction and size == scores) or (len(b.reduction) == 1 and size == scores
+                                                         and _prod([b.extent(v) for v in b.spatial]) == rows)):
+            return None
+    if sum(1 for b in between if b.reduction) < 2 or not between or between[-1].reduction:
+        return None
+    after = blocks[z + 1:]
+    if any(b.reduction or _prod(b.extents) != batch * s["M"] * o["N"] for b in after):
+        return None
+    return AttentionPattern(blocks[a].name, blocks[z].name, tuple(b.name for b in between), tuple(b.name for b in after),
+                            {"B": batch, "M": s["M"], "N": s["N"], "K": s["K"], "D": o["N"]})

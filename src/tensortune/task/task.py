@@ -71,15 +71,18 @@ class Task:
     def from_fused(cls, func: Any, target: dict[str, Any] | None = None, name_hint: str = "") -> "Task":
         """Task of a model's fused PrimFunc: the op template of its anchor (``conv2d-add-relu``
         is scheduled by the conv2d template, its epilogue fused) when :mod:`.pattern`
-        recognises one, else the generic template. ``name_hint`` (the Relax function name,
-        e.g. ``fused_softmax_broadcast_to2``) names the kernel class of generic functions.
+        recognises one, the attention template for a fused attention, else the generic template.
+        ``name_hint`` (the Relax function name, e.g. ``fused_softmax_broadcast_to2``) names the
+        kernel class of the others.
         """
         import tvm
 
-        from .pattern import analyze_func
+        from .pattern import analyze_func, attention_pattern
 
         if func.attrs is None or "global_symbol" not in func.attrs:
             func = func.with_attr("global_symbol", "main")
+        if attention_pattern(func) is not None:
+            return cls.from_primfunc(func, target, "attention", generic_kernel_class(name_hint))
         pat = analyze_func(func)
         if pat.op is None:
             return cls.from_primfunc(func, target, "generic", generic_kernel_class(name_hint))

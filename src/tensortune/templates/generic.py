@@ -7,8 +7,9 @@ of them), and the unroll knobs on the parallel loop. Blocks that cannot be inlin
 row reductions of softmax and layer norm, a pooling window's padding) are computed inside
 the output's parallel loop where their region allows it without repeating work, else
 parallelised on their own, so no stage of a model is left as naive serial loops. A row
-reduction accumulates a vector of partial results; long rows are vectorised in exact
-pieces (a guarded vector loop is scalarised into gathers and scatters).
+reduction accumulates a vector of partial results (in exact pieces); long rows are vectorised
+in whole vectors, and where the vectors do not divide a row its guarded last piece is peeled
+off (a guarded vector loop is scalarised into gathers and scatters).
 """
 from __future__ import annotations
 
@@ -200,6 +201,14 @@ def _vector_piece(extent: int, lanes: int, most: int | None = None) -> int:
     return 0
 
 
+def _lane_piece(extent: int, lanes: int) -> int:
+    """The width a long elementwise row is vectorised in: the largest multiple of ``lanes`` up to
+    four vectors that divides ``extent``, else ``lanes`` (the guarded last piece peeled off): a
+    piece of 60 with 16 lanes runs as three vectors and two part-vectors."""
+    whole = [d for d in range(lanes, 4 * lanes + 1, lanes) if extent % d == 0]
+    return max(whole) if whole else lanes
+
+
 def _below(sch: Any, block: Any, anchor: Any) -> list[Any]:
     """The loops of ``block`` below its compute-at loop ``anchor``."""
     loops = sch.get_loops(block)
@@ -247,7 +256,7 @@ def _vectorize_spatial_inner(sch: Any, block: Any, anchor: Any, lanes: int) -> N
     try:
         inner = loops[-1]
         extent = int(sch.get(inner).extent)
-        piece = (_vector_piece(extent, lanes) or lanes) if extent > 4 * lanes else extent
+        piece = _lane_piece(extent, lanes) if extent > 4 * lanes else extent
         outer = None
         if piece < extent:
             outer, inner = sch.split(inner, [None, piece])
@@ -270,24 +279,25 @@ def _fresh_vars(mod: Any) -> Any:
     return tvm.script.from_source(text)
 
 
-def _peel_guarded(sch: Any, outer: Any, inner: int, extent: int) -> None:
+def _peel_guarded(sch: Any, outer: Any, inner: int, extent: int) -> list[Any]:
     """Peel the last iteration of ``outer`` off when the split ``outer`` x ``inner`` runs past
     ``extent`` (a guarded block): the other iterations then vectorise without the guard (a
-    guarded vector loop is scalarised), only the last piece runs guarded."""
+    guarded vector loop is scalarised), only the last piece runs guarded. Returns the two loops
+    (``[outer]`` when nothing was peeled)."""
     n = int(sch.get(outer).extent)
     if n < 2 or n * inner <= extent:
-        return
+        return [outer]
     try:
-        sch.loop_partition(outer, [n - 1])  # pieces [0, n - 1) and the rest
+        return list(sch.loop_partition(outer, [n - 1]))  # pieces [0, n - 1) and the rest
     except Exception:  # noqa: BLE001 - an annotated loop: left guarded, still correct
-        pass
+        return [outer]
 
 
 class GenericTemplate(Template):
     """A space for PrimFuncs no op template knows."""
 
     name = "generic"
-    version = 3
+    version = 4
 
     def _shape(self, task: Any) -> list[tuple[int, bool]]:
         sch = schedule_of(task)
@@ -302,10 +312,8 @@ class GenericTemplate(Template):
         spatial = [e for e, r in shape if not r]
         s = ConfigSpace()
         inner = spatial[-1] if spatial else 1
-        # a guarded vector loop becomes gathers and scatters: exact pieces where a vector-wide one exists
-        lanes = vector_lanes(task)
-        policy = "factors" if inner % lanes and _vector_piece(inner, lanes) >= lanes else "power2"
-        s.define_split("tile_inner", inner, 2, policy=policy, max_innermost=64)
+        # powers of two: a guarded last piece is peeled off (_peel_guarded), the others vectorise whole
+        s.define_split("tile_inner", inner, 2, policy="power2", max_innermost=64)
         s.define_choice("parallel_depth", list(range(0, min(len(spatial) - 1, 3) + 1)) if spatial else [0])
         s.define_unroll()
         return s
@@ -313,10 +321,7 @@ class GenericTemplate(Template):
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         knob = space.knob("tile_inner")
         depths = space.knob("parallel_depth").entities
-        if knob.policy == "factors":
-            inner = max(knob.entities, key=lambda e: e[1] if e[1] <= 4 * vector_lanes(task) else 0)
-        else:
-            inner = max(knob.entities, key=lambda e: (e[1] <= 16, e[1]))
+        inner = max(knob.entities, key=lambda e: (e[1] <= 16, e[1]))
         return {
             "tile_inner": inner,
             "parallel_depth": max(depths),

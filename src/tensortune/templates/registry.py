@@ -52,6 +52,7 @@ class Template(ABC):
 TEMPLATES: Registry[Any] = Registry("template", {
     "none": "tensortune.templates.base:NoScheduleTemplate",
     "generic": "tensortune.templates.generic:GenericTemplate",
+    "attention": "tensortune.templates.attention:AttentionTemplate",
     "gemm": "tensortune.templates.gemm:GemmTemplate",
     "dense_pack": "tensortune.templates.dense_pack:DensePackTemplate",
     "conv2d": "tensortune.templates.conv2d:Conv2dTemplate",

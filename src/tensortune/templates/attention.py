@@ -1,0 +1,170 @@
+"""Attention template: ``O = softmax(Q K^T) V`` a block of rows at a time, in cache.
+
+The function is a fused attention (:mod:`tensortune.models.attention`). Its output rows are
+split in blocks of ``tile_rows``; batch, heads and row blocks are one parallel loop, and under
+it each block computes its rows of the scores ``S`` (a register tile of ``rows_s`` rows by two
+vectors of keys, the keys' guarded last tile peeled off), the softmax stages (the row maxima
+and sums as independent scalar chains, one per row; the exponential and the probabilities
+vectorised along the keys) and its rows of ``O`` (a register tile of ``rows_o`` rows by the
+head width). ``S`` and the probabilities of a block stay in the core's cache instead of going
+to memory and back, which is what the unfused functions spend their time on.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..space import Config, ConfigSpace
+from ..task.pattern import AttentionPattern, attention_pattern
+from .base import Template, TemplateError, annotate_unroll, schedule_of, vector_lanes
+from .generic import _below, _expensive_shared, _fresh_vars, _is_reduction, _peel_guarded, _vectorize_spatial_inner
+
+#: Bytes of scores, exponentials and probabilities a row block may hold (a share of a core's L2).
+BLOCK_BYTES = 384 * 1024
+#: Register-tile heights the two matmuls choose from.
+TILE_HEIGHTS = (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+def _registers(lanes: int) -> int:
+    """Vector registers of the target: 32 with AVX-512, else 16."""
+    return 32 if lanes >= 16 else 16
+
+
+def _row_blocks(rows: int) -> list[int]:
+    """Row-block heights: the divisors of ``rows`` up to 64, and ``rows`` itself up to 256 (a
+    head's whole rows: a ViT's 197 tokens have no other divisor). A guarded block would stop TVM
+    from narrowing the region the stages before it compute per block (the reshapes' index
+    arithmetic), so that every block computed all of ``S``."""
+    exact = [d for d in range(1, min(rows, 64) + 1) if rows % d == 0]
+    return exact + ([rows] if 64 < rows <= 256 else [])
+
+
+class AttentionTemplate(Template):
+    """A fused attention, computed row block by row block."""
+
+    name = "attention"
+    version = 1
+
+    def _pattern(self, task: Any) -> AttentionPattern:
+        pat = attention_pattern(task.prim_func())
+        if pat is None:
+            raise TemplateError("not a fused attention")
+        return pat
+
+    def space(self, task: Any) -> ConfigSpace:
+        pat = self._pattern(task)
+        s = ConfigSpace()
+        s.define_choice("tile_rows", _row_blocks(pat.args["M"]))
+        s.define_choice("rows_s", list(TILE_HEIGHTS))
+        s.define_choice("rows_o", list(TILE_HEIGHTS))
+        s.add_constraint("register tiles no taller than the row block",
+                         lambda c: c["rows_s"] <= c["tile_rows"] and c["rows_o"] <= c["tile_rows"])
+        s.define_unroll()
+        return s
+
+    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+        pat = self._pattern(task)
+        lanes = vector_lanes(task)
+        regs = _registers(lanes)
+        M, N, D, B = pat.args["M"], pat.args["N"], pat.args["D"], pat.args["B"]
+        width = -(-D // lanes)
+
+        def tallest(rows: int, fits: Any) -> int:
+            """The tallest register tile that fits the registers, one dividing ``rows`` first."""
+            ok = [h for h in TILE_HEIGHTS if h <= rows and fits(h)]
+            whole = [h for h in ok if rows % h == 0 and h >= 4]
+            return max(whole or ok)
+
+        def heights(rows: int) -> tuple[int, int]:
+            """Register-tile heights of S (two vectors wide) and of O (the head width)."""
+            return (tallest(rows, lambda h: 2 * h + 3 <= regs), tallest(rows, lambda h: (h + 1) * width + 1 <= regs))
+
+        cands = space.knob("tile_rows").entities
+        tall = [r for r in cands if r >= 8 or r == M] or cands
+        fits = [r for r in tall if 3 * r * N * 4 <= BLOCK_BYTES and B * (M // r) >= 8]
+        rows = max(fits) if fits else min(tall)
+        rows_s, rows_o = heights(rows)
+        return {"tile_rows": rows, "rows_s": rows_s, "rows_o": rows_o,
+                "auto_unroll_max_step": 16, "unroll_explicit": 1}
+
+    def apply(self, task: Any, config: Config) -> Any:
+        pat = self._pattern(task)
+        lanes = vector_lanes(task)
+        rows, rows_o = config["tile_rows"], config["rows_o"]
+        if pat.args["M"] % rows:
+            raise TemplateError("the row block does not divide the rows")
+        sch = schedule_of(task)
+        scores, out = sch.get_sblock(pat.scores), sch.get_sblock(pat.out)
+        between = [sch.get_sblock(n) for n in pat.between]
+        kept = []
+        for b in between[:-1]:  # scale, mask, the max subtracted: into their readers
+            if not _is_reduction(sch, b) and not _expensive_shared(sch, b):
+                try:
+                    sch.compute_inline(b)
+                    continue
+                except Exception:  # noqa: BLE001 - kept as a stage of its own
+                    pass
+            kept.append(b)
+        probs = between[-1]
+        after = [sch.get_sblock(n) for n in pat.after]
+        for b in after[:-1]:
+            sch.compute_inline(b)
+
+        *batch, i, e, j = sch.get_loops(out)
+        io, ii = sch.split(i, [None, rows])
+        par = sch.fuse(*batch, io) if batch else io
+        sch.parallel(par)
+        for b in [probs, *reversed(kept), scores]:  # consumers first, while O's rows split exactly
+            sch.compute_at(b, par)
+        iio, iii = sch.split(ii, [None, rows_o])  # a guarded last tile: after compute_at, harmless
+        e_loops = [e]
+        if pat.args["D"] > 4 * lanes:
+            e_loops = list(sch.split(e, [None, 4 * lanes]))
+        sch.reorder(iio, *e_loops[:-1], j, iii, e_loops[-1])
+        sch.unroll(iii)
+        sch.vectorize(e_loops[-1])
+        if after:
+            sch.reverse_compute_at(after[-1], iio)
+            _vectorize_spatial_inner(sch, after[-1], iio, lanes)
+        self._scores(sch, scores, par, config, lanes, pat.args["N"])
+        for b in kept:
+            if _is_reduction(sch, b):
+                _interleave_rows(sch, b, par)
+            else:
+                _vectorize_spatial_inner(sch, b, par, lanes)
+        _vectorize_spatial_inner(sch, probs, par, lanes)
+        sch.decompose_reduction(out, j)
+        annotate_unroll(sch, par, config)
+        return _fresh_vars(sch.mod)
+
+    @staticmethod
+    def _scores(sch: Any, block: Any, par: Any, config: Config, lanes: int, keys: int) -> None:
+        """The block's rows of ``S``: ``rows_s`` rows by two vectors of keys in registers, the reduction
+        over the head width outside them, the keys' guarded last tile peeled off."""
+        loops = _below(sch, block, par)
+        if len(loops) not in (2, 3):
+            raise TemplateError("the scores block's loops are not rows, keys, head width")
+        *ii, jj, k = loops  # no row loop when the block is one row
+        width = 2 * lanes
+        sio, sii = sch.split(ii[0], [None, config["rows_s"]]) if ii else (None, None)
+        jo, ji = sch.split(jj, [None, width])
+        sch.reorder(*[lp for lp in (sio, jo, k, sii, ji) if lp is not None])
+        sch.vectorize(ji)
+        if sii is not None:
+            sch.unroll(sii)
+        for part in _peel_guarded(sch, jo, width, keys):  # each copy's accumulators zeroed before its k loop
+            (copy,) = sch.get_child_blocks(part)
+            sch.decompose_reduction(copy, sch.get_loops(copy)[-3 if sii is not None else -2])
+
+
+def _interleave_rows(sch: Any, block: Any, par: Any) -> None:
+    """A row reduction of the block (the softmax's maximum or sum) with its rows innermost: one
+    scalar chain per row, independent, so they pipeline instead of waiting on each other."""
+    loops = _below(sch, block, par)
+    if len(loops) >= 2:
+        sch.reorder(loops[-1], loops[-2])
+        if int(sch.get(loops[-2]).extent) <= MAX_UNROLLED_ROWS:
+            sch.unroll(loops[-2])
+
+
+#: Row chains of a reduction unrolled at most (a whole head of 197 rows unrolled spills).
+MAX_UNROLLED_ROWS = 16

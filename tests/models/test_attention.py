@@ -1,0 +1,95 @@
+"""Attention in one function: the scores matmul, its softmax and the matmul by the values are found in
+a model and fused (heads whose scores outgrow the cache; small ones here, the threshold lowered), the
+attention template schedules the fused function (its default and sampled configs match the
+unscheduled function), and the whole model matches PyTorch; a prime number of tokens included."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from tensortune.measure import MeasureOptions, Measurer
+from tensortune.models.compile import compile_model, model_tasks
+from tensortune.models.importer import load_model
+from tensortune.models.reference import TorchRunner, compare_outputs
+from tensortune.task.pattern import attention_pattern
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "templates"))
+from test_templates import check_configs  # noqa: E402 - the templates' own correctness check
+
+
+class _Attention(nn.Module):
+    """Multi-head self-attention as the Hugging Face models write it, with a residual and a norm."""
+
+    def __init__(self, dim: int = 32, heads: int = 2) -> None:
+        super().__init__()
+        self.heads, self.dim = heads, dim
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        d = c // self.heads
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, d).permute(2, 0, 3, 1, 4)
+        p = ((q @ k.transpose(-2, -1)) * d ** -0.5).softmax(dim=-1)
+        o = (p @ v).transpose(1, 2).reshape(b, t, c)
+        return self.norm(x + self.proj(o))
+
+
+def _model(tokens: int):
+    torch.manual_seed(0)
+    x = torch.randn(1, tokens, 32, generator=torch.Generator().manual_seed(1))
+    return load_model(_Attention(), [x])
+
+
+@pytest.fixture(scope="module")
+def measurer() -> Iterator[Measurer]:
+    """The real builder and runner with the correctness check (nothing here is about speed)."""
+    opts = MeasureOptions(number=1, repeat=1, min_repeat_ms=0, check_correctness=True,
+                          build_timeout=300.0, run_timeout=300.0)
+    with Measurer(opts) as m:
+        yield m
+
+
+@pytest.fixture
+def fuse_small(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fuse heads of any size (by default only scores past the cache are: Whisper's, not these)."""
+    from tensortune.models import attention
+
+    monkeypatch.setattr(attention, "MIN_SCORES_BYTES", 0)
+
+
+def test_small_heads_stay_three_functions() -> None:
+    kinds = [mt.task.template_name for mt in model_tasks(_model(24))]
+    assert "attention" not in kinds and "gemm" in kinds
+
+
+@pytest.mark.parametrize("tokens", [23, 24])
+def test_attention_is_one_task_and_the_model_matches_pytorch(fuse_small: None, tokens: int) -> None:
+    model = _model(tokens)
+    attention = [mt for mt in model_tasks(model) if mt.task.template_name == "attention"]
+    assert len(attention) == 1, [mt.kernel_class for mt in model_tasks(model)]
+    task = attention[0].task
+    assert task.kernel_class == "attention"
+    pat = attention_pattern(task.prim_func())
+    assert pat is not None and pat.args == {"B": 2, "M": tokens, "N": tokens, "K": 16, "D": 16}
+    assert not any(mt.kernel_class.startswith("softmax") for mt in model_tasks(model))  # no softmax of its own
+    ref = TorchRunner(model.torch_module).run(model.example_inputs)
+    cm = compile_model(model)
+    assert [c.source for c in cm.choices if c.kernel_class == "attention"] == ["default"]  # no fallback
+    check = compare_outputs(cm.run(model.example_inputs), ref)
+    assert check.ok, check.message
+
+
+@pytest.mark.parametrize("tokens", [23, 24])
+def test_attention_configs_are_correct(fuse_small: None, measurer: Measurer, tokens: int) -> None:
+    """The default and sampled configs (row blocks, register tiles that do and do not divide them)
+    build, run and match the unscheduled function."""
+    (task,) = [mt.task for mt in model_tasks(_model(tokens)) if mt.task.template_name == "attention"]
+    check_configs(measurer, task, n_samples=6)
