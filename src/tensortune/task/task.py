@@ -220,6 +220,13 @@ class Task:
 
         return analyze_func(self.prim_func())
 
+    @cached_property
+    def attention(self) -> Any:
+        """The blocks of a fused attention (:func:`.pattern.attention_pattern`; None for others)."""
+        from .pattern import attention_pattern
+
+        return attention_pattern(self.prim_func())
+
     # ---------------------------------------------------------------- space
     @property
     def template(self) -> Any:

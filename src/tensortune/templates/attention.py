@@ -11,12 +11,14 @@ to memory and back, which is what the unfused functions spend their time on.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
-from ..task.pattern import AttentionPattern, attention_pattern
 from .base import Template, TemplateError, annotate_unroll, schedule_of, vector_lanes
 from .generic import _below, _expensive_shared, _fresh_vars, _is_reduction, _peel_guarded, _vectorize_spatial_inner
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task.pattern import AttentionPattern
 
 #: Bytes of scores, exponentials and probabilities a row block may hold (a share of a core's L2).
 BLOCK_BYTES = 384 * 1024
@@ -44,8 +46,8 @@ class AttentionTemplate(Template):
     name = "attention"
     version = 1
 
-    def _pattern(self, task: Any) -> AttentionPattern:
-        pat = attention_pattern(task.prim_func())
+    def _pattern(self, task: Any) -> "AttentionPattern":
+        pat = task.attention
         if pat is None:
             raise TemplateError("not a fused attention")
         return pat
