@@ -67,11 +67,6 @@ def _group_calls(mod: Any, value: Any) -> list[Any] | None:
     return calls if calls and all(_is_call_tir(c) and len(c.args) == 2 for c in calls) else None
 
 
-def _first_prim(mod: Any, value: Any) -> Any:
-    calls = _group_calls(mod, value)
-    return mod[calls[0].args[0]] if calls else None
-
-
 def _matmul(mod: Any, value: Any) -> dict[str, int] | None:
     """The shape of a group whose first function is a (batch) matmul ``A[..., M, K] @ B[..., K, N]``
     of float32 (None otherwise)."""
@@ -100,21 +95,17 @@ def _row_kind(mod: Any, value: Any, rows: int, keys: int) -> str | None:
         shape = [int(d) for d in c.ty_args[0].shape] if c.ty_args[0].shape is not None else []
         if shape[-2:] != [rows, keys]:
             return None
-    kinds = []
-    for k, c in enumerate(calls):
-        prim = mod[c.args[0]]
-        if k == 0 and c.args[0].name_hint.startswith("softmax"):
-            kinds.append("softmax")
-            continue
+    softmax = calls[0].args[0].name_hint.startswith("softmax")
+    for c in calls[1:] if softmax else calls:
         try:
-            if any(b.reduction for b in _blocks(prim)):
+            if any(b.reduction for b in _blocks(mod[c.args[0]])):
                 return None
         except Exception:  # noqa: BLE001 - an unusual function: not part of a chain
             return None
-    return "softmax" if kinds else "map"
+    return "softmax" if softmax else "map"
 
 
-def _inputs(mod: Any, value: Any) -> list[Any]:
+def _inputs(value: Any) -> list[Any]:
     """The arguments a group takes from ``main``."""
     return list(value.args[1].fields) if _is_call_tir(value) else list(value.args)
 
@@ -159,13 +150,15 @@ def _chains(mod: Any) -> list[_Chain]:
             continue
         rows, keys = o_shape["M"], o_shape["K"]
         mids: list[Any] = []
-        x = _inputs(mod, o.value)[0]
+        n_softmax = 0
+        x = _inputs(o.value)[0]
         while x in bound and uses.get(x) == 1:
             kind = _row_kind(mod, bound[x].value, rows, keys)
             if kind is None:
                 break
+            n_softmax += kind == "softmax"
             mids.insert(0, bound[x])
-            nxt = [a for a in _inputs(mod, bound[x].value)
+            nxt = [a for a in _inputs(bound[x].value)
                    if a in bound and getattr(a.ty, "shape", None) is not None
                    and [int(d) for d in a.ty.shape][-2:] == [rows, keys]]
             if not nxt:
@@ -175,15 +168,12 @@ def _chains(mod: Any) -> list[_Chain]:
         if s is None or uses.get(x) != 1 or not mids:
             continue
         s_shape = _matmul(mod, s.value)
-        n_softmax = sum(1 for m in mids if _row_kind(mod, m.value, rows, keys) == "softmax")
         if s_shape is None or (s_shape["M"], s_shape["N"]) != (rows, keys) or n_softmax != 1:
             continue
         if rows * keys * 4 < MIN_SCORES_BYTES or not any(rows % d == 0 for d in range(MIN_ROW_BLOCK, 65)):
             continue
         out.append(_Chain(s, mids, o))
     return out
-
-
 
 
 def _emit_group(bb: Any, mod: Any, value: Any, env: dict[Any, Any]) -> Any:
@@ -214,7 +204,7 @@ def _outer_args(mod: Any, chain: _Chain) -> list[Any]:
     """The chain's arguments from ``main`` (its own intermediates left out), in order of use."""
     out: list[Any] = []
     for b in (chain.s, *chain.mids, chain.o):
-        for a in _inputs(mod, b.value):
+        for a in _inputs(b.value):
             if a not in chain.inner and not any(a.same_as(x) for x in out):
                 out.append(a)
     return out
