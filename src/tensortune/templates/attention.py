@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import Template, TemplateError, annotate_unroll, schedule_of, vector_lanes
+from .conv2d_nchwc import vector_registers
 from .generic import _below, _expensive_shared, _fresh_vars, _is_reduction, _peel_guarded, _vectorize_spatial_inner
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,11 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 BLOCK_BYTES = 384 * 1024
 #: Register-tile heights the two matmuls choose from.
 TILE_HEIGHTS = (1, 2, 3, 4, 5, 6, 7, 8)
-
-
-def _registers(lanes: int) -> int:
-    """Vector registers of the target: 32 with AVX-512, else 16."""
-    return 32 if lanes >= 16 else 16
+#: Row chains of a reduction unrolled at most (a whole head of 197 rows unrolled spills).
+MAX_UNROLLED_ROWS = 16
 
 
 def _row_blocks(rows: int) -> list[int]:
@@ -66,7 +64,7 @@ class AttentionTemplate(Template):
     def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
         pat = self._pattern(task)
         lanes = vector_lanes(task)
-        regs = _registers(lanes)
+        regs = vector_registers(task.target_json)
         M, N, D, B = pat.args["M"], pat.args["N"], pat.args["D"], pat.args["B"]
         width = -(-D // lanes)
 
@@ -166,7 +164,3 @@ def _interleave_rows(sch: Any, block: Any, par: Any) -> None:
         sch.reorder(loops[-1], loops[-2])
         if int(sch.get(loops[-2]).extent) <= MAX_UNROLLED_ROWS:
             sch.unroll(loops[-2])
-
-
-#: Row chains of a reduction unrolled at most (a whole head of 197 rows unrolled spills).
-MAX_UNROLLED_ROWS = 16
