@@ -87,9 +87,22 @@ def test_attention_is_one_task_and_the_model_matches_pytorch(fuse_small: None, t
     assert check.ok, check.message
 
 
-@pytest.mark.parametrize("tokens", [23, 24])
+@pytest.mark.parametrize("tokens", [23, 24, 60])
 def test_attention_configs_are_correct(fuse_small: None, measurer: Measurer, tokens: int) -> None:
     """The default and sampled configs (row blocks, register tiles that do and do not divide them)
     build, run and match the unscheduled function."""
     (task,) = [mt.task for mt in model_tasks(_model(tokens)) if mt.task.template_name == "attention"]
     check_configs(measurer, task, n_samples=6)
+
+
+@pytest.mark.parametrize(("tokens", "split"), [(23, False), (60, True)])
+def test_row_reductions_are_vector_partials_when_a_piece_divides_the_keys(fuse_small: None, tokens: int,
+                                                                          split: bool) -> None:
+    """The softmax's maximum and sum over 60 keys run as vectors of partials (pieces of 30), one
+    vector a row; 23 keys have no exact piece and stay one scalar chain a row."""
+    (task,) = [mt.task for mt in model_tasks(_model(tokens)) if mt.task.template_name == "attention"]
+    script = task.instantiate(task.default_config()).script()
+    partials = [n for n in ("T_softmax_maxelem_rf_update", "T_softmax_expsum_rf_update") if n in script]
+    assert bool(partials) == split, partials
+    if split:
+        assert len(partials) == 2 and "T.vectorized(30)" in script.replace("T.int64(30)", "30")

@@ -4,8 +4,8 @@ The function is a fused attention (:mod:`tensortune.models.attention`). Its outp
 split in blocks of ``tile_rows``; batch, heads and row blocks are one parallel loop, and under
 it each block computes its rows of the scores ``S`` (a register tile of ``rows_s`` rows by two
 vectors of keys, the keys' guarded last tile peeled off), the softmax stages (the row maxima
-and sums as independent scalar chains, one per row; the exponential and the probabilities
-vectorised along the keys) and its rows of ``O`` (a register tile of ``rows_o`` rows by the
+and sums as a vector of partials a row over an exact piece of the keys, else independent
+scalar chains, one per row; the exponential and the probabilities vectorised along the keys) and its rows of ``O`` (a register tile of ``rows_o`` rows by the
 head width). ``S`` and the probabilities of a block stay in the core's cache instead of going
 to memory and back, which is what the unfused functions spend their time on.
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..space import Config, ConfigSpace
 from .base import Template, TemplateError, annotate_unroll, schedule_of, vector_lanes
 from .conv2d_nchwc import vector_registers
-from .generic import _below, _expensive_shared, _fresh_vars, _is_reduction, _peel_guarded, _vectorize_spatial_inner
+from .generic import _below, _split_reductions, _expensive_shared, _fresh_vars, _is_reduction, _peel_guarded, _vectorize_spatial_inner
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task.pattern import AttentionPattern
@@ -42,7 +42,7 @@ class AttentionTemplate(Template):
     """A fused attention, computed row block by row block."""
 
     name = "attention"
-    version = 1
+    version = 2
 
     def _pattern(self, task: Any) -> "AttentionPattern":
         pat = task.attention
@@ -105,6 +105,9 @@ class AttentionTemplate(Template):
                     pass
             kept.append(b)
         probs = between[-1]
+        named = {sch.get(b).name_hint for b in kept}
+        kept = _split_reductions(sch, kept, lanes)  # the max and the sum: vectors of partials, exact pieces
+        partials = {sch.get(b).name_hint for b in kept} - named
         after = [sch.get_sblock(n) for n in pat.after]
         for b in after[:-1]:
             sch.compute_inline(b)
@@ -127,7 +130,9 @@ class AttentionTemplate(Template):
             _vectorize_spatial_inner(sch, after[-1], iio, lanes)
         self._scores(sch, scores, par, config, lanes, pat.args["N"])
         for b in kept:
-            if _is_reduction(sch, b):
+            if sch.get(b).name_hint in partials:
+                _vectorize_row_partials(sch, b, par)
+            elif _is_reduction(sch, b):
                 _interleave_rows(sch, b, par)
             else:
                 _vectorize_spatial_inner(sch, b, par, lanes)
@@ -154,6 +159,24 @@ class AttentionTemplate(Template):
         for part in _peel_guarded(sch, jo, width, keys):  # each copy's accumulators zeroed before its k loop
             (copy,) = sch.get_child_blocks(part)
             sch.decompose_reduction(copy, sch.get_loops(copy)[-3 if sii is not None else -2])
+
+
+def _vectorize_row_partials(sch: Any, rf: Any, par: Any) -> None:
+    """The partials block of a split row reduction (rfactor puts the piece's loop first: piece,
+    rows, pieces): rows, then pieces, then the piece innermost and vectorised, so each row's
+    partials are one contiguous vector."""
+    loops = _below(sch, rf, par)
+    if len(loops) == 3:
+        piece, rows, ko = loops
+        sch.reorder(rows, ko, piece)
+    elif len(loops) == 2:
+        piece, ko = loops
+        sch.reorder(ko, piece)
+    else:
+        raise TemplateError("a row reduction's partials are not piece, rows, pieces")
+    sch.vectorize(piece)
+    init = sch.decompose_reduction(rf, ko)
+    sch.vectorize(sch.get_loops(init)[-1])
 
 
 def _interleave_rows(sch: Any, block: Any, par: Any) -> None:
