@@ -265,6 +265,17 @@ def test_dense_default_register_tile_leaves_room_for_weights() -> None:
         assert (yi + 1) * xb + 2 <= (32 if wide else 16) and yi <= 16 and xb <= (4 if M >= 4 else 8)
 
 
+def test_dense_default_tile_rows_do_not_outnumber_the_l1_ways() -> None:
+    """ViT's 197 x 3072 x 768 on AVX-512: rows of A 12 KiB apart all fall in one L1 set, so the
+    tile takes at most 8 of them (14 ran at half the peak); 3 KiB rows spread over four sets."""
+    from tensortune.templates.dense_pack import aliased_rows, default_register_tile
+    assert aliased_rows(14, 4 * 3072) == 14 and aliased_rows(14, 4 * 1536) == 7 and aliased_rows(14, 4 * 768) == 4
+    assert default_register_tile(197, 48, 1, 28, 32) == (14, 2)
+    yi, xb = default_register_tile(197, 48, 1, 28, 32, row_bytes=4 * 3072)
+    assert yi <= 8 and yi * xb >= 20, (yi, xb)
+    assert default_register_tile(197, 48, 1, 28, 32, row_bytes=4 * 768) == (14, 2)
+
+
 def _block_executions(mod) -> int:
     """How many times the blocks of ``mod``'s scheduled PrimFunc execute in all (loop extents
     multiplied over each block's loops): repeated work shows as a larger count."""

@@ -11,6 +11,7 @@ The row and column tiles run in parallel.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..space import Config, ConfigSpace
@@ -20,7 +21,20 @@ from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor
 from .conv2d_nchwc import max_accumulators, vector_registers
 
 
-def default_register_tile(M: int, blocks: int, vec: int, acc: int, regs: int) -> tuple[int, int]:
+#: Bytes between two addresses of one L1 set (32 KiB / 8 ways on Zen, 48 KiB / 12 ways on Intel: 4 KiB).
+L1_SET_SPAN = 4096
+#: The fewest ways of an x86 L1 data cache seen (Zen 3 / 4).
+L1_WAYS = 8
+
+
+def aliased_rows(rows: int, row_bytes: int) -> int:
+    """How many of ``rows`` rows ``row_bytes`` apart share one L1 set at each step of the
+    reduction: rows a multiple of 4 KiB apart (K = 1024, 2048, 3072 floats) all do."""
+    positions = L1_SET_SPAN // math.gcd(row_bytes, L1_SET_SPAN)
+    return -(-rows // positions)
+
+
+def default_register_tile(M: int, blocks: int, vec: int, acc: int, regs: int, row_bytes: int = 0) -> tuple[int, int]:
     """``(yi, xb)``: the untuned register tile of ``yi`` rows x ``xb`` column blocks.
 
     It must fit the ``regs`` vector registers (16, 32 with AVX-512): the ``yi * xb * vec``
@@ -30,10 +44,13 @@ def default_register_tile(M: int, blocks: int, vec: int, acc: int, regs: int) ->
     column blocks at most 4, 8 when there are fewer than 4 rows (a matrix-vector product needs
     independent accumulators to hide the FMA latency). Measured on Zen 3 (AVX2), 34 dense tasks
     with 384 rows, 200 configs each: the 6 x 2 tile this picks ran at a median 0.87 of each task's
-    best config, the 4 x 3 tile (as many accumulators, but all 16 registers taken) at 0.28."""
+    best config, the 4 x 3 tile (as many accumulators, but all 16 registers taken) at 0.28.
+    The tile's rows of A (``row_bytes`` apart) must not outnumber the L1's ways in one set: ViT's
+    K = 3072 (12 KiB rows) with 14 rows ran at half the peak (Zen 4), 6 x 4 at 85%."""
     xmax = 4 if M >= 4 else 8
     cands = [(yi, xb) for yi in tail_row_tiles(M) for xb in divisors(blocks)
-             if xb <= xmax and yi * xb * vec <= acc and (yi + 1) * xb * vec + 2 <= regs]
+             if xb <= xmax and yi * xb * vec <= acc and (yi + 1) * xb * vec + 2 <= regs
+             and (not row_bytes or aliased_rows(yi, row_bytes) <= L1_WAYS)]
     return max(cands, key=lambda t: (t[0] * t[1], -(t[0] + t[1] * vec), t[0]))
 
 
@@ -61,7 +78,7 @@ class DensePackTemplate(Template):
         M, K, blocks = a["M"], a["K"], a["N"] // a["NB"]
         vec = -(-a["NB"] // vector_lanes(task))
         tj = task.target_json
-        yi, xb = default_register_tile(M, blocks, vec, max_accumulators(tj), vector_registers(tj))
+        yi, xb = default_register_tile(M, blocks, vec, max_accumulators(tj), vector_registers(tj), row_bytes=4 * K)
         ki = largest_divisor_le(K, 4)
         return {"tile_y": (-(-M // yi), 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K // ki, ki),
                 **unroll_knobs(64)}
