@@ -45,8 +45,9 @@ def default_register_tile(M: int, blocks: int, vec: int, acc: int, regs: int, ro
     independent accumulators to hide the FMA latency). Measured on Zen 3 (AVX2), 34 dense tasks
     with 384 rows, 200 configs each: the 6 x 2 tile this picks ran at a median 0.87 of each task's
     best config, the 4 x 3 tile (as many accumulators, but all 16 registers taken) at 0.28.
-    The tile's rows of A (``row_bytes`` apart) must not outnumber the L1's ways in one set: ViT's
-    K = 3072 (12 KiB rows) with 14 rows ran at half the peak (Zen 4), 6 x 4 at 85%."""
+    The tile's rows of A (``row_bytes`` apart) must not outnumber the L1's ways in one set
+    (:func:`aliased_rows`): rows 12 KiB apart (K = 3072) all fall in one set and would evict each
+    other at every step of the reduction."""
     xmax = 4 if M >= 4 else 8
     cands = [(yi, xb) for yi in tail_row_tiles(M) for xb in divisors(blocks)
              if xb <= xmax and yi * xb * vec <= acc and (yi + 1) * xb * vec + 2 <= regs
