@@ -112,20 +112,24 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
     db = out / "dbs" / f"{slug}-{tuner}.db"
     db.parent.mkdir(parents=True, exist_ok=True)
     model = load_model(spec)
-    t0 = time.perf_counter()
-    compile_model(model)
-    tune_s = tuning_seconds(budget, time.perf_counter() - t0)
-    cmd = ["tune", spec, "--tuner", tuner, "--time-budget", f"{tune_s:.0f}", "--db", str(db), "--no-progress"]
+    kept = out / "runs" / f"{slug}-{tuner}.json"
+    tune_s = None
+    if not kept.exists():  # a resumed model reads its tuning run back: no budget to work out
+        t0 = time.perf_counter()
+        compile_model(model)
+        tune_s = tuning_seconds(budget, time.perf_counter() - t0)
+    cmd = ["tune", spec, "--tuner", tuner, "--time-budget", f"{tune_s or budget:.0f}", "--db", str(db), "--no-progress"]
     for o in options:
         cmd += ["-O", o]
-    run = run_json(cmd, out / "runs" / f"{slug}-{tuner}.json", fresh=[db])
+    run = run_json(cmd, kept, fresh=[db])
     with Database(str(db)) as database:
         cm = compile_model(model, database)
     report = bench_model(model, rounds=rounds, tuned=cm)
     rows, ms, fastest = _medians(report, ("tensortune tuned",) + SYSTEMS)
     return {
         "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9, "ms": ms,
-        "tuning_wall_s": run.get("wall_s"), "time_budget_s": tune_s, "tasks_measured": run.get("tasks_measured"), "counts": cm.counts(),
+        "tuning_wall_s": run.get("wall_s"), "time_budget_s": tune_s, "tasks_measured": run.get("tasks_measured"),
+        "counts": cm.counts(),
         "outputs_match": bool(rows.get("tensortune tuned") and rows["tensortune tuned"].ok),
         "fastest": fastest[0] if fastest else None,
         "ratio": _over(ms["tensortune tuned"], fastest), "untuned_ratio": _over(ms["tensortune untuned"], fastest),

@@ -5,8 +5,8 @@ split in blocks of ``tile_rows``; batch, heads and row blocks are one parallel l
 it each block computes its rows of the scores ``S`` (a register tile of ``rows_s`` rows by two
 vectors of keys, the keys' guarded last tile peeled off), the softmax stages (the row maxima
 and sums as a vector of partials a row over an exact piece of the keys, else independent
-scalar chains, one per row; the exponential and the probabilities vectorised along the keys) and its rows of ``O`` (a register tile of ``rows_o`` rows by the
-head width). ``S`` and the probabilities of a block stay in the core's cache instead of going
+scalar chains, one per row; the exponential and the probabilities vectorised along the keys)
+and its rows of ``O`` (a register tile of ``rows_o`` rows by the head width). ``S`` and the probabilities of a block stay in the core's cache instead of going
 to memory and back, which is what the unfused functions spend their time on.
 """
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ..space import Config, ConfigSpace
 from .base import Template, TemplateError, annotate_unroll, schedule_of, vector_lanes
 from .conv2d_nchwc import vector_registers
-from .generic import _below, _split_reductions, _expensive_shared, _fresh_vars, _is_reduction, _peel_guarded, _vectorize_spatial_inner
+from .generic import (_below, _expensive_shared, _fresh_vars, _is_reduction, _peel_guarded, _split_reductions,
+                      _vectorize_spatial_inner)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task.pattern import AttentionPattern
