@@ -110,29 +110,14 @@ def _inputs(value: Any) -> list[Any]:
     return list(value.args[1].fields) if _is_call_tir(value) else list(value.args)
 
 
-def _uses(main: Any) -> dict[Any, int]:
-    """How many times each variable is an argument in ``main`` (its result included)."""
+def _used_once(main: Any) -> set[Any]:
+    """The dataflow variables of ``main`` that exactly one binding uses (TVM's ``udchain``;
+    a dataflow variable is never used outside its block)."""
     from tvm import relax
 
-    counts: dict[Any, int] = {}
-
-    def count(e: Any) -> None:
-        if isinstance(e, relax.Var):
-            counts[e] = counts.get(e, 0) + 1
-        elif isinstance(e, relax.Tuple):
-            for x in e.fields:
-                count(x)
-        elif isinstance(e, relax.Call):
-            for x in e.args:
-                count(x)
-        elif isinstance(e, relax.TupleGetItem):
-            count(e.tuple_value)
-
-    for block in main.body.blocks:
-        for b in block.bindings:
-            count(b.value)
-    count(main.body.body)
-    return counts
+    return {var for block in main.body.blocks if isinstance(block, relax.DataflowBlock)
+            for var, users in relax.analysis.udchain(block).items()
+            if isinstance(var, relax.DataflowVar) and len(users) == 1}
 
 
 def _chains(mod: Any) -> list[_Chain]:
@@ -141,7 +126,7 @@ def _chains(mod: Any) -> list[_Chain]:
     from tvm import relax
 
     main = mod["main"]
-    uses = _uses(main)
+    once = _used_once(main)
     bound = {b.var: b for block in main.body.blocks if isinstance(block, relax.DataflowBlock) for b in block.bindings}
     out = []
     for o in bound.values():
@@ -152,7 +137,7 @@ def _chains(mod: Any) -> list[_Chain]:
         mids: list[Any] = []
         n_softmax = 0
         x = _inputs(o.value)[0]
-        while x in bound and uses.get(x) == 1:
+        while x in bound and x in once:
             kind = _row_kind(mod, bound[x].value, rows, keys)
             if kind is None:
                 break
@@ -165,7 +150,7 @@ def _chains(mod: Any) -> list[_Chain]:
                 break
             x = nxt[0]
         s = bound.get(x)
-        if s is None or uses.get(x) != 1 or not mids:
+        if s is None or x not in once or not mids:
             continue
         s_shape = _matmul(mod, s.value)
         if s_shape is None or (s_shape["M"], s_shape["N"]) != (rows, keys) or n_softmax != 1:
