@@ -38,8 +38,8 @@ class _Chain:
 #: between the three functions anyway, and there the fused function measured slower (ViT, GPT-2,
 #: DistilBERT, Swin, MobileViT: 1.01-1.65x the unfused model; Whisper's 1500 x 1500: 0.92x).
 MIN_SCORES_BYTES = 1 << 20
-#: The least row block the fused function runs well with (a divisor of the rows from here to 64;
-#: a ViT's 197 rows would be one guarded block a head).
+#: The least row block the fused function runs well with (a divisor of the rows from here to the
+#: template's :data:`~tensortune.templates.attention.MAX_ROW_BLOCK`).
 MIN_ROW_BLOCK = 7
 
 
@@ -125,6 +125,8 @@ def _chains(mod: Any) -> list[_Chain]:
     whose intermediates have no other use."""
     from tvm import relax
 
+    from ..templates.attention import MAX_ROW_BLOCK
+
     main = mod["main"]
     once = _used_once(main)
     bound = {b.var: b for block in main.body.blocks if isinstance(block, relax.DataflowBlock) for b in block.bindings}
@@ -155,7 +157,7 @@ def _chains(mod: Any) -> list[_Chain]:
         s_shape = _matmul(mod, s.value)
         if s_shape is None or (s_shape["M"], s_shape["N"]) != (rows, keys) or n_softmax != 1:
             continue
-        if rows * keys * 4 < MIN_SCORES_BYTES or not any(rows % d == 0 for d in range(MIN_ROW_BLOCK, 65)):
+        if rows * keys * 4 < MIN_SCORES_BYTES or not any(rows % d == 0 for d in range(MIN_ROW_BLOCK, MAX_ROW_BLOCK + 1)):
             continue
         out.append(_Chain(s, mids, o))
     return out

@@ -26,17 +26,19 @@ if TYPE_CHECKING:  # pragma: no cover
 BLOCK_BYTES = 384 * 1024
 #: Register-tile heights the two matmuls choose from.
 TILE_HEIGHTS = (1, 2, 3, 4, 5, 6, 7, 8)
+#: The tallest row block but a head's whole rows (a ViT's 197 tokens have no other divisor).
+MAX_ROW_BLOCK = 64
 #: Row chains of a reduction unrolled at most (a whole head of 197 rows unrolled spills).
 MAX_UNROLLED_ROWS = 16
 
 
 def _row_blocks(rows: int) -> list[int]:
-    """Row-block heights: the divisors of ``rows`` up to 64, and ``rows`` itself up to 256 (a
-    head's whole rows: a ViT's 197 tokens have no other divisor). A guarded block would stop TVM
+    """Row-block heights: the divisors of ``rows`` up to :data:`MAX_ROW_BLOCK`, and ``rows`` itself
+    up to 256 (a head's whole rows). A guarded block would stop TVM
     from narrowing the region the stages before it compute per block (the reshapes' index
     arithmetic), so that every block computed all of ``S``."""
-    exact = [d for d in range(1, min(rows, 64) + 1) if rows % d == 0]
-    return exact + ([rows] if 64 < rows <= 256 else [])
+    exact = [d for d in range(1, min(rows, MAX_ROW_BLOCK) + 1) if rows % d == 0]
+    return exact + ([rows] if MAX_ROW_BLOCK < rows <= 256 else [])
 
 
 class AttentionTemplate(Template):
