@@ -113,10 +113,10 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
     db.parent.mkdir(parents=True, exist_ok=True)
     model = load_model(spec)
     kept = out / "runs" / f"{slug}-{tuner}.json"
-    tune_s = None
+    tune_s = untuned = None
     if not kept.exists():  # a resumed model reads its tuning run back: no budget to work out
         t0 = time.perf_counter()
-        compile_model(model)
+        untuned = compile_model(model)
         tune_s = tuning_seconds(budget, time.perf_counter() - t0)
     cmd = ["tune", spec, "--tuner", tuner, "--time-budget", f"{tune_s or budget:.0f}", "--db", str(db), "--no-progress"]
     for o in options:
@@ -124,7 +124,7 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
     run = run_json(cmd, kept, fresh=[db])
     with Database(str(db)) as database:
         cm = compile_model(model, database)
-    report = bench_model(model, rounds=rounds, tuned=cm)
+    report = bench_model(model, rounds=rounds, tuned=cm, untuned=untuned)
     rows, ms, fastest = _medians(report, ("tensortune tuned",) + SYSTEMS)
     return {
         "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9, "ms": ms,

@@ -103,7 +103,7 @@ class BenchReport:
 def bench_model(model: Model, database: Any = None, threads: int | None = None, rounds: int = BENCH_ROUNDS,
                 min_time_s: float = BENCH_MIN_TIME_S, with_ort: bool = True,
                 tuned: CompiledModel | None = None, extra: dict[str, Any] | None = None,
-                with_openvino: bool = True) -> BenchReport:
+                with_openvino: bool = True, untuned: CompiledModel | None = None) -> BenchReport:
     """Compile ``model`` tuned (``database``) and untuned, check every system's outputs, time them.
 
     ``with_ort`` adds the ONNX Runtime row and, unless ``with_openvino`` is False, the OpenVINO row
@@ -111,14 +111,15 @@ def bench_model(model: Model, database: Any = None, threads: int | None = None, 
     ``threads``; ``with_ort=False`` leaves out both. OpenVINO is an optional extra: when it is not
     installed (or cannot load the file) its row is left out and :attr:`BenchReport.notes` says why.
     ``extra`` adds systems by name (anything with ``run(inputs)`` and ``callable(inputs)``, e.g. a
-    :class:`CompiledModel` built by another tuner); they are checked and timed like the others."""
+    :class:`CompiledModel` built by another tuner); they are checked and timed like the others.
+    ``tuned`` and ``untuned``, when given, are used instead of compiling the model again."""
     from ..target import cpu_count
 
     threads = threads or cpu_count()
     set_threads(threads)
     inputs = model.example_inputs
     tuned = tuned or compile_model(model, database)
-    untuned = compile_model(model, None)
+    untuned = untuned or compile_model(model, None)
     systems: dict[str, Any] = {}
     runners: dict[str, Any] = {"tensortune tuned": tuned, "tensortune untuned": untuned, **(extra or {})}
     if model.torch_module is not None:
