@@ -276,6 +276,23 @@ def test_dense_default_tile_rows_do_not_outnumber_the_l1_ways() -> None:
     assert default_register_tile(197, 48, 1, 28, 32, row_bytes=4 * 768) == (14, 2)
 
 
+def test_gemm_default_register_tile() -> None:
+    """Swin's 49-row windows take 7-row tiles (no divisor of 49 is 4; 1 x 2 vectors ran 27% slower
+    than 7 x 2); padded columns take two vectors unless that pads far more than one (ViT's 197 x 197
+    scores: 4 rows x 2 vectors, 15% faster than 6 x 1); a guarded row tail keeps 4 rows."""
+    from tensortune.templates.base import vector_lanes
+    lanes = vector_lanes(Task.from_op("batch_matmul", (1, 8, 8, 8)))
+
+    def tile(B: int, M: int, N: int, K: int) -> tuple[int, int]:
+        cfg = Task.from_op("batch_matmul", (B, M, N, K)).default_config()
+        return cfg["tile_y"][2], cfg["tile_x"][2]
+
+    assert tile(48, 49, 2 * lanes, 49) == (7, 2 * lanes)
+    assert tile(12, 197, 197, 64) == (4, 2 * lanes)
+    assert tile(16, 256, 2 * lanes + 4, 256) == (4, lanes)  # two vectors would pad 44% more
+    assert tile(12, 128, 4 * lanes, 64) == (4, 4 * lanes)
+
+
 def _block_executions(mod) -> int:
     """How many times the blocks of ``mod``'s scheduled PrimFunc execute in all (loop extents
     multiplied over each block's loops): repeated work shows as a larger count."""
