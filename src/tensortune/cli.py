@@ -4,18 +4,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
+
+from .errors import TensortuneError
+from .limits import LimitError, check_seed
+
+#: Largest integer option (counts of trials, tasks, rounds): SQLite's signed 64-bit INTEGER.
+MAX_INT_ARG = 2**63 - 1
 
 #: The main job on defaults: tune this built-in model for a few minutes, then compare.
 DEMO_MODEL, DEMO_TUNER, DEMO_TIME_BUDGET, DEMO_DB = "resnet18", "autotvm", 300.0, "tensortune_demo.db"
 DEMO_SCHEDULER = "sequential"
 
 
-class UsageError(Exception):
+class UsageError(TensortuneError):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
@@ -32,14 +40,35 @@ def _positive(cast: type) -> Any:
             v = cast(s)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{s!r} is not a{'n integer' if cast is int else ' number'}") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"{s} must be positive")
+        if not math.isfinite(v) or v <= 0:
+            raise argparse.ArgumentTypeError(f"{s} must be a positive finite number")
+        if cast is int and v > MAX_INT_ARG:
+            raise argparse.ArgumentTypeError(f"{s} is too large (at most {MAX_INT_ARG})")
         return v
 
     return parse
 
 
 _positive_int, _positive_float = _positive(int), _positive(float)
+
+
+def _seed(s: str) -> int:
+    """An argparse type: a seed, 0 to :data:`~tensortune.limits.MAX_SEED`."""
+    try:
+        return check_seed(int(s))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e) if isinstance(e, LimitError) else f"{s!r} is not an integer") from None
+
+
+def _threads(s: str) -> int:
+    """An argparse type: a thread count, 1 to this machine's cores (TVM's thread pool joins every
+    thread at exit: a thousand of them made ``bench`` hang after printing its results)."""
+    from .target import cpu_count
+
+    v = _positive_int(s)
+    if v > cpu_count():
+        raise argparse.ArgumentTypeError(f"{v} threads: this machine has {cpu_count()} cores")
+    return v
 
 
 def _speedup(s: str) -> float:
@@ -154,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--rpc", default=None, metavar="HOST:PORT:KEY",
                    help="time candidates on a device of this TVM RPC tracker (built here)")
     t.add_argument("--db", required=True, help="SQLite database file (created if missing)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=_seed, default=0)
     t.add_argument("--json", action="store_true", help="print one JSON object")
     t.add_argument("--no-progress", action="store_true")
     tuner_option_arg(t)
@@ -213,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     tm.add_argument("--survey-batch", type=_positive_int, default=None, help="survey: measurements per task and round (64)")
     tm.add_argument("--db", required=True, help="SQLite database file (created if missing)")
     tm.add_argument("--batch-size", type=_positive_int, default=None)
-    tm.add_argument("--seed", type=int, default=0)
+    tm.add_argument("--seed", type=_seed, default=0)
     tm.add_argument("--json", action="store_true", help="print one JSON object")
     tm.add_argument("--no-progress", action="store_true")
     tm.add_argument("--no-confirm", action="store_true",
@@ -235,14 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
     bm = sub.add_parser("bench", help="check and time a compiled model against PyTorch and ONNX Runtime")
     model_args(bm)
     bm.add_argument("--db", default=None, help="database of tuning records (none: the tuned row equals the untuned one)")
-    bm.add_argument("--threads", type=_positive_int, default=None, help="threads for every system (default: all cores)")
+    bm.add_argument("--threads", type=_threads, default=None, help="threads for every system (default: all cores)")
     bm.add_argument("--no-onnxruntime", action="store_true")
     bm.add_argument("--json", action="store_true")
 
     pr = sub.add_parser("profile", help="time every fused function inside the compiled model")
     model_args(pr)
     pr.add_argument("--db", default=None, help="database of tuning records (none: template defaults)")
-    pr.add_argument("--threads", type=_positive_int, default=None, help="threads (default: all cores)")
+    pr.add_argument("--threads", type=_threads, default=None, help="threads (default: all cores)")
     pr.add_argument("--runs", type=_positive_int, default=10, help="inferences profiled (medians over them)")
     pr.add_argument("--top", type=_positive_int, default=None, help="show only the N heaviest functions")
     pr.add_argument("--no-peak", action="store_true", help="skip measuring the machine's peak (no %%peak column)")
@@ -253,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "and keep the fastest there (tune runs this at its end)")
     model_args(cf)
     cf.add_argument("--db", required=True, help="database of tuning records (the verdict is stored in it)")
-    cf.add_argument("--threads", type=_positive_int, default=None, help="threads (default: all cores)")
+    cf.add_argument("--threads", type=_threads, default=None, help="threads (default: all cores)")
     cf.add_argument("--rounds", type=_positive_int, default=None, help="interleaved rounds (default 5)")
     cf.add_argument("--runs", type=_positive_int, default=None, help="inferences per variant and round (default 5)")
     cf.add_argument("--alternatives", type=int, default=None,
@@ -265,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--time-budget", type=_positive_float, default=DEMO_TIME_BUDGET)
     d.add_argument("--tuner", default=DEMO_TUNER)
     d.add_argument("--db", default=DEMO_DB)
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=_seed, default=0)
     tuner_option_arg(d)
 
     ds = sub.add_parser("dataset", help="tuning-dataset parts: layer statistics and task samplers")
@@ -278,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     dt.add_argument("--sampler", default="pgs", help="pgs (prior-guided), random or modelzoo")
     dt.add_argument("--op", default="conv2d", help="conv2d, depthwise_conv2d or dense")
     dt.add_argument("-n", type=_positive_int, default=150, help="distinct tasks wanted")
-    dt.add_argument("--seed", type=int, default=0)
+    dt.add_argument("--seed", type=_seed, default=0)
     dt.add_argument("--layers", default=None, help="statistics file (default: the shipped zoo statistics)")
     dt.add_argument("--json", action="store_true")
     dg = dsub.add_parser("generate", help="measure a tuning dataset into a database (resumes; runs for hours)")
@@ -288,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--samples", type=_positive_int, default=200, help="measured configs per task (default 200)")
     dg.add_argument("--sampler", default="pgs", help="task sampler: pgs, random or modelzoo")
     dg.add_argument("--code", default="ebs", help="code sampler: ebs (autotvm's trajectory) or random")
-    dg.add_argument("--seed", type=int, default=0)
+    dg.add_argument("--seed", type=_seed, default=0)
     dg.add_argument("--time-budget", type=_positive_float, default=None, help="stop after this many seconds")
     dg.add_argument("--repeat", type=_positive_int, default=5, help="timed repeats per sample (default 5)")
     dg.add_argument("--min-repeat-ms", type=int, default=40, help="shortest repeat in ms (default 40)")
@@ -326,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--lr", type=_positive_float, default=None, help="learning rate (default 1e-4)")
     pt.add_argument("--batch-size", type=_positive_int, default=None, help="rows per step (default 512)")
     pt.add_argument("--time-budget", type=_positive_float, default=None, help="stop training after this many seconds")
-    pt.add_argument("--seed", type=int, default=0)
+    pt.add_argument("--seed", type=_seed, default=0)
     pt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                     help="any other training option (patience, val_fraction, oversample, net.d_model, ...)")
     pt.add_argument("--force", action="store_true", help="replace an existing predictor folder's files")
@@ -349,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--batch", type=_positive_int, default=64, help="measurements per task and round (64)")
     rc.add_argument("--no-suspend", action="store_true", help="run every tuner to the end (the comparison)")
     rc.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
-    rc.add_argument("--seed", type=int, default=0)
+    rc.add_argument("--seed", type=_seed, default=0)
     rc.add_argument("--json", action="store_true")
     from .cli_fasor import add_parsers
 
@@ -1267,27 +1296,58 @@ def _fasor_cmd(name: str, a: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tensortune`` console script."""
-    from .learn import PredictorError
-    from .measure import WorkerStartError
+    """Entry point of the ``tensortune`` console script.
+
+    Every fault ends in one line on stderr and a non-zero status: the library's own errors
+    (:class:`TensortuneError`) with their exit code, and faults of the environment (a full disk, a
+    read-only or corrupt database file, a closed stdout, memory) with status 1."""
     from .utils.quiet import quiet_third_party_warnings
 
     quiet_third_party_warnings()
     try:
         a = build_parser().parse_args(argv)
         return COMMANDS[a.cmd](a)
-    except UsageError as e:
-        print(f"tensortune: error: {e}", file=sys.stderr)
-        return 2
-    except (WorkerStartError, PredictorError) as e:
-        print(f"tensortune: error: {e}", file=sys.stderr)
-        return 1
+    except TensortuneError as e:
+        return _fail(str(e), e.exit_code)
     except KeyboardInterrupt:
         print("tensortune: interrupted; measured trials are in the database, rerun to resume", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into a reader that stopped early (`| head`)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _silence_stdout()
         return 141
+    except (OSError, sqlite3.Error, MemoryError, RecursionError) as e:
+        return _fail(_environment_fault(e), 1)
+
+
+def _environment_fault(e: BaseException) -> str:
+    """One line for a fault of the machine rather than of the input."""
+    if isinstance(e, MemoryError):
+        return f"out of memory{': ' + str(e) if str(e) else ''}"
+    if isinstance(e, RecursionError):
+        return "input nested too deeply to read"
+    if isinstance(e, sqlite3.Error):
+        return f"database: {e}"
+    where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+    return f"{where}{e.strerror or e}" if isinstance(e, OSError) else str(e)
+
+
+def _fail(message: str, code: int) -> int:
+    """Print ``tensortune: error: message`` on stderr; stdout is silenced if it cannot be flushed
+    (a full or closed stdout would otherwise raise again at exit)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        _silence_stdout()
+    print(f"tensortune: error: {message.splitlines()[0] if message else 'failed'}", file=sys.stderr)
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli import (UsageError, _check_db_path, _check_output, _open_db, _Parser, _positive_float, _positive_int,
-                  command_line)
+                  _seed, _threads, command_line)
 
 
 def _target(name: str, threads: int) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def add_parsers(sub: Any) -> None:
     from .target import cpu_count
 
     hw = sub.add_parser("hardware", help="this machine's hardware profile (specs and timed signature programs)")
-    hw.add_argument("--threads", type=_positive_int, default=cpu_count(), help="threads (default: all cores)")
+    hw.add_argument("--threads", type=_threads, default=cpu_count(), help="threads (default: all cores)")
     hw.add_argument("--target", default="native", help="native (this CPU) or generic (x86-64)")
     hw.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
     hw.add_argument("--json", action="store_true", help="print the profile as JSON (a file fasor commands accept)")
@@ -52,7 +52,7 @@ def add_parsers(sub: Any) -> None:
     pt.add_argument("--dqn-epochs", type=int, default=20, help="DQN offline pre-training epochs (0: none)")
     pt.add_argument("--no-study", action="store_true", help="skip the sensitivity study")
     pt.add_argument("--time-budget", type=_positive_float, default=None, help="stop training after this many seconds")
-    pt.add_argument("--seed", type=int, default=0)
+    pt.add_argument("--seed", type=_seed, default=0)
     pt.add_argument("--force", action="store_true", help="replace an existing model of the op")
     tr = fs.add_parser("transfer", help="few-shot transfer of a pre-trained model to this machine")
     tr.add_argument("--data", default=None, help="the pre-training file .npz (its tasks are clustered; default: "
@@ -63,10 +63,10 @@ def add_parsers(sub: Any) -> None:
     tr.add_argument("-k", type=_positive_int, default=10, help="representative tasks measured (10)")
     tr.add_argument("--samples", type=_positive_int, default=64, help="measured configs per task (64)")
     tr.add_argument("--target", default="native", help="native (this CPU) or generic (x86-64)")
-    tr.add_argument("--threads", type=_positive_int, default=cpu_count(), help="threads (default: all cores)")
+    tr.add_argument("--threads", type=_threads, default=cpu_count(), help="threads (default: all cores)")
     tr.add_argument("-o", "--output", default=None, help="folder for the transferred model (default: this "
                                                           "machine's, where the tuner finds it)")
-    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--seed", type=_seed, default=0)
     pu = fs.add_parser("pretuned", help="add the best schedules of tuning databases to the pre-tuned table")
     pu.add_argument("--db", action="append", required=True, help="tensortune database (repeatable)")
     pu.add_argument("-o", "--output", default=None, help="table file (default: the user's table)")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import importlib
 from typing import Any, Generic, Iterator, TypeVar
 
+from .errors import TensortuneError
+
 T = TypeVar("T")
 
 
-class RegistryError(ValueError):
+class RegistryError(TensortuneError, ValueError):
     """An unknown name, or an entry whose module or attribute cannot be loaded."""
 
 

@@ -17,6 +17,9 @@ from typing import Callable, Iterator, TextIO
 from .records import TaskRecord, TrialRecord
 from .sqlite import Database, DatabaseError
 
+#: Longest line read (a record is a few kB; a task with its fused function's description, tens).
+MAX_LINE_CHARS = 4 << 20
+
 #: Optional check of a trial against its task (e.g. the config index inside the task's space);
 #: raises ValueError with a reason.
 TrialCheck = Callable[[TaskRecord, TrialRecord], None]
@@ -67,14 +70,17 @@ def parse_jsonl(src: str | os.PathLike[str] | TextIO) -> ParsedRecords:
     with _opened(src, "r") as stream:
         parsed = ParsedRecords(getattr(stream, "name", "<stream>"))
         try:
-            lines = list(enumerate(stream, 1))
+            lines = list(_bounded_lines(stream, parsed.name))
         except UnicodeDecodeError as e:
             raise DatabaseError(f"{parsed.name}: not UTF-8 text ({e})") from None
     for lineno, line in lines:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            try:
+                obj = json.loads(line)
+            except RecursionError:
+                raise ValueError("JSON nested too deeply") from None
             kind = obj.pop("kind", None) if isinstance(obj, dict) else None
             if kind == "task":
                 task = TaskRecord.from_json(obj)
@@ -89,6 +95,20 @@ def parse_jsonl(src: str | os.PathLike[str] | TextIO) -> ParsedRecords:
         except ValueError as e:  # json.JSONDecodeError is a ValueError
             raise DatabaseError(f"{parsed.name}, line {lineno}: {e}") from None
     return parsed
+
+
+def _bounded_lines(stream: TextIO, name: str) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of ``stream``; DatabaseError for a line over :data:`MAX_LINE_CHARS`
+    (read no further than that: a 150 MB line took 500 MB of memory)."""
+    lineno = 0
+    while True:
+        line = stream.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > MAX_LINE_CHARS:
+            raise DatabaseError(f"{name}, line {lineno}: longer than {MAX_LINE_CHARS} characters; not a record")
+        yield lineno, line
 
 
 def read_jsonl(src: str | os.PathLike[str] | TextIO) -> tuple[list[TaskRecord], list[TrialRecord]]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from ..errors import TensortuneError
 from ..space import ChoiceKnob, Config, ConfigSpace, Knob, SplitKnob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,7 +57,7 @@ HOW_EXACT, HOW_SIMILAR, HOW_DEFAULT = "exact", "similar", "default"
 EntryKey = tuple[str, str, str, tuple[tuple[str, int], ...]]
 
 
-class PretunedError(ValueError):
+class PretunedError(TensortuneError, ValueError):
     """A pre-tuned table file that cannot be read (the message is one line and names the file)."""
 
 

@@ -38,11 +38,15 @@ def _check(name: str, value: Any, kind: str) -> Any:
     raise ValueError(f"field {name!r}: expected {kind}, got {type(value).__name__}")
 
 
+#: SQLite's INTEGER is a signed 64-bit number.
+INT64_MAX = 2**63 - 1
+
+
 def _check_json_object(name: str, text: str) -> None:
     """Raise ValueError unless ``text`` is the JSON text of an object."""
     try:
         ok = isinstance(json.loads(text), dict)
-    except ValueError:
+    except (ValueError, RecursionError):
         ok = False
     if not ok:
         raise ValueError(f"field {name!r}: not the JSON text of an object")
@@ -193,10 +197,14 @@ class TrialRecord:
                 raise ValueError(f"field {name!r}: {v!r} is not a non-negative finite number")
         if self.energy_j is not None and not (math.isfinite(self.energy_j) and self.energy_j >= 0):
             raise ValueError(f"field 'energy_j': {self.energy_j!r} is not a non-negative finite number")
-        if self.threads < 0:
-            raise ValueError(f"field 'threads': {self.threads} is negative")
+        for name in ("config_index", "threads", "seed"):
+            v = getattr(self, name)
+            if v is not None and not 0 <= v <= INT64_MAX:
+                raise ValueError(f"field {name!r}: {v} is out of range (0 to {INT64_MAX})")
         if self.timing:
             _check_json_object("timing", self.timing)
+        if self.target:
+            _check_json_object("target", self.target)
         try:
             json.dumps(self.extra)
         except (TypeError, ValueError):

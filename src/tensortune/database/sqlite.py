@@ -17,18 +17,25 @@ checked less) are skipped with one warning per database.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import shutil
 import sqlite3
+import stat
 import sys
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
+from ..errors import TensortuneError
 from .records import MeasureContext, TaskRecord, TrialRecord, confirmed_best
 
 T = TypeVar("T")
+#: Free bytes under which an SQLite I/O error is reported as a full disk.
+FULL_DISK_BYTES = 1 << 20
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _TASK_COLS = ("workload_key", "op", "kernel_class", "target", "flops", "task_json", "created")
@@ -70,8 +77,37 @@ _CONTEXT_COLS = ("target", "threads", "timing", "cpu_model")
 _IS_CONFIRM = "json_extract(CASE WHEN json_valid(extra) THEN extra END, '$.confirm') IS NOT NULL"
 
 
-class DatabaseError(Exception):
+class DatabaseError(TensortuneError):
     """A database file could not be opened, was refused, or an import was malformed."""
+
+
+def _sqlite_faults(method: Callable[..., T]) -> Callable[..., T]:
+    """Raise SQLite's own errors (a corrupt page, a full disk, a read-only mount, a missing table)
+    as one-line :class:`DatabaseError` naming the file."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Database", *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as e:
+            raise _fault(self.path, e) from e
+
+    return wrapper
+
+
+def _fault(path: Path, e: sqlite3.Error) -> DatabaseError:
+    """One line for an SQLite error on ``path``."""
+    return DatabaseError(f"{path}: {e}{_full_disk(path)}")
+
+
+def _full_disk(path: Path) -> str:
+    """`` (the disk is full)`` when the folder of ``path`` has almost no free space, else nothing:
+    SQLite reports a full disk as an I/O error."""
+    try:
+        full = shutil.disk_usage(path.resolve().parent).free < FULL_DISK_BYTES
+    except (OSError, RuntimeError):
+        full = False
+    return " (the disk is full)" if full else ""
 
 
 class Database:
@@ -91,8 +127,21 @@ class Database:
         self.readonly = readonly
         #: ids of stored rows skipped as invalid (reported once, on the first)
         self.skipped_rows: set[int] = set()
+        existed = self.path.exists()
+        try:
+            self._open(readonly)
+        except (sqlite3.Error, DatabaseError) as e:
+            if not existed:  # a database that could not be created leaves no file behind
+                for f in (self.path, *(Path(f"{self.path}{s}") for s in ("-wal", "-shm", "-journal"))):
+                    with contextlib.suppress(OSError):
+                        f.unlink()
+            raise e if isinstance(e, DatabaseError) else _fault(self.path, e) from e
+
+    def _open(self, readonly: bool) -> None:
         if self.path.is_dir():
             raise DatabaseError(f"{self.path} is a directory, not a database file")
+        if self.path.exists() and not stat.S_ISREG(self.path.stat().st_mode):  # opening a FIFO would block
+            raise DatabaseError(f"{self.path} is not a regular file; refusing to touch it")
         if not self.path.parent.is_dir():
             raise DatabaseError(f"cannot open {self.path}: folder {self.path.parent} does not exist")
         try:
@@ -156,7 +205,7 @@ class Database:
             has_meta = con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
             meta = dict(con.execute("SELECT key, value FROM meta").fetchall()) if has_meta else {}
         except sqlite3.Error as e:
-            raise DatabaseError(f"{self.path} cannot be read as a tensortune database ({e}); "
+            raise DatabaseError(f"{self.path} cannot be read as a tensortune database ({e}){_full_disk(self.path)}; "
                                 "refusing to touch it") from None
         if meta.get("application") != "tensortune":
             raise DatabaseError(f"{self.path} is not a tensortune database (no tensortune metadata); "
@@ -254,19 +303,23 @@ class Database:
 
     # -- public API ------------------------------------------------------------------------------
 
+    @_sqlite_faults
     def add_task(self, task: TaskRecord) -> None:
         """Store ``task``; if its workload key is already stored, keep the first one."""
         self._write(lambda con: self._insert_task(con, task))
 
+    @_sqlite_faults
     def get_task(self, workload_key: str) -> TaskRecord | None:
         """Return the task stored under ``workload_key``, or None (also for an invalid stored row)."""
         rows = self._con.execute("SELECT rowid, * FROM tasks WHERE workload_key = ?", (workload_key,)).fetchall()
         return next(iter(self._valid_tasks(rows)), None)
 
+    @_sqlite_faults
     def tasks(self) -> list[TaskRecord]:
         """Return all valid tasks in insertion order (invalid rows are skipped, with one warning)."""
         return self._valid_tasks(self._con.execute("SELECT rowid, * FROM tasks ORDER BY rowid").fetchall())
 
+    @_sqlite_faults
     def add_trial(self, trial: TrialRecord) -> int:
         """Validate ``trial`` and store it in its own committed transaction; set and return its row id.
 
@@ -276,6 +329,7 @@ class Database:
         trial.id = self._write(lambda con: self._insert_trial(con, trial))
         return trial.id
 
+    @_sqlite_faults
     def trials(self, workload_key: str | None = None, ok_only: bool = False) -> list[TrialRecord]:
         """Return trials (of one task, or all) in insertion order; ``ok_only`` drops failed ones."""
         where, args = ["1"], []
@@ -287,12 +341,14 @@ class Database:
         rows = self._con.execute(f"SELECT * FROM trials WHERE {' AND '.join(where)} ORDER BY id", args)
         return self._valid_trials(rows.fetchall())
 
+    @_sqlite_faults
     def measured_indices(self, workload_key: str) -> set[int]:
         """Return the config indices stored for a task, whether they succeeded or not."""
         rows = self._con.execute("SELECT DISTINCT config_index FROM trials WHERE workload_key = ?",
                                  (workload_key,))
         return {r[0] for r in rows.fetchall()}
 
+    @_sqlite_faults
     def best(self, workload_key: str, context: MeasureContext | None = None, **match: Any) -> TrialRecord | None:
         """Return the best verified successful trial of a task, or None.
 
@@ -329,6 +385,7 @@ class Database:
                 return trial[0]
         return None
 
+    @_sqlite_faults
     def contexts(self, workload_key: str) -> list[tuple[MeasureContext, int]]:
         """The contexts in which the task has verified successful trials, with their counts, most first."""
         rows = self._con.execute(f"SELECT {', '.join(_CONTEXT_COLS)}, count(*) AS n FROM trials "
@@ -336,6 +393,7 @@ class Database:
                                  "ORDER BY n DESC, min(id)", (workload_key,)).fetchall()
         return [(MeasureContext(*(r[c] for c in _CONTEXT_COLS)), r["n"]) for r in rows]
 
+    @_sqlite_faults
     def best_all(self) -> list[tuple[TaskRecord, TrialRecord]]:
         """Return (task, best trial) for every task and every context it was measured in, in task
         insertion order (one row per context: costs of different contexts are never compared)."""
@@ -347,6 +405,7 @@ class Database:
                     out.append((task, trial))
         return out
 
+    @_sqlite_faults
     def count(self, workload_key: str | None = None, confirmations: bool = False) -> int:
         """Return the number of stored search trials (of one task, or all): the trials that count
         against a tuning budget. Confirmation re-measurements (see :class:`TrialRecord`) are

@@ -20,6 +20,7 @@ import gzip
 import hashlib
 import io
 import shutil
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def read_shard(path: str | Path) -> Any:
 
     try:
         text = gzip.decompress(Path(path).read_bytes()).decode()
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # zlib.error: a corrupt deflate stream
         raise DatabaseError(f"{path}: not a gzip JSON-lines shard ({exc})") from None
     stream = io.StringIO(text)
     stream.name = str(path)  # named in the error of a bad line

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import TensortuneError
 from .data import Standardizer
 
 #: Schema format written by :meth:`Predictor.save` (read back only when equal).
@@ -29,7 +30,7 @@ FORMAT = "tensortune-predictor/1"
 SCHEMA_FILE, WEIGHTS_FILE, XGB_FILE = "predictor.json", "weights.pt", "xgb.json"
 
 
-class PredictorError(ValueError):
+class PredictorError(TensortuneError, ValueError):
     """A predictor folder that cannot be read (one-line message)."""
 
 
@@ -184,6 +185,27 @@ def layout_of(schema: dict[str, Any]) -> Any:
                                   int(i["curve_buffers"]), int(i["curve_globals"]), len(i.get("hw_features", [])))
 
 
+#: Fields of a schema's ``inputs`` every predictor reads, with their types.
+_INPUT_FIELDS = {"curve_dim": int, "knob_dim": int, "task_features": list, "curve_buffers": int, "curve_globals": int}
+
+
+def _check_schema(folder: Path, schema: dict[str, Any]) -> None:
+    """PredictorError naming the first field of ``schema`` that is missing or mistyped."""
+    where = folder / SCHEMA_FILE
+    if not isinstance(schema.get("op"), str):
+        raise PredictorError(f"{where}: field 'op' is missing or not a string")
+    inputs = schema.get("inputs")
+    if not isinstance(inputs, dict):
+        raise PredictorError(f"{where}: field 'inputs' is missing or not an object")
+    for name, kind in _INPUT_FIELDS.items():
+        v = inputs.get(name)
+        if not isinstance(v, kind) or isinstance(v, bool) or (kind is int and v < 0):
+            raise PredictorError(f"{where}: field 'inputs.{name}' is missing or not a{'n' if kind is int else ''} "
+                                 f"{'non-negative integer' if kind is int else 'list'}")
+    if schema.get("kind") != "xgb" and not isinstance(schema.get("standardizer"), dict):
+        raise PredictorError(f"{where}: field 'standardizer' is missing or not an object")
+
+
 def load_predictor(folder: str | Path) -> Predictor:
     """The predictor saved in ``folder``; :class:`PredictorError` naming what is missing or wrong."""
     folder = Path(folder)
@@ -191,11 +213,14 @@ def load_predictor(folder: str | Path) -> Predictor:
         schema = json.loads((folder / SCHEMA_FILE).read_text())
     except FileNotFoundError:
         raise PredictorError(f"{folder}: no predictor here (no {SCHEMA_FILE})") from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise PredictorError(f"{folder / SCHEMA_FILE}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise PredictorError(f"{folder / SCHEMA_FILE}: cannot be read ({exc.strerror or exc})") from None
     if not isinstance(schema, dict) or schema.get("format") != FORMAT:
         raise PredictorError(f"{folder}: not a {FORMAT} predictor (format {schema.get('format')!r})"
                              if isinstance(schema, dict) else f"{folder}: not a predictor schema")
+    _check_schema(folder, schema)
     kind = schema.get("kind")
     if kind == "xgb":
         import xgboost as xgb

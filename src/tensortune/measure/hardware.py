@@ -35,7 +35,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import TensortuneError
 from ..utils.cache import CACHE_ENV  # noqa: F401  (profiles go to the cache root's ``hardware``)
+from ..utils.child import module_command
 
 #: Format of :meth:`HardwareProfile.to_json` (a cached profile of another format is re-measured).
 FORMAT = "tensortune-hardware/1"
@@ -93,7 +95,7 @@ MIN_REPEAT_MS = 10
 MEASURE_TIMEOUT = 120.0
 
 
-class HardwareError(RuntimeError):
+class HardwareError(TensortuneError, RuntimeError):
     """A hardware profile that could not be measured (one-line message)."""
 
 
@@ -596,8 +598,8 @@ def measure_profile(target_json: dict[str, Any], threads: int, timeout: float = 
     """Measure a profile in a fresh subprocess with ``TVM_NUM_THREADS=threads`` (this module's
     ``--measure`` entry point); HardwareError (one line) on failure or after ``timeout`` s."""
     _check_threads(threads)
-    cmd = [sys.executable, "-m", "tensortune.measure.hardware", "--measure", "--threads", str(threads),
-           "--target", json.dumps(target_json)]
+    cmd = module_command("tensortune.measure.hardware", "--measure", "--threads", str(threads),
+                         "--target", json.dumps(target_json))
     env = dict(os.environ, TVM_NUM_THREADS=str(threads))
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))

@@ -8,7 +8,8 @@ which cannot run while native code holds the interpreter; a watchdog here kills 
 The child is started with PyTorch kept out of it (:data:`KEPT_OUT`): tvm-ffi imports PyTorch
 whenever it can, which makes every worker start (and every restart after a crashed
 candidate) seconds slower and makes TVMScript's ``inspect.stack()`` calls walk thousands of
-extra modules. Workers build and time TIR only; nothing in them needs PyTorch.
+extra modules. Workers build and time TIR only; nothing in them needs PyTorch. Nor does the child see the
+working directory on ``sys.path`` (:mod:`tensortune.utils.child`).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import IO, Any, Callable
 
 from tvm.support.popen_pool import PopenWorker, kill_child_processes
 
+from ..utils.child import python_command
 from .result import WorkerStartError
 
 #: Modules a worker process may not import (an import raises ImportError, as if not installed).
@@ -40,7 +42,7 @@ class _LeanPopenWorker(PopenWorker):
             return
         main_read, worker_write = os.pipe()
         worker_read, main_write = os.pipe()
-        cmd = [sys.executable, "-c", _BOOT.format(kept=KEPT_OUT), str(worker_read), str(worker_write)]
+        cmd = python_command(_BOOT.format(kept=KEPT_OUT), str(worker_read), str(worker_write))
         self._proc = subprocess.Popen(cmd, pass_fds=(worker_read, worker_write), stdout=self._stdout,
                                       stderr=self._stderr)
         os.close(worker_read)

@@ -9,6 +9,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import TensortuneError
+
 
 class ErrorKind(str, enum.Enum):
     """Why a candidate produced no usable timing (AutoTVM's taxonomy, plus wrong answer)."""
@@ -89,8 +91,10 @@ class MeasureResult:
         return (max(self.costs) - min(self.costs)) / self.cost
 
 
-class WorkerStartError(RuntimeError):
+class WorkerStartError(TensortuneError, RuntimeError):
     """A worker process could not start (a broken environment, a plug-in that fails to import)."""
+
+    exit_code = 1  # the environment, not the input
 
 
 @dataclass(frozen=True)

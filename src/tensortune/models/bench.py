@@ -11,6 +11,7 @@ Latencies are medians over interleaved rounds at one fixed thread count
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -124,51 +125,52 @@ def bench_model(model: Model, database: Any = None, threads: int | None = None, 
     runners: dict[str, Any] = {"tensortune tuned": tuned, "tensortune untuned": untuned, **(extra or {})}
     if model.torch_module is not None:
         runners["pytorch"] = TorchRunner(model.torch_module, threads)
-    ort_note = ov_note = ""
-    path: str | None = None
-    if with_ort:
-        try:
-            path = model.onnx_path
-            if path is None:
-                tmp = tempfile.mkdtemp(prefix="tensortune-onnx-")
-                path = export_onnx(model.torch_module, _torch_inputs(inputs), os.path.join(tmp, f"{model.name}.onnx"))
-        except Exception as e:  # noqa: BLE001 - the ONNX rows are optional for the comparison
-            ort_note = ov_note = _first_line(e)
-    if path is not None:
-        try:
-            runners["onnxruntime"] = OrtRunner(path, threads)
-        except Exception as e:  # noqa: BLE001 - ORT is optional for the comparison
-            ort_note = _first_line(e)
-    # the library rows come together: callers timing tensortune alone (with_ort=False) get neither
-    with_openvino = with_ort and with_openvino
-    if with_openvino and path is not None:
-        try:
-            runners["openvino"] = OpenVinoRunner(path, threads)
-        except Exception as e:  # noqa: BLE001 - OpenVINO is an optional extra
-            ov_note = _first_line(e)
-    ref_name = "pytorch" if "pytorch" in runners else "onnxruntime"
-    report = BenchReport(model.name, ref_name, threads, DEFAULT_RTOL, tuned_counts=tuned.counts())
-    if ref_name not in runners:
-        raise ReferenceRunError(f"{model.name}: no reference to check against ({ort_note or 'no ONNX Runtime'})")
-    expected = runners[ref_name].run(inputs)
-    for name, runner in runners.items():
-        try:
-            got = runner.run(inputs)
-            check = compare_outputs(got, expected)
-            ok, msg = check.ok, ("reference" if name == ref_name else check.message)
-        except Exception as e:  # noqa: BLE001 - a crash is a failed row
-            ok, msg = False, f"error: {str(e).splitlines()[0][:160]}"
-        report.rows.append(BenchRow(name, msg, ok))
-        if ok:
-            systems[name] = runner.callable(inputs)
-    if with_ort and "onnxruntime" not in runners:
-        report.rows.append(BenchRow("onnxruntime", f"unavailable: {ort_note}", True))
-    if with_openvino and "openvino" not in runners:
-        report.notes.append(f"openvino: no row: {ov_note}")
-    lat = interleaved_latency(systems, rounds=rounds, min_time_s=min_time_s)
-    for r in report.rows:
-        r.latency = lat.get(r.name)
-    return report
+    with contextlib.ExitStack() as stack:  # the exported ONNX file goes when the runners are done
+        ort_note = ov_note = ""
+        path: str | None = None
+        if with_ort:
+            try:
+                path = model.onnx_path
+                if path is None:
+                    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tensortune-onnx-"))
+                    path = export_onnx(model.torch_module, _torch_inputs(inputs), os.path.join(tmp, f"{model.name}.onnx"))
+            except Exception as e:  # noqa: BLE001 - the ONNX rows are optional for the comparison
+                ort_note = ov_note = _first_line(e)
+        if path is not None:
+            try:
+                runners["onnxruntime"] = OrtRunner(path, threads)
+            except Exception as e:  # noqa: BLE001 - ORT is optional for the comparison
+                ort_note = _first_line(e)
+        # the library rows come together: callers timing tensortune alone (with_ort=False) get neither
+        with_openvino = with_ort and with_openvino
+        if with_openvino and path is not None:
+            try:
+                runners["openvino"] = OpenVinoRunner(path, threads)
+            except Exception as e:  # noqa: BLE001 - OpenVINO is an optional extra
+                ov_note = _first_line(e)
+        ref_name = "pytorch" if "pytorch" in runners else "onnxruntime"
+        report = BenchReport(model.name, ref_name, threads, DEFAULT_RTOL, tuned_counts=tuned.counts())
+        if ref_name not in runners:
+            raise ReferenceRunError(f"{model.name}: no reference to check against ({ort_note or 'no ONNX Runtime'})")
+        expected = runners[ref_name].run(inputs)
+        for name, runner in runners.items():
+            try:
+                got = runner.run(inputs)
+                check = compare_outputs(got, expected)
+                ok, msg = check.ok, ("reference" if name == ref_name else check.message)
+            except Exception as e:  # noqa: BLE001 - a crash is a failed row
+                ok, msg = False, f"error: {str(e).splitlines()[0][:160]}"
+            report.rows.append(BenchRow(name, msg, ok))
+            if ok:
+                systems[name] = runner.callable(inputs)
+        if with_ort and "onnxruntime" not in runners:
+            report.rows.append(BenchRow("onnxruntime", f"unavailable: {ort_note}", True))
+        if with_openvino and "openvino" not in runners:
+            report.notes.append(f"openvino: no row: {ov_note}")
+        lat = interleaved_latency(systems, rounds=rounds, min_time_s=min_time_s)
+        for r in report.rows:
+            r.latency = lat.get(r.name)
+        return report
 
 
 def _first_line(e: BaseException) -> str:

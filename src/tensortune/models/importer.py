@@ -22,8 +22,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import TensortuneError
+from ..limits import LimitError, check_shape
 
-class ModelError(ValueError):
+
+class ModelError(TensortuneError, ValueError):
     """A model that cannot be imported (one-line message)."""
 
 
@@ -110,6 +113,13 @@ def load_model(model: Any, example_inputs: Sequence[Any] | None = None, *, batch
     if isinstance(model, str):
         from .zoo import MODELS
 
+        try:
+            input_shapes = {k: check_shape(f"input {k!r}", v) for k, v in (input_shapes or {}).items()} or None
+        except LimitError as e:
+            raise ModelError(str(e)) from None
+        if input_shapes and model in MODELS:
+            raise ModelError(f"{model} is a built-in model: its input shape is fixed (give --batch instead of "
+                             "--input-shape)")
         if model.startswith("hf:") or (os.path.isdir(model) and os.path.isfile(os.path.join(model, "config.json"))):
             from .hf import load_hf  # a Hugging Face spec or save_pretrained folder (the optional hf extra)
 

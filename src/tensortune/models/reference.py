@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from ..errors import TensortuneError
 from ..utils.warmup import warm_up
 
 __all__ = [
@@ -78,7 +79,7 @@ PAIRED_ROUNDS: int = 5
 _DYNAMO_MIN_OPSET = 18  # the torch.export-based exporter writes opset-18 ops (Split num_outputs) even when asked for 17
 
 
-class ReferenceRunError(RuntimeError):
+class ReferenceRunError(TensortuneError, RuntimeError):
     """A reference system could not export, load or run a model. The message is one line."""
 
 

@@ -25,6 +25,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..errors import TensortuneError
+
 __all__ = ["BERT_SEQ_LEN", "BERT_VOCAB", "MODELS", "UnknownModelError", "ZooModel", "build_model", "model_names"]
 
 IMAGE_SHAPE = (3, 224, 224)
@@ -882,7 +884,7 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
 ]}
 
 
-class UnknownModelError(KeyError, ValueError):
+class UnknownModelError(TensortuneError, KeyError, ValueError):
     """A model name not in :data:`MODELS` (both a ``KeyError`` and a ``ValueError``)."""
 
     def __str__(self) -> str:

@@ -18,13 +18,17 @@ model's function are one computation.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..errors import TensortuneError
+from ..limits import MAX_EXTENT, MAX_TENSOR_ELEMENTS
 
-class OpError(ValueError):
+
+class OpError(TensortuneError, ValueError):
     """Bad op name or shape arguments (one-line message)."""
 
 
@@ -57,9 +61,21 @@ class OpDef:
         for k, v in args.items():
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
                 raise OpError(f"{self.name}: shape value {k}={v!r} is not an integer")
+            if abs(int(v)) > MAX_EXTENT:
+                raise OpError(f"{self.name}: shape value {k}={v} is out of range (at most {MAX_EXTENT})")
             args[k] = int(v)
         self.check(args)
+        self._check_sizes(args)
         return args
+
+    def _check_sizes(self, args: dict[str, int]) -> None:
+        """OpError when a tensor of the op would hold more than :data:`MAX_TENSOR_ELEMENTS`
+        elements (shapes read from the TE computation, which allocates nothing)."""
+        for t in self.compute(args):
+            shape = [int(d) for d in t.shape]
+            if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+                raise OpError(f"{self.name}: tensor {t.op.name} of shape {'x'.join(map(str, shape))} has "
+                              f"{math.prod(shape):.3g} elements, over the {MAX_TENSOR_ELEMENTS:.3g} a tensor may have")
 
 
 def _positive(args: dict[str, int], names: Sequence[str]) -> None:

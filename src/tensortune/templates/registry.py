@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
+from ..errors import TensortuneError
 from ..registry import Registry, RegistryError
 from ..space import Config, ConfigSpace
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..task.task import Task
 
 
-class TemplateError(ValueError):
+class TemplateError(TensortuneError, ValueError):
     """A template cannot schedule a task (unknown name, unsupported PrimFunc)."""
 
 

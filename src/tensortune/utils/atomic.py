@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..errors import TensortuneError
+
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
-class OutputError(Exception):
+class OutputError(TensortuneError):
     """An output target that must not be written (printed as one line by the CLI)."""
 
 
 def is_sqlite_file(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is an existing file that starts with the SQLite header."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # opening a FIFO would block
+            return False
         with open(path, "rb") as f:
             return f.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
     except OSError:
@@ -38,16 +43,26 @@ def check_output_path(path: str | os.PathLike[str], overwrite: bool = False,
     Refused: a folder; a missing parent folder; any path in ``protect`` (compared after
     resolving links, and including their ``-wal``/``-shm``/``-journal`` files); any existing
     SQLite file (whatever ``overwrite`` says: a database is never an output); any other
-    existing file unless ``overwrite``.
+    existing file unless ``overwrite``; anything that is not a regular file, whatever ``overwrite``
+    says (a device, a FIFO, a socket: the output is written beside it and renamed over it, which
+    would put a regular file in its place; a symbolic link: the link would be replaced, not its
+    target).
     """
     p = Path(path)
-    resolved = p.resolve()
+    try:
+        resolved = p.resolve()
+    except (RuntimeError, OSError) as e:  # a symlink loop: RuntimeError before Python 3.13
+        raise OutputError(f"{what} {p}: cannot resolve the path ({e})") from None
     for q in protect:
         base = Path(q).resolve()
         if resolved == base or resolved in {Path(f"{base}{s}") for s in ("-wal", "-shm", "-journal")}:
             raise OutputError(f"{what} {p} is the database itself; refusing to overwrite it")
     if p.is_dir():
         raise OutputError(f"{what} {p} is a folder")
+    if p.is_symlink():
+        raise OutputError(f"{what} {p} is a symbolic link; give the path of the file itself")
+    if p.exists() and not stat.S_ISREG(p.stat().st_mode):
+        raise OutputError(f"{what} {p} is not a regular file (a device, FIFO or socket); refusing to replace it")
     if not resolved.parent.is_dir():
         raise OutputError(f"{what} {p}: folder {resolved.parent} does not exist")
     if p.exists():

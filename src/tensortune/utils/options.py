@@ -16,10 +16,12 @@ import types
 import typing
 from typing import Any, Mapping, Sequence, TypeVar
 
+from ..errors import TensortuneError
+
 O = TypeVar("O")
 
 
-class OptionError(ValueError):
+class OptionError(TensortuneError, ValueError):
     """An unknown option key, or a value that does not fit its option."""
 
 

@@ -1,0 +1,251 @@
+"""Hostile input and faults against the command line: each ends in one line on stderr and a non-zero
+status, with no traceback, and no stored data lost or changed. Also: child interpreters run no code
+from the working directory."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensortune.cli import main
+from tensortune.database import Database
+
+SMALL = ["tune-op", "matmul", "--shape", "8,8,8", "--tuner", "random", "--trials", "2", "--no-progress"]
+
+
+def cli(capfd, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capfd.readouterr()
+    return rc, out, err
+
+
+def refused(rc: int, err: str, words: str, code: int = 2) -> None:
+    """One line on stderr that contains ``words``, no traceback, exit status ``code``."""
+    assert rc == code, err
+    assert err.count("\n") == 1 and err.startswith("tensortune: error: "), err
+    assert words in err, err
+    assert "Traceback" not in err
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def small_db(tmp_path_factory) -> Path:
+    """A database with two trials of an 8x8x8 matmul."""
+    db = tmp_path_factory.mktemp("hostile") / "g.db"
+    assert main([*SMALL, "--db", str(db)]) == 0
+    return db
+
+
+@pytest.fixture
+def db_copy(small_db: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(small_db.read_bytes())
+    return copy
+
+
+# ---------------------------------------------------------------- sizes and numbers
+@pytest.mark.parametrize("args, words", [
+    (["tune-op", "matmul", "--shape", "99999999999999999999,32,32"], "out of range"),  # hung in divisor search
+    (["tune-op", "matmul", "--shape", "2147483647,32,32"], "elements"),
+    (["tune-op", "matmul", "--shape", "8,8,8", "--time-budget", "nan"], "positive finite"),
+    (["tune-op", "matmul", "--shape", "8,8,8", "--time-budget", "inf"], "positive finite"),
+    (["tune-op", "matmul", "--shape", "8,8,8", "--seed", "99999999999999999999999"], "out of range"),
+    (["tune-op", "matmul", "--shape", "8,8,8", "--seed", "-1"], "out of range"),
+    (["tune-op", "matmul", "--shape", "8,8,8", "--trials", str(2**70)], "too large"),
+    (["bench", "resnet18", "--threads", "999"], "cores"),  # hung at exit joining 999 TVM threads
+    (["tasks", "resnet18", "--input-shape", "x=-1"], "out of range"),
+    (["tasks", "resnet18", "--input-shape", "x=1000000000,3,8,8"], "elements"),
+    (["tasks", "resnet18", "--input-shape", "x=1,3,224,224"], "built-in"),
+])
+def test_out_of_range_numbers_are_refused_before_any_work(tmp_path: Path, capfd, args: list[str], words: str) -> None:
+    db = tmp_path / "new.db"
+    if args[0] == "tune-op" and "--trials" not in args:
+        args = [*args, "--trials", "2"]
+    rc, _, err = cli(capfd, *args, *(["--db", str(db), "--no-progress"] if args[0] == "tune-op" else []))
+    refused(rc, err, words)
+    assert not db.exists()
+
+
+# ---------------------------------------------------------------- output paths
+def test_special_files_and_links_are_never_replaced(db_copy: Path, tmp_path: Path, capfd) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opening it to look for an SQLite header blocked for ever
+    real = tmp_path / "real.jsonl"
+    real.write_text("keep\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(loop)
+    cases = [(fifo, "not a regular file"), (link, "symbolic link"), (loop, "cannot resolve")]
+    if os.path.exists("/dev/null"):
+        cases.append((Path("/dev/null"), "not a regular file"))
+    for path, words in cases:
+        for force in ([], ["--force"]):
+            rc, _, err = cli(capfd, "export", "--db", str(db_copy), "-o", str(path), *force)
+            refused(rc, err, words)
+    assert fifo.is_fifo() and link.is_symlink() and real.read_text() == "keep\n"
+    assert Path("/dev/null").is_char_device() or not os.path.exists("/dev/null")
+
+
+def test_a_fifo_as_database_is_refused(tmp_path: Path, capfd) -> None:
+    fifo = tmp_path / "db"
+    os.mkfifo(fifo)
+    refused(*cli(capfd, "best", "--db", str(fifo))[::2], "not a regular file")
+
+
+# ---------------------------------------------------------------- damaged databases
+def _corrupt_page(db: Path, page: int) -> None:
+    data = bytearray(db.read_bytes())
+    size = int.from_bytes(data[16:18], "big")
+    assert len(data) >= size * (page + 1)
+    data[size * page:size * (page + 1)] = b"\x5a" * size
+    db.write_bytes(bytes(data))
+
+
+def test_a_corrupt_page_behind_an_intact_header_is_one_line(db_copy: Path, capfd) -> None:
+    pages = db_copy.stat().st_size // int.from_bytes(db_copy.read_bytes()[16:18], "big")
+    _corrupt_page(db_copy, pages - 1)
+    before = digest(db_copy)
+    for args in (["best"], ["export"], SMALL):
+        rc, _, err = cli(capfd, *args, "--db", str(db_copy))
+        refused(rc, err, "malformed")
+    assert digest(db_copy) == before
+
+
+def test_a_database_that_cannot_be_created_leaves_no_file(tmp_path: Path, capfd, monkeypatch) -> None:
+    """A full disk made SQLite fail half-way through creating the schema; the empty file stayed."""
+    import sqlite3
+
+    def fail(self, con) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(Database, "_create_schema", fail)
+    db = tmp_path / "new.db"
+    refused(*cli(capfd, *SMALL, "--db", str(db))[::2], "disk I/O error")
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_stdout_on_a_full_device_is_one_line(small_db: Path) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    for args in (["export", "--db", str(small_db)], ["best", "--db", str(small_db)]):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([sys.executable, "-m", "tensortune.cli", *args], stdout=full, stderr=subprocess.PIPE,
+                               text=True, timeout=120)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and "No space left" in p.stderr, p.stderr
+
+
+# ---------------------------------------------------------------- imports
+def _records(db: Path, tmp_path: Path) -> tuple[dict, dict]:
+    out = tmp_path / "all.jsonl"
+    assert main(["export", "--db", str(db), "-o", str(out)]) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    return lines[0], lines[1]
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("seed", 2**70, "out of range"),
+    ("threads", 2**70, "out of range"),
+    ("config_index", 2**70, "out of range"),
+    ("target", "not json", "not the JSON text"),  # stored, it broke every later `best`
+    ("timing", "[1]", "not the JSON text"),
+])
+def test_an_import_with_a_bad_field_names_the_line_and_writes_nothing(small_db: Path, tmp_path: Path, capfd,
+                                                                     field: str, value, words: str) -> None:
+    task, trial = _records(small_db, tmp_path)
+    capfd.readouterr()
+    src = tmp_path / "bad.jsonl"
+    src.write_text(json.dumps(task) + "\n" + json.dumps({**trial, field: value, "timestamp": 1.0}) + "\n")
+    db = tmp_path / "new.db"
+    refused(*cli(capfd, "import", "--db", str(db), str(src))[::2], f"line 2: field '{field}'")
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+    ('{"kind": "trial", "error_msg": "' + "x" * (5 << 20) + '"}\n', "longer than"),
+])
+def test_an_import_of_nested_or_huge_lines_is_refused(tmp_path: Path, capfd, text: str, words: str) -> None:
+    src = tmp_path / "bad.jsonl"
+    src.write_text(text)
+    refused(*cli(capfd, "import", "--db", str(tmp_path / "new.db"), str(src))[::2], words)
+
+
+# ---------------------------------------------------------------- predictors and shards
+def test_a_predictor_schema_without_inputs_is_one_error(tmp_path: Path) -> None:
+    from tensortune.learn import PredictorError, load_predictor
+    from tensortune.learn.predictor import FORMAT
+
+    (tmp_path / "predictor.json").write_text(json.dumps({"format": FORMAT, "kind": "xgb", "op": "x"}))
+    with pytest.raises(PredictorError, match="inputs"):
+        load_predictor(tmp_path)
+
+
+def test_a_corrupt_gzip_shard_is_one_error(tmp_path: Path) -> None:
+    from tensortune.database import DatabaseError
+    from tensortune.dataset.shards import read_shard
+
+    data = bytearray(gzip.compress(b'{"kind": "task"}\n' * 200))
+    data[20:40] = b"\xff" * 20  # a valid header, a broken deflate stream (zlib.error)
+    shard = tmp_path / "t.jsonl.gz"
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DatabaseError, match="not a gzip"):
+        read_shard(shard)
+
+
+def test_every_library_error_is_a_tensortune_error() -> None:
+    from tensortune.cli import UsageError
+    from tensortune.database import DatabaseError
+    from tensortune.database.pretuned import PretunedError
+    from tensortune.errors import TensortuneError
+    from tensortune.learn import PredictorError
+    from tensortune.measure import WorkerStartError
+    from tensortune.measure.hardware import HardwareError
+    from tensortune.models.importer import ModelError
+    from tensortune.models.reference import ReferenceRunError
+    from tensortune.registry import RegistryError
+    from tensortune.task.ops import OpError
+    from tensortune.templates import TemplateError
+    from tensortune.utils.atomic import OutputError
+    from tensortune.utils.options import OptionError
+
+    for cls in (UsageError, DatabaseError, PretunedError, PredictorError, WorkerStartError, HardwareError, ModelError,
+                ReferenceRunError, RegistryError, OpError, TemplateError, OutputError, OptionError):
+        assert issubclass(cls, TensortuneError), cls
+
+
+# ---------------------------------------------------------------- the working directory
+PLANT = "open({marker!r}, 'a').write(__name__ + '\\n')\n"
+
+
+def test_child_interpreters_run_no_code_from_the_working_directory(tmp_path: Path, monkeypatch) -> None:
+    """A ``tvm.py`` (and a ``runpy.py``, a ``json.py``) left where tensortune runs was executed by the
+    worker processes, which started with ``python -c`` and the current directory first on sys.path."""
+    from tensortune.measure.pool import Worker
+    from tensortune.utils.child import module_command, python_command
+
+    marker = tmp_path / "ran"
+    plant = tmp_path / "cwd"
+    plant.mkdir()
+    for name in ("tvm", "runpy", "json", "tensortune"):
+        (plant / f"{name}.py").write_text(PLANT.format(marker=str(marker)))
+    monkeypatch.chdir(plant)
+    assert subprocess.run(python_command("import json, runpy"), timeout=60).returncode == 0
+    assert subprocess.run(module_command("json.tool", "--help"), capture_output=True, timeout=60).returncode == 0
+    w = Worker()
+    try:
+        w.start()
+        assert w.call(os.getcwd, (), timeout=60).value == str(plant)
+    finally:
+        w.close()
+    assert not marker.exists(), marker.read_text()
