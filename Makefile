@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup demo test bench bench-quick bench-ppo datasets ablation-datasets check-python clean
+.PHONY: setup demo test test-slow bench bench-quick bench-ppo datasets ablation-datasets check-python clean
 
 check-python:
 	@if [ -z "$(PYTHON)" ] || ! "$(PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
@@ -30,6 +30,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The end-to-end runs of minutes each (Ray races, the suite's tiny-budget runs); CI runs them too.
+test-slow: setup
+	$(PY) -m pytest -q -m slow
 
 bench: setup
 	$(PY) -m bench run

@@ -249,3 +249,39 @@ def test_child_interpreters_run_no_code_from_the_working_directory(tmp_path: Pat
     finally:
         w.close()
     assert not marker.exists(), marker.read_text()
+
+
+# ---------------------------------------------------------------- two writers
+def test_two_writers_on_one_task_share_its_budget_and_never_measure_a_config_twice(tmp_path: Path) -> None:
+    """Two ``tune-op`` processes on one database and task each spent the whole budget (8 configs
+    measured twice); with claims in the database they share it."""
+    db = tmp_path / "shared.db"
+    assert main([*SMALL[:-3], "--trials", "1", "--db", str(db), "--no-progress"]) == 0  # the file and task exist
+    cmd = [sys.executable, "-m", "tensortune.cli", *SMALL[:-3], "--trials", "9", "--batch-size", "2", "--db", str(db),
+           "--no-progress"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+             for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    with Database(db, readonly=True) as d:
+        search = [t for t in d.trials() if t.confirmation is None]
+        claims = d._con.execute("SELECT count(*) FROM claims").fetchone()[0]
+    indices = [t.config_index for t in search]
+    assert len(indices) == len(set(indices)), sorted(indices)
+    assert len(search) == 9 and claims == 0
+
+
+def test_a_one_trial_budget_measures_one_config(tmp_path: Path, capfd) -> None:
+    """``--trials 1`` asked the tuner for the default and 0 more, which random search took as "no
+    limit": it measured the whole space (628 configs of an 8x8x8 matmul before it was stopped)."""
+    from tensortune.task import Task
+    from tensortune.tuners import TUNERS, get_tuner
+
+    task = Task.from_op("matmul", (8, 8, 8))
+    for name in TUNERS:
+        assert len(get_tuner(name, task).ask(1)) == 1, name
+    db = tmp_path / "one.db"
+    rc, out, _ = cli(capfd, *SMALL[:-3], "--trials", "1", "--db", str(db), "--json", "--no-progress")
+    assert rc == 0 and json.loads(out)["trials_measured"] == 1
+    with Database(db, readonly=True) as d:
+        assert len([t for t in d.trials() if t.confirmation is None]) == 1

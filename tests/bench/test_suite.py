@@ -296,6 +296,7 @@ def _check_report_numbers(md: str, run: RunDir) -> None:
                 assert got["tasks tuned"] == f"{system['tasks_measured']}/{system['tasks']}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tiny import one_conv  # the whole-model path of every system at the fewest tasks
@@ -417,6 +418,7 @@ def test_quick_code_paths_on_a_tiny_budget(tmp_path: Path, monkeypatch: pytest.M
     assert len(ms["tasks_without_valid"]) < ms["tasks_measured"], f"no MetaSchedule candidate built and ran: {ms}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_tuner_specs_history_and_start_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tuner with options is its own column; ``transfer=true`` tunes with a database kept in the

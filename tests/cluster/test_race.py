@@ -30,6 +30,7 @@ def onnx_path(tmp_path_factory):
     return export_onnx(m, x, str(tmp_path_factory.mktemp("race") / "tiny.onnx"))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_race_survives_a_killed_actor_and_keeps_its_records(local_ray, onnx_path, tmp_path) -> None:
     from tensortune.cluster.race import race
@@ -128,6 +129,7 @@ def test_the_paired_change_ranks_and_a_round_that_measured_nothing_ends_the_acto
     assert old.improvement == pytest.approx(-0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_models_rounds_are_in_step_and_a_suspended_actor_runs_no_further_round(local_ray, onnx_path, tmp_path) -> None:
     """Every actor of a model finishes round r before any starts round r + 1: the ranking after

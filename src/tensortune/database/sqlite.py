@@ -22,13 +22,15 @@ import functools
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import stat
 import sys
 import time
+import uuid
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from ..errors import TensortuneError
 from .records import MeasureContext, TaskRecord, TrialRecord, confirmed_best
@@ -57,6 +59,15 @@ CREATE TABLE IF NOT EXISTS trials (
 CREATE INDEX IF NOT EXISTS trials_by_task ON trials (workload_key, config_index);
 CREATE INDEX IF NOT EXISTS trials_by_cost ON trials (workload_key, cost);
 """
+#: Configs a tuning process is measuring now (see :meth:`Database.claim`): other writers neither
+#: measure them too nor spend the task's budget past them. Added to any file opened for writing.
+_CLAIMS = """
+CREATE TABLE IF NOT EXISTS claims (
+    workload_key TEXT NOT NULL, context TEXT NOT NULL, config_index INTEGER NOT NULL, tuner TEXT NOT NULL,
+    owner TEXT NOT NULL, claimed_at REAL NOT NULL, PRIMARY KEY (workload_key, context, config_index))
+"""
+#: Seconds after which a claim no longer holds (its process died without releasing it).
+CLAIM_TTL_S = 3600.0
 #: Upgrade of a version-1 file: new columns (empty = not recorded), the median cost of every
 #: trial (filled in by :meth:`Database._migrate`), and no ``best`` table (best is a query now).
 _MIGRATE_V1 = """
@@ -93,6 +104,27 @@ def _sqlite_faults(method: Callable[..., T]) -> Callable[..., T]:
             raise _fault(self.path, e) from e
 
     return wrapper
+
+
+def claim_owner() -> str:
+    """A new claim owner: ``host:pid:random``, so that claims of a process that died on this host
+    are dropped at once (:func:`_owner_alive`), not after :data:`CLAIM_TTL_S`."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def _owner_alive(owner: str) -> bool:
+    """False when ``owner`` (see :func:`claim_owner`) is a process of this host that has exited."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another host's process: only the TTL ends its claims
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def _fault(path: Path, e: sqlite3.Error) -> DatabaseError:
@@ -176,6 +208,7 @@ class Database:
             self._con.execute("PRAGMA synchronous=NORMAL")
             if self._check_meta(self._con, upgradable=True) != self.SCHEMA_VERSION:
                 self._write(self._migrate)
+            self._write(lambda con: con.execute(_CLAIMS))
         except BaseException:
             self._con.close()
             raise
@@ -238,7 +271,7 @@ class Database:
     def _create_schema(self, con: sqlite3.Connection) -> None:
         """Create the tables in a new file (another process may have just done so)."""
         others = con.execute("SELECT count(*) FROM sqlite_master WHERE name NOT IN "
-                             "('meta', 'tasks', 'trials', 'trials_by_task', 'trials_by_cost') "
+                             "('meta', 'tasks', 'trials', 'trials_by_task', 'trials_by_cost', 'claims') "
                              "AND name NOT LIKE 'sqlite_%'").fetchone()[0]
         if others:
             raise DatabaseError(f"{self.path} is not a tensortune database; refusing to touch it")
@@ -340,6 +373,44 @@ class Database:
             where.append("error = 'none' AND costs != '[]'")
         rows = self._con.execute(f"SELECT * FROM trials WHERE {' AND '.join(where)} ORDER BY id", args)
         return self._valid_trials(rows.fetchall())
+
+    @_sqlite_faults
+    def claim(self, workload_key: str, context: MeasureContext, tuner: str, owner: str, indices: Sequence[int],
+              budget: int) -> tuple[list[int], int]:
+        """Claim, for ``owner`` (one tuning session), the configs of ``indices`` it may measure now,
+        in their order, in one transaction, and return them with the budget left after them: none already measured for the task in ``context``
+        (confirmations aside) or claimed by another owner, and no more than leave ``tuner``'s
+        search trials plus every owner's claims of that tuner within ``budget``. So two processes
+        tuning one task share its budget and never measure a config twice (Optuna's RDB storage
+        keeps a running trial in the database the same way). Claims older than
+        :data:`CLAIM_TTL_S` (a process that died) no longer hold."""
+        ctx = json.dumps(list(context))
+
+        def txn(con: sqlite3.Connection) -> tuple[list[int], int]:
+            con.execute("DELETE FROM claims WHERE claimed_at < ?", (time.time() - CLAIM_TTL_S,))
+            where = "workload_key = ? AND target = ? AND threads = ? AND timing = ? AND cpu_model = ?"
+            args = (workload_key, *context)
+            if self._has_extra:
+                where += f" AND NOT ({_IS_CONFIRM})"
+            taken = {r[0] for r in con.execute(f"SELECT DISTINCT config_index FROM trials WHERE {where}", args)}
+            spent = con.execute(f"SELECT count(*) FROM trials WHERE {where} AND tuner = ?", (*args, tuner)).fetchone()[0]
+            dead = {o for (o,) in con.execute("SELECT DISTINCT owner FROM claims") if not _owner_alive(o)}
+            con.executemany("DELETE FROM claims WHERE owner = ?", [(o,) for o in dead])
+            claims = con.execute("SELECT config_index, owner, tuner FROM claims WHERE workload_key = ? AND context = ?",
+                                 (workload_key, ctx)).fetchall()
+            taken |= {r[0] for r in claims}
+            spent += sum(1 for r in claims if r[2] == tuner)
+            granted = [i for i in dict.fromkeys(indices) if i not in taken][:max(0, budget - spent)]
+            con.executemany("INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?)",
+                            [(workload_key, ctx, i, tuner, owner, time.time()) for i in granted])
+            return granted, max(0, budget - spent - len(granted))
+
+        return self._write(txn)
+
+    @_sqlite_faults
+    def release(self, owner: str) -> None:
+        """Drop every claim of ``owner`` (its candidates are stored, or it stops)."""
+        self._write(lambda con: con.execute("DELETE FROM claims WHERE owner = ?", (owner,)))
 
     @_sqlite_faults
     def measured_indices(self, workload_key: str) -> set[int]:

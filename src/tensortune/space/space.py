@@ -162,7 +162,9 @@ class ConfigSpace:
 
     def sample(self, rng: random.Random, n: int = 1, exclude: set[int] | None = None,
                max_tries: int | None = None) -> list[Config]:
-        """Up to ``n`` distinct valid configs drawn uniformly, skipping ``exclude``."""
+        """Up to ``n`` distinct valid configs drawn uniformly, skipping ``exclude`` (none for ``n <= 0``)."""
+        if n <= 0:
+            return []
         exclude = set(exclude or ())
         size = len(self)
         if size <= 4 * (n + len(exclude)) or size < 10_000:

@@ -177,6 +177,8 @@ class Tuner(ABC):
         ``start_from_default``, until it is measured), then :meth:`next_batch`'s proposals."""
         first = self._unmeasured_default()
         lead = [first] if first is not None else []
+        if n <= len(lead):  # next_batch(0) may mean "no limit" to a tuner (random search sampled the whole space)
+            return lead[:max(n, 0)]
         return lead + [c for c in self.next_batch(n - len(lead))
                        if c.index not in self.visited and (first is None or c.index != first.index)]
 

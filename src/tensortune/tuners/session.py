@@ -26,6 +26,8 @@ import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from ..database import Database
+from ..database.sqlite import claim_owner
 from ..measure import ErrorKind, MeasureInput, MeasureResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,6 +38,9 @@ if TYPE_CHECKING:  # pragma: no cover
 CONFIRM_TOP = 3
 #: Rounds of a confirmation: each of the top configs is measured this many times, interleaved.
 CONFIRM_ROUNDS = 3
+
+#: Seconds to wait before asking again when every config asked was taken by another writer.
+CLAIM_WAIT_S = 0.05
 
 Callback = Callable[["Tuner", Sequence[MeasureInput], Sequence[MeasureResult]], None]
 
@@ -94,6 +99,7 @@ class TuningSession:
         last_improve = 0
         stop = "trials"
         budget = max(0, n_trial - done_before)
+        shared, owner = isinstance(database, Database), claim_owner()  # claims shared with other writers
 
         def commit(inp: MeasureInput, res: MeasureResult) -> None:
             meter.add(res)
@@ -118,8 +124,20 @@ class TuningSession:
             if not batch:
                 stop = tuner.finished or "space_exhausted"
                 break
+            if shared:
+                batch, left = self._claim(batch, owner, context, n_trial, have)
+                if not batch:
+                    if left:  # every config asked is measured or being measured elsewhere
+                        time.sleep(CLAIM_WAIT_S)
+                        continue
+                    stop = "trials"  # the budget is spent by this tuner's other writers
+                    break
             inputs = [MeasureInput(tuner.task, c) for c in batch]
-            results = measurer.measure(inputs, commit)
+            try:
+                results = measurer.measure(inputs, commit)
+            finally:
+                if shared:
+                    database.release(owner)
             before = tuner.best_cost
             tuner.tell(batch, results)
             for r in results:
@@ -146,6 +164,24 @@ class TuningSession:
         return TuneResult(tuner.task, tuner.best_config, tuner.best_cost, measured, errors, history, stop, verified,
                           spread, tuner.status, source, context, confirm_measured,
                           confirmation if tuner.best_config is not None else {}, meter.total())
+
+    def _claim(self, batch: list[Any], owner: str, context: Any, n_trial: int, have: set[int]
+               ) -> tuple[list[Any], int]:
+        """The configs of ``batch`` this session may measure (:meth:`Database.claim`) and the budget
+        left. The others are measured, or being measured, by another writer: the tuner marks them
+        visited and learns the trials other writers stored since it last looked."""
+        from .records import history_from_db
+
+        tuner = self.tuner
+        granted, left = self.database.claim(tuner.task.workload_key, context, tuner.name, owner,
+                                            [c.index for c in batch], n_trial)
+        if len(granted) < len(batch):
+            tuner.visited.update(c.index for c in batch if c.index not in set(granted))
+            configs, results, _ = history_from_db(self.database, tuner, context, have)
+            if configs:
+                tuner.load_history(configs, results)
+        keep = set(granted)
+        return [c for c in batch if c.index in keep], left
 
     # ------------------------------------------------------------ confirmation
     def confirm(self, context: Any, have: set[int]) -> int:
