@@ -56,13 +56,14 @@ def lock_name(node_ip: str) -> str:
 def host_lock(node_ip: str, tries: int = 10) -> Any:
     """A handle on the host's lock actor (:func:`make_lock_actor`), made if none is alive.
 
-    A named actor whose last handle was dropped (an earlier race in the same Ray instance) is torn
-    down asynchronously, so ``get_if_exists`` can return one that is dying; each answer is checked
-    with a call, and a dead one is asked for again until its name is free."""
+    The lock is detached: it lives as long as the Ray instance, one per host for every race and
+    driver. (Owned by a race, it was torn down asynchronously once that race dropped its handle, and
+    the next race's actors could look up a name that was just dying.) A dead answer is asked for
+    again until its name is free."""
     ray = _ray()
     cls = make_lock_actor()
     for attempt in range(tries):
-        lock = cls.options(name=lock_name(node_ip), get_if_exists=True).remote()
+        lock = cls.options(name=lock_name(node_ip), get_if_exists=True, lifetime="detached").remote()
         try:
             ray.get(lock.alive.remote(), timeout=60)
             return lock

@@ -168,15 +168,17 @@ class TuningSession:
     def _claim(self, batch: list[Any], owner: str, context: Any, n_trial: int, have: set[int]
                ) -> tuple[list[Any], int]:
         """The configs of ``batch`` this session may measure (:meth:`Database.claim`) and the budget
-        left. The others are measured, or being measured, by another writer: the tuner marks them
-        visited and learns the trials other writers stored since it last looked."""
+        left. With budget left, the others are measured, or being measured, by another writer: the
+        tuner marks them visited and learns the trials other writers stored since it last looked
+        (without, they may only have met the budget's end, and stay open to a later session)."""
         from .records import history_from_db
 
         tuner = self.tuner
         granted, left = self.database.claim(tuner.task.workload_key, context, tuner.name, owner,
                                             [c.index for c in batch], n_trial)
         if len(granted) < len(batch):
-            tuner.visited.update(c.index for c in batch if c.index not in set(granted))
+            if left:
+                tuner.visited.update(c.index for c in batch if c.index not in set(granted))
             configs, results, _ = history_from_db(self.database, tuner, context, have)
             if configs:
                 tuner.load_history(configs, results)
