@@ -13,10 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from .errors import TensortuneError
-from .limits import LimitError, check_seed
-
-#: Largest integer option (counts of trials, tasks, rounds): SQLite's signed 64-bit INTEGER.
-MAX_INT_ARG = 2**63 - 1
+from .limits import INT64_MAX, LimitError, check_seed
 
 #: The main job on defaults: tune this built-in model for a few minutes, then compare.
 DEMO_MODEL, DEMO_TUNER, DEMO_TIME_BUDGET, DEMO_DB = "resnet18", "autotvm", 300.0, "tensortune_demo.db"
@@ -42,8 +39,8 @@ def _positive(cast: type) -> Any:
             raise argparse.ArgumentTypeError(f"{s!r} is not a{'n integer' if cast is int else ' number'}") from None
         if not math.isfinite(v) or v <= 0:
             raise argparse.ArgumentTypeError(f"{s} must be a positive finite number")
-        if cast is int and v > MAX_INT_ARG:
-            raise argparse.ArgumentTypeError(f"{s} is too large (at most {MAX_INT_ARG})")
+        if cast is int and v > INT64_MAX:  # counts of trials, tasks, rounds are stored as SQLite INTEGERs
+            raise argparse.ArgumentTypeError(f"{s} is too large (at most {INT64_MAX})")
         return v
 
     return parse

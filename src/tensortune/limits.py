@@ -14,8 +14,10 @@ from .errors import TensortuneError
 MAX_EXTENT = 2**31 - 1
 #: Largest tensor a task or model input may have (float32 elements: 8 GiB).
 MAX_TENSOR_ELEMENTS = 2**31
-#: Seeds are stored in SQLite's signed 64-bit INTEGER.
-MAX_SEED = 2**63 - 1
+#: SQLite's INTEGER is a signed 64-bit number: the largest count, index or seed that can be stored.
+INT64_MAX = 2**63 - 1
+#: Seeds are stored in SQLite's INTEGER.
+MAX_SEED = INT64_MAX
 
 
 class LimitError(TensortuneError, ValueError):

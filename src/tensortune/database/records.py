@@ -13,6 +13,8 @@ import statistics
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Iterable, Mapping, NamedTuple
 
+from ..limits import INT64_MAX
+
 #: Every error kind a trial may carry (``tensortune.measure.ErrorKind``'s values; kept here so the
 #: database layer does not import the measurement layer).
 ERROR_KINDS = ("none", "instantiation", "compile", "runtime", "wrong_answer", "build_timeout", "run_timeout",
@@ -36,10 +38,6 @@ def _check(name: str, value: Any, kind: str) -> Any:
             return [_check(name, v, "float") for v in value]
         return value
     raise ValueError(f"field {name!r}: expected {kind}, got {type(value).__name__}")
-
-
-#: SQLite's INTEGER is a signed 64-bit number.
-INT64_MAX = 2**63 - 1
 
 
 def _check_json_object(name: str, text: str) -> None:
