@@ -48,6 +48,11 @@ from ..utils.names import file_stem
 RACE_BATCH = 64
 
 
+LOCK_NAMESPACE = "tensortune"
+"""The Ray namespace of the host locks: a detached actor in an anonymous namespace makes the raylet
+write a warning to the driver's stdout, which would break ``race --json``."""
+
+
 def lock_name(node_ip: str) -> str:
     """The host lock actor's name on a node."""
     return f"tensortune-measure-lock-{node_ip}"
@@ -63,7 +68,8 @@ def host_lock(node_ip: str, tries: int = 10) -> Any:
     ray = _ray()
     cls = make_lock_actor()
     for attempt in range(tries):
-        lock = cls.options(name=lock_name(node_ip), get_if_exists=True, lifetime="detached").remote()
+        lock = cls.options(name=lock_name(node_ip), namespace=LOCK_NAMESPACE, get_if_exists=True,
+                           lifetime="detached").remote()
         try:
             ray.get(lock.alive.remote(), timeout=60)
             return lock
@@ -230,7 +236,7 @@ def make_tuner_actor() -> Any:
     @ray.remote(num_cpus=0, max_restarts=0)
     class TunerActor:  # its lock name "MODEL/TUNER" is the coordinator's key of it
         def __init__(self, model: str, tuner: str, db_path: str, seed: int, batch: int, lock_name_: str) -> None:
-            lock = ray.get_actor(lock_name_)
+            lock = ray.get_actor(lock_name_, namespace=LOCK_NAMESPACE)
             self.c = Competitor(model, tuner, db_path, seed, batch, lambda: host_turn(lock, f"{model}/{tuner}"))
 
         def round(self) -> dict[str, Any]:
