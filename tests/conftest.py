@@ -15,3 +15,4 @@ def _xgboost_one_thread() -> Iterator[None]:
 
     with xgboost.config_context(nthread=1):
         yield
+

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tensortune.cli import main
 from tensortune.database import Database
@@ -179,6 +181,99 @@ def test_an_import_of_nested_or_huge_lines_is_refused(tmp_path: Path, capfd, tex
     src = tmp_path / "bad.jsonl"
     src.write_text(text)
     refused(*cli(capfd, "import", "--db", str(tmp_path / "new.db"), str(src))[::2], words)
+
+
+# ---------------------------------------------------------------- fuzzed imports and options
+# Generated inputs, derandomized (the same examples in every run) and kept out of the example
+# database: each either works or is refused in one line, never a traceback.
+FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**80, 2**80) | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8)
+
+
+@st.composite
+def mutated_records(draw: st.DrawFn, task: dict, trial: dict) -> str:
+    """A task line and a trial line with one to three fields set to any JSON, dropped or added, and
+    maybe a line of junk."""
+    recs = [dict(task), dict(trial)]
+    for _ in range(draw(st.integers(1, 3))):
+        rec = recs[draw(st.integers(0, 1))]
+        op = draw(st.sampled_from(["set", "drop", "add"]))
+        key = draw(st.text(max_size=8)) if op == "add" else draw(st.sampled_from(sorted(rec)))
+        if op == "drop":
+            rec.pop(key, None)
+        else:
+            rec[key] = draw(JSON_VALUES)
+    lines = [json.dumps(r) for r in recs]
+    if draw(st.booleans()):
+        lines.insert(draw(st.integers(0, 2)), draw(st.text(max_size=40)).replace("\n", " "))
+    return "\n".join(lines) + "\n"
+
+
+def test_fuzzed_imports_are_stored_whole_or_refused_in_one_line(small_db: Path, tmp_path: Path, capfd) -> None:
+    task, trial = _records(small_db, tmp_path)
+    capfd.readouterr()
+    n = iter(range(10**6))
+
+    @FUZZ
+    @given(mutated_records(task, trial))
+    def check(text: str) -> None:
+        k = next(n)
+        src, db = tmp_path / f"f{k}.jsonl", tmp_path / f"f{k}.db"
+        src.write_text(text)
+        rc, _, err = cli(capfd, "import", "--db", str(db), str(src))
+        if rc:
+            refused(rc, err, "")
+            assert not db.exists()  # all or nothing
+            return
+        # what was stored reads back: best and export of it work
+        assert cli(capfd, "best", "--db", str(db))[0] == 0
+        assert cli(capfd, "export", "--db", str(db), "-o", str(tmp_path / f"f{k}.out"))[0] == 0
+
+    check()
+
+
+def _option_keys() -> list[str]:
+    """Every tuner's option names and some parts' nested keys."""
+    from tensortune.tuners import TUNERS
+    from tensortune.utils.options import option_names
+
+    keys = {k for name in TUNERS for k in option_names(TUNERS.get(name).Options)}
+    return sorted(keys | {"explorer.n_chains", "explorer.steps", "cost_model.max_rounds", "selector.lam",
+                          "search.population", "cold_filter.threshold"})
+
+
+OPTION_VALUES = (st.sampled_from(["", "none", "nan", "inf", "-inf", "-1", "0", "1", "1e999", "9" * 30, "true", "x",
+                                  "1,2", "0.5", "sa", "xgb", "random", "[1]", "=", "a=b"])
+                 | st.integers(-2**70, 2**70).map(str) | st.floats().map(str) | st.text(max_size=8))
+
+
+def test_fuzzed_tuner_options_make_a_tuner_or_are_refused_in_one_line() -> None:
+    from tensortune.cli import UsageError, _tuner_options
+    from tensortune.task import Task
+    from tensortune.tuners import TUNERS, get_tuner
+
+    task = Task.from_op("matmul", [8, 8, 8])
+    item = (st.builds(lambda k, v: f"{k}={v}", st.sampled_from(_option_keys()) | st.text(max_size=6), OPTION_VALUES)
+            | st.text(max_size=12))
+
+    @FUZZ
+    @given(st.sampled_from(sorted(TUNERS)), st.lists(item, max_size=3))
+    def check(name: str, items: list[str]) -> None:
+        try:
+            values = _tuner_options(name, items)
+        except UsageError as e:
+            assert "\n" not in str(e)
+            return
+        try:  # the command line's next step: a ValueError here is its one-line UsageError
+            get_tuner(name, task, options=values)
+        except ValueError as e:
+            assert "\n" not in str(e).strip(), str(e)
+
+    check()
 
 
 # ---------------------------------------------------------------- predictors and shards

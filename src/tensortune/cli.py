@@ -464,6 +464,8 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
             print(f"best from: {res.describe_source()}")
         if res.tuner_status:
             print(f"model: {res.tuner_status}")
+        if res.describe_noise():
+            print(res.describe_noise())
         cost = out["cost"]
         energy = f"{cost['energy_j']:.1f} J" if cost["energy_j"] is not None else f"energy {cost.get('energy', 'not available')}"
         print(f"cost: {cost['wall_s']:.1f} s wall, {cost['cpu_s']:.1f} CPU-s (tuner {cost['cpu_split_s']['tuner']:.1f}, "
@@ -626,9 +628,11 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
                 scheduler: str, seed: int, batch_size: int | None, progress: bool,
                 tuner_options: Sequence[str] = (), cpu_budget: float | None = None,
                 energy_budget: float | None = None, cost: dict[str, Any] | None = None,
-                rpc: str | None = None, survey: dict[str, Any] | None = None) -> tuple[list[Any], Any, float]:
+                rpc: str | None = None, survey: dict[str, Any] | None = None,
+                noise: dict[str, Any] | None = None) -> tuple[list[Any], Any, float]:
     """Tune every task of ``model``; returns (outcomes, tasks, wall seconds). ``cost``, when
-    given, is filled with the run's cost (wall time, CPU-seconds, energy); ``survey``, for the
+    given, is filled with the run's cost (wall time, CPU-seconds, energy); ``noise`` with the
+    contention its timings met (:class:`~.measure.noise.NoiseLog`: ``summary`` one line); ``survey``, for the
     survey scheduler, holds its options (``goal_ms``, ``speedup_goal``, ``batch``) and is filled with its
     report."""
     import time
@@ -674,6 +678,8 @@ def _tune_model(model: Any, tuner_name: str, db_path: str, trials_per_task: int 
                 bar.close()
                 if cost is not None:
                     cost.update(sched.cost())
+                if noise is not None:
+                    noise.update(m.noise.to_json(), summary=m.noise.describe())
                 if survey is not None and hasattr(sched, "report"):
                     survey["report"] = sched.report()
     finally:
@@ -734,12 +740,13 @@ def cmd_tune(a: argparse.Namespace) -> int:
     model = _load(a)
     _threads_env(None)  # the in-model check at the end times the model in this process
     cost: dict[str, Any] = {}
+    noise: dict[str, Any] = {}
     survey = ({"goal_ms": a.latency_goal, "speedup_goal": a.speedup_goal, "batch": a.survey_batch}
               if a.scheduler == "survey" else None)
     outcomes, _, wall = _tune_model(model, a.tuner, a.db, a.trials_per_task, a.time_budget, a.scheduler, a.seed,
                                     a.batch_size, progress=not (a.no_progress or a.json), tuner_options=a.tuner_options,
                                     cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, cost=cost, rpc=a.rpc,
-                                    survey=survey)
+                                    survey=survey, noise=noise)
     confirm: dict[str, Any] | None = None
     if a.rpc:
         confirm = {"skipped": "candidates were timed on an RPC device, not on this machine"}
@@ -756,7 +763,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
         total, n = estimated_total(outcomes)
         print(json.dumps({"model": model.name, "tuner": a.tuner, "scheduler": a.scheduler,
                           "tasks": [o.to_json() for o in outcomes], "estimated_total_ms": total * 1e3,
-                          "tasks_measured": n, "wall_s": wall, "cost": cost,
+                          "tasks_measured": n, "wall_s": wall, "cost": cost, "noise": noise or None,
                           **({"survey": survey["report"]} if survey and "report" in survey else {}),
                           **({"confirm": confirm} if confirm is not None else {}),
                           "measure": _model_measure_options().timing()}))
@@ -771,6 +778,8 @@ def cmd_tune(a: argparse.Namespace) -> int:
             f"energy {cost.get('energy', 'not available')}"
         print(f"cost: {cost.get('cpu_s', 0.0):.1f} CPU-s, {energy}"
               + (f"; stopped by the {cost['stopped_by'].replace('_', ' ')}" if cost.get("stopped_by") else ""))
+        if noise.get("summary"):
+            print(noise["summary"])
         if survey and "report" in survey:
             rep = survey["report"]
             print(f"survey: untuned {rep['untuned_ms']:.2f} ms; rounds " + ", ".join(

@@ -17,7 +17,10 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def local_ray():
     """One local Ray instance for the module's races (race() then neither starts nor stops one)."""
-    ray.init(include_dashboard=False, log_to_driver=False)
+    from tensortune.cluster.race import local_ray_options
+
+    ray.init(log_to_driver=False, **local_ray_options())  # as a race starts its own: on the loopback address
+    assert ray.util.get_node_ip_address() == "127.0.0.1"
     yield
     ray.shutdown()
 
@@ -194,3 +197,11 @@ def test_a_dying_host_lock_is_replaced_by_a_live_one(local_ray) -> None:
     second = host_lock(node)
     assert ray.get(second.alive.remote()) is True
     assert ray.get(second.acquire.remote("a")) is True and ray.get(second.release.remote("a")) is True
+
+
+def test_a_local_race_without_rays_token_is_refused(monkeypatch) -> None:
+    from tensortune.cluster.race import RaySecurityError, local_ray_options
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.raises(RaySecurityError, match="every interface"):
+        local_ray_options()

@@ -224,7 +224,7 @@ def test_a_load_that_fails_for_lack_of_memory_maps_is_run_again_in_a_fresh_proce
         """A runner process whose memory maps ran out, until it is replaced."""
 
         def __init__(self) -> None:
-            self.full, self.calls = True, 0
+            self.full, self.calls, self.runs = True, 0, 0
 
         def call(self, fn, args, timeout):
             self.calls += 1
@@ -241,7 +241,7 @@ def test_a_load_that_fails_for_lack_of_memory_maps_is_run_again_in_a_fresh_proce
         def start(self) -> None:
             pass
 
-    runner = LocalRunner(MeasureOptions())
+    runner = LocalRunner(MeasureOptions(probe=False))  # the fake answers candidates only
     runner._worker.close()
     runner._worker = worker = Exhausted()
     task = Task.from_op("matmul", [32, 32, 32])

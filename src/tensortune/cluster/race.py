@@ -36,12 +36,14 @@ case it joins that cluster.
 """
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Sequence
 
+from ..errors import TensortuneError
 from ..utils.names import file_stem
 
 #: Trimmer's round size (measurements per task and round).
@@ -51,6 +53,22 @@ RACE_BATCH = 64
 LOCK_NAMESPACE = "tensortune"
 """The Ray namespace of the host locks: a detached actor in an anonymous namespace makes the raylet
 write a warning to the driver's stdout, which would break ``race --json``."""
+
+
+class RaySecurityError(TensortuneError, RuntimeError):
+    """A local Ray instance would be reachable without authentication."""
+
+
+def local_ray_options() -> dict[str, Any]:
+    """``ray.init`` settings of a local instance: no dashboard, the node advertised on the loopback
+    address (where Ray lets it choose, its servers bind there). Ray 2.60's core servers still
+    listen on every interface, behind the token authentication Ray enables by default; with that
+    turned off (``RAY_AUTH_MODE=disabled``) anyone who reaches the host could run code in the race,
+    so a local race is refused."""
+    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
+        raise RaySecurityError("RAY_AUTH_MODE=disabled: a local Ray instance listens on every interface, and without "
+                               "its token anyone who reaches this host could run code in the race; unset it")
+    return {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
 
 
 def lock_name(node_ip: str) -> str:
@@ -299,7 +317,7 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
     ray = _ray()
     started = False
     if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"address": address} if address else {"include_dashboard": False}
+        kwargs: dict[str, Any] = {"address": address} if address else local_ray_options()
         ray.init(log_to_driver=False, **kwargs)
         started = True
     t0 = time.perf_counter()

@@ -168,6 +168,12 @@ class TrialRecord:
         confirm = self.extra.get("confirm")
         return confirm if isinstance(confirm, dict) else None
 
+    @property
+    def noisy(self) -> bool:
+        """Whether it was timed while the machine was busy (``extra["noise"]["noisy"]``)."""
+        noise = self.extra.get("noise")
+        return bool(isinstance(noise, dict) and noise.get("noisy"))
+
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict of all fields."""
         return asdict(self)
@@ -257,6 +263,7 @@ def confirmed_best(trials: Iterable[TrialRecord]) -> TrialRecord | None:
     for index, ts in rounds.items():
         if index in failed:
             continue
+        ts = _quiet_first(ts)
         median = statistics.median_low([t.cost for t in ts])
         pick = next(t for t in ts if t.cost == median)
         if best is None or median < best.cost:
@@ -264,14 +271,22 @@ def confirmed_best(trials: Iterable[TrialRecord]) -> TrialRecord | None:
     return best
 
 
+def _quiet_first(trials: list[TrialRecord]) -> list[TrialRecord]:
+    """The quiet ones of ``trials`` when there are any, else all: contention only slows a kernel,
+    so a noisy time says less about a config than a quiet one."""
+    quiet = [t for t in trials if not t.noisy]
+    return quiet or trials
+
+
 def top_configs(trials: Iterable[TrialRecord], k: int) -> list[int]:
     """Up to ``k`` config indices of ``trials`` (one task, one context) with the lowest median cost
-    over their verified successful trials (confirmations included), best first; ties go to the
-    config measured first."""
-    costs: dict[int, list[float]] = {}
+    over their verified successful trials (confirmations included; noisy ones only for a config
+    without a quiet one), best first; ties go to the config measured first."""
+    runs: dict[int, list[TrialRecord]] = {}
     for t in trials:
         if t.ok and t.verified:
-            costs.setdefault(t.config_index, []).append(t.cost)
+            runs.setdefault(t.config_index, []).append(t)
+    costs = {i: [t.cost for t in _quiet_first(ts)] for i, ts in runs.items()}
     order = sorted(costs, key=lambda i: statistics.median_low(costs[i]))  # stable: first measured first
     return order[:max(0, k)]
 

@@ -1,6 +1,7 @@
 """Builder and runner: compile candidates in parallel, then time them one at a time.
 
-Both keep their worker processes alive across batches. Every candidate ends as a
+Both keep their worker processes alive across batches; a closed builder hands its workers to the
+next builder of the process (:class:`~.pool.WorkerCache`). Every candidate ends as a
 :class:`MeasureResult`; a crash, hang or wrong answer costs that candidate only.
 """
 from __future__ import annotations
@@ -13,11 +14,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
+from ..target import cpu_count
 from .energy import EnergyMeter
+from .noise import QUIET_LOOK_S, QUIET_LOOKS, RECENT_S, NoiseLog, Sample
 from .options import MeasureOptions
-from .pool import Worker
+from .pool import WORKERS, Worker
 from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult
-from .worker import build_candidate, init_worker, rpc_run_candidate, run_candidate
+from .worker import build_candidate, init_worker, probe_state, rpc_run_candidate, run_candidate
 
 
 class LocalBuilder:
@@ -27,7 +30,7 @@ class LocalBuilder:
         self.options = options or MeasureOptions()
         self._dir = tempfile.mkdtemp(prefix="tensortune-build-")
         self._log = open(os.path.join(self._dir, "workers.log"), "ab")  # TVM's warnings go here, not the terminal
-        self._workers = [Worker(init_worker, (tuple(self.options.imports), None), self._log)
+        self._workers = [WORKERS.take(init_worker, (tuple(self.options.imports), None), self._log)
                          for _ in range(max(1, self.options.n_parallel))]
         self._pool = ThreadPoolExecutor(len(self._workers))
         self._started = False
@@ -72,9 +75,9 @@ class LocalBuilder:
         return BuildResult(None, ErrorKind.UNKNOWN, out.message, dt, out.cpu_s)
 
     def close(self) -> None:
-        """Stop the workers and remove build artifacts."""
+        """Hand the workers back (idle for the next builder, or stopped) and remove build artifacts."""
         for w in self._workers:
-            w.close()
+            WORKERS.give(w)  # idle for the next builder (pool.WorkerCache), or closed
         self._pool.shutdown(wait=False)
         self._log.close()
         shutil.rmtree(self._dir, ignore_errors=True)
@@ -86,14 +89,52 @@ class LocalRunner:
     def __init__(self, options: MeasureOptions | None = None) -> None:
         self.options = options or MeasureOptions()
         self._log = tempfile.TemporaryFile()
+        # a fresh process, never one reused from the cache: a runner idled while another process
+        # took the cores timed a 256^3 matmul 25x slow when reused later on a quiet machine
         self._worker = Worker(init_worker, (tuple(self.options.imports), self.options.threads), self._log)
         self._energy = EnergyMeter()  # no domains where the machine has no counter: energy stays None
-        self._runs = 0  # candidates the current runner process has loaded
         self.restarts = 0  # runner processes replaced (every options.runner_restart candidates, or a failed load)
+        self.noise = NoiseLog(self.options.threads, cpu_count())  # contention verdicts of this runner's timings
 
     def start(self) -> None:
         """Start the runner process now."""
         self._worker.start()
+
+    def _look(self, window_s: float) -> Sample | None:
+        """One look at the machine from the runner process (:func:`probe_state`); None if it failed."""
+        out = self._worker.call(probe_state, (window_s,), self.options.run_timeout)
+        return Sample(*out.value) if out.status == "ok" else None
+
+    def _calibrate(self) -> None:
+        """The probe's quiet value, before the first candidate: the fastest of a few short looks."""
+        if not self.options.probe or self.noise.quiet_probe_s is not None:
+            return
+        for _ in range(3):
+            look = self._look(0.0)
+            if look is not None:
+                self.noise.calibrate(look.probe_s)
+
+    def wait_quiet(self, max_s: float | None = None) -> bool | None:
+        """Look at the machine until :data:`QUIET_LOOKS` looks in a row find it quiet, for at most
+        ``max_s`` seconds (``options.quiet_wait_s``); True when it was found quiet, False when the
+        time ran out, None when nothing is probed. A machine whose last timing (within
+        :data:`RECENT_S`) was quiet is taken as quiet at once. The wait is logged in ``noise.waits``."""
+        if not self.options.probe:
+            return None
+        self._calibrate()
+        if self.noise.quiet_since(RECENT_S):
+            self.noise.waits.append({"quiet": True, "waited_s": 0.0})
+            return True
+        limit = self.options.quiet_wait_s if max_s is None else max_s
+        t0, streak = time.perf_counter(), 0
+        while True:
+            look = self._look(QUIET_LOOK_S)
+            streak = streak + 1 if look is not None and not self.noise.verdict(look)["noisy"] else 0
+            waited = time.perf_counter() - t0
+            if streak >= QUIET_LOOKS or waited >= limit:
+                quiet = streak >= QUIET_LOOKS
+                self.noise.waits.append({"quiet": quiet, "waited_s": round(waited, 2)})
+                return quiet
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
             on_result: Callable[[MeasureInput, MeasureResult], None] | None = None,
@@ -106,6 +147,8 @@ class LocalRunner:
         opts = self.options.runner_opts()
         if check_correctness is not None:
             opts["check_correctness"] = check_correctness
+        if opts["probe"] and any(b.artifact for b in builds):
+            self._calibrate()
         out = []
         for inp, b in zip(inputs, builds):
             r = self._run_one(inp, b, opts, keep_artifacts)
@@ -118,7 +161,7 @@ class LocalRunner:
         now, threads = time.time(), self.options.threads
         if b.error is not ErrorKind.NONE or b.artifact is None:
             return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads, build_cpu=b.build_cpu)
-        if self._runs >= max(1, self.options.runner_restart):
+        if self._worker.runs >= max(1, self.options.runner_restart):
             self._restart()
         self._energy.start()
         for attempt in range(2):  # a load that failed for the process's fault is run again, once
@@ -126,7 +169,7 @@ class LocalRunner:
                 self._restart()
             t0 = time.perf_counter()
             res = self._worker.call(*self._call(inp, b, opts), self.options.run_timeout)
-            self._runs += 1
+            self._worker.runs += 1
             if not (res.status == "ok" and res.value[0] == ErrorKind.RUNTIME.value and _cannot_load(res.value[2])):
                 break
         joules = self._energy.stop()
@@ -137,10 +180,13 @@ class LocalRunner:
             except OSError:
                 pass
         if res.status == "ok":
-            kind, costs, msg, got_threads, timed = res.value
+            kind, costs, msg, got_threads, timed = res.value[:5]
+            noise = res.value[5] if len(res.value) > 5 else None
             r = MeasureResult(costs, ErrorKind(kind), msg, b.build_time, dt, now, got_threads or threads, joules,
                               build_cpu=b.build_cpu, run_cpu=res.cpu_s)
             r.extra["timed_s"] = timed
+            if noise is not None:
+                r.extra["noise"] = self.noise.judge(Sample(*noise))
             if opts["check_correctness"] and r.ok:
                 r.extra["verified"] = True
             return r
@@ -159,7 +205,7 @@ class LocalRunner:
         """A fresh runner process (started now, so that no candidate's run time includes it)."""
         self._worker.close()
         self._worker.start()
-        self._runs = 0
+        self._worker.runs = 0
         self.restarts += 1
 
     def close(self) -> None:
@@ -179,6 +225,7 @@ class RPCRunner(LocalRunner):
     def __init__(self, options: MeasureOptions) -> None:
         self.device = parse_rpc(options.rpc or "")
         options.threads = device_threads(self.device)  # the context records the device's thread count
+        options.probe = False  # the contention probe would time this machine, not the device
         super().__init__(options)
         self._energy = EnergyMeter([])
 
@@ -287,6 +334,15 @@ class Measurer:
                 if b.artifact and os.path.exists(b.artifact):
                     os.remove(b.artifact)
         return out
+
+    @property
+    def noise(self) -> NoiseLog:
+        """The contention verdicts of every timing so far (:mod:`tensortune.measure.noise`)."""
+        return self.runner.noise
+
+    def wait_quiet(self, max_s: float | None = None) -> bool | None:
+        """Wait for a quiet spell on the machine (:meth:`LocalRunner.wait_quiet`)."""
+        return self.runner.wait_quiet(max_s)
 
     def verify(self, inp: MeasureInput) -> MeasureResult:
         """Build and run one candidate with the correctness check forced on."""

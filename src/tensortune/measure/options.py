@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..target import cpu_count
+from .noise import QUIET_WAIT_S
 
 #: The timing mode of costs measured inside a running model (not by the runner).
 IN_MODEL = "in-model"
@@ -29,7 +30,10 @@ class MeasureOptions:
     ``warmup_s`` seconds of untimed runs precede the first timing in a fresh process (a runner
     process, or an RPC device's session): the first tenths of a second of parallel runs in a
     new process read slow (a 256^3 matmul on 2 threads: 2x, at times 4 ms against 0.2 ms, the
-    scheduler's tick), which biased every run's first batch.
+    scheduler's tick), which biased every run's first batch; ``probe`` times the contention probe
+    beside every candidate and flags trials measured while the machine was busy, and
+    ``quiet_wait_s`` bounds the wait for a quiet spell before finalists are re-measured
+    (:mod:`tensortune.measure.noise`).
     """
 
     number: int = 1
@@ -47,6 +51,8 @@ class MeasureOptions:
     rpc: str | None = None
     runner_restart: int = 2000
     warmup_s: float = 0.5
+    probe: bool = True
+    quiet_wait_s: float = QUIET_WAIT_S
 
     @classmethod
     def cold(cls, **overrides: Any) -> "MeasureOptions":
@@ -81,4 +87,4 @@ class MeasureOptions:
         """The settings the runner worker needs."""
         d = asdict(self)
         return {k: d[k] for k in ("number", "repeat", "min_repeat_ms", "cooldown_ms", "flush_cache", "check_correctness", "seed",
-                                  "warmup_s")}
+                                  "warmup_s", "probe")}

@@ -13,10 +13,12 @@ working directory on ``sys.path`` (:mod:`tensortune.utils.child`).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
 import threading
+import time
 from typing import IO, Any, Callable
 
 from tvm.support.popen_pool import PopenWorker, kill_child_processes
@@ -72,6 +74,8 @@ class Worker:
                  log: IO[Any] | None = None) -> None:
         self._w = _LeanPopenWorker(initializer, initargs, stdout=log, stderr=log)
         self._lock = threading.Lock()
+        self.key: tuple | None = None  # (initializer, initargs) when it came from a WorkerCache
+        self.runs = 0  # candidate libraries the current child process has loaded (the runner counts them)
 
     def start(self) -> None:
         """Start the process now (and run the initializer) instead of at the first call.
@@ -144,6 +148,73 @@ class Worker:
     def close(self) -> None:
         """Stop the child process."""
         self._w.kill()
+
+    @property
+    def alive(self) -> bool:
+        """Whether a started child process is running."""
+        proc = getattr(self._w, "_proc", None)
+        return proc is not None and proc.poll() is None
+
+
+class WorkerCache:
+    """Started workers kept idle for the next measurer of the same kind.
+
+    A worker takes about a second to start (it imports TVM); a process that makes measurer after
+    measurer (a Python session tuning task after task, a test suite) would pay it every time.
+    :meth:`take` hands out an idle live worker made with the same initializer and arguments, or a
+    new one; :meth:`give` keeps a live worker (at most ``max_idle``, the oldest dropped first, none
+    idle longer than ``idle_s``) and closes the rest. A reused worker keeps what it cached (the
+    tasks it built). Builders use it; runners start fresh (measure.LocalRunner)."""
+
+    def __init__(self, max_idle: int = 6, idle_s: float = 300.0) -> None:
+        self.max_idle, self.idle_s = max_idle, idle_s
+        self._idle: list[tuple[float, tuple, Worker]] = []  # (given at, key, worker), oldest first
+        self._lock = threading.Lock()
+
+    def take(self, initializer: Callable[..., None], initargs: tuple, log: IO[Any] | None = None) -> Worker:
+        key = (initializer, initargs)
+        with self._lock:
+            self._expire()
+            for i, (_, k, w) in enumerate(self._idle):
+                if k == key:
+                    del self._idle[i]
+                    return w
+        w = Worker(initializer, initargs, log)
+        w.key = key
+        return w
+
+    def give(self, worker: Any) -> None:
+        key = getattr(worker, "key", None)
+        if key is None or not isinstance(worker, Worker) or not worker.alive or self.max_idle < 1:
+            worker.close()
+            return
+        with self._lock:
+            self._idle.append((time.monotonic(), key, worker))
+            drop = self._idle[:-self.max_idle] if len(self._idle) > self.max_idle else []
+            del self._idle[:len(drop)]
+            self._expire()
+        for _, _, w in drop:
+            w.close()
+
+    def _expire(self) -> None:
+        """Close the workers idle longer than ``idle_s`` (the lock is held)."""
+        now = time.monotonic()
+        old = [e for e in self._idle if now - e[0] > self.idle_s]
+        self._idle = [e for e in self._idle if now - e[0] <= self.idle_s]
+        for _, _, w in old:
+            w.close()
+
+    def clear(self) -> None:
+        """Close every idle worker (at exit, or where a fresh process is wanted)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for _, _, w in idle:
+            w.close()
+
+
+#: The process's cache of idle workers (closed at exit).
+WORKERS = WorkerCache()
+atexit.register(WORKERS.clear)
 
 
 def _kill_tree(worker: PopenWorker) -> None:

@@ -15,9 +15,12 @@ from typing import Any
 
 from ..utils.warmup import warm_up
 
+#: Tasks a worker keeps built (it serves task after task when reused).
+MAX_TASKS = 64
 _TASKS: dict[str, Any] = {}
 _DATA: dict[str, tuple[list[Any], Any, list[Any], Any]] = {}
 _WARM = False  # this process has run its warm-up (utils.warmup.warm_up)
+_PROBE: list[Any] = []  # this process's contention probe (measure.noise.make_probe), built once
 
 
 def init_worker(imports: tuple[str, ...] = (), threads: int | None = None) -> None:
@@ -35,6 +38,8 @@ def _task(task_json: str) -> Any:
 
     t = _TASKS.get(task_json)
     if t is None:
+        if len(_TASKS) >= MAX_TASKS:  # a worker reused by measurer after measurer
+            _TASKS.clear()
         t = Task.from_json(json.loads(task_json))
         _TASKS[task_json] = t
     return t
@@ -94,13 +99,41 @@ def _data(task: Any, seed: int) -> tuple[list[Any], Any, list[Any], Any]:
     return _DATA[key]
 
 
-def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]) -> tuple[str, list[float], str, int, float]:
+def _probe() -> Any:
+    from .noise import make_probe
+
+    if not _PROBE:
+        _PROBE.append(make_probe())
+    return _PROBE[0]
+
+
+def probe_state(window_s: float) -> tuple[float | None, float | None, float]:
+    """The contention probe timed for about ``window_s`` seconds, and the cores' worth of CPU the
+    rest of the machine took meanwhile (:mod:`tensortune.measure.noise`): ``(median seconds, others,
+    others' counting error)``."""
+    from .noise import BusyWindow
+
+    probe = _probe()
+    window, times = BusyWindow(), []
+    end = time.perf_counter() + window_s
+    while not times or time.perf_counter() < end:
+        times.append(probe())
+    busy = window.stop()
+    return sorted(times)[len(times) // 2], *(busy if busy is not None else (None, 0.0))
+
+
+def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]
+                  ) -> tuple[str, list[float], str, int, float, tuple[float | None, float | None, float] | None]:
     """Load, check and time one built candidate.
 
-    Returns ``(error_kind, costs, message, threads, timed_seconds)``: error_kind ``"none"``,
+    Returns ``(error_kind, costs, message, threads, timed_seconds, noise)``: error_kind ``"none"``,
     ``"runtime"`` or ``"wrong_answer"``; costs in seconds, one per repeat; timed_seconds is
-    the wall time of the timing loop itself (the candidate's own timed runs).
+    the wall time of the timing loop itself (the candidate's own timed runs); noise is
+    ``(probe seconds, others' cores, their counting error)`` over the timing and the probe right after it
+    (:mod:`tensortune.measure.noise`; None when nothing was timed).
     """
+    from .noise import BusyWindow
+
     import numpy as np
     import tvm
 
@@ -121,7 +154,7 @@ def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]) -> tuple[
             if got.shape != expected.shape or not np.allclose(got, expected, rtol=RTOL, atol=ATOL):
                 bad = np.abs(got.astype(np.float64) - expected) if got.shape == expected.shape else None
                 detail = f"max abs error {bad.max():.3g}" if bad is not None else f"shape {got.shape} != {expected.shape}"
-                return "wrong_answer", [], f"output does not match the reference ({detail})", threads, 0.0
+                return "wrong_answer", [], f"output does not match the reference ({detail})", threads, 0.0, None
         global _WARM
         if not _WARM:  # the first candidate this process times (a correct one): warm the process first
             warm_up(lambda: mod["main"](*args, out), float(opts.get("warmup_s", 0.0)))
@@ -132,12 +165,17 @@ def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]) -> tuple[
             cooldown_interval_ms=int(opts["cooldown_ms"]),
             f_preproc="cache_flush_cpu_non_first_arg" if opts.get("flush_cache") else "",
         )
+        probe = _probe() if opts.get("probe", True) else None
+        window = BusyWindow()
         t0 = time.perf_counter()
         costs = [float(c) for c in timer(*args, out).results]
         timed = time.perf_counter() - t0
+        probe_s = probe() if probe is not None else None
+        busy = window.stop()
+        noise = (probe_s, *(busy if busy is not None else (None, 0.0)))
     except Exception as e:  # noqa: BLE001
-        return "runtime", [], _short(e), threads, 0.0
-    return "none", costs, "", threads, timed
+        return "runtime", [], _short(e), threads, 0.0, None
+    return "none", costs, "", threads, timed, noise
 
 
 _NUMPY: dict[str, tuple[list[Any], Any, Any]] = {}

@@ -59,6 +59,11 @@ class TuneResult:
     #: what the call cost: wall time, CPU-seconds (tuner, building, running), energy or why not
     #: (a :class:`~tensortune.measure.cost.RunCost`; None for a result made elsewhere)
     cost: Any = None
+    #: contention while it measured (:mod:`tensortune.measure.noise`): ``noisy_trials`` (search
+    #: trials timed while the machine was busy), ``quiet_spell`` (whether the confirmation waited
+    #: for and found one; None: no wait) and ``confirm_noisy`` (a config of its last group timed
+    #: while busy in every round)
+    noise: dict[str, Any] = field(default_factory=dict)
 
     @property
     def best_gflops(self) -> float:
@@ -83,6 +88,7 @@ class TuneResult:
             "confirm_measured": self.confirm_measured,
             "confirmation": self.confirmation or None,
             "cost": self.cost.to_json() if self.cost is not None else None,
+            "noise": self.noise or None,
         }
 
     def describe_source(self) -> str:
@@ -97,6 +103,20 @@ class TuneResult:
             where += (f", median of {self.confirmation['rounds']} confirmation rounds of its top "
                       f"{len(self.confirmation['configs'])} configs")
         return f"{where}; {self.context.describe()}" if self.context is not None else where
+
+    def describe_noise(self) -> str:
+        """One line on contention when there was any ("" for a quiet run)."""
+        n = self.noise
+        if not n or not (n.get("noisy_trials") or n.get("confirm_noisy") or n.get("quiet_spell") is False):
+            return ""
+        parts = [f"NOISY: {n.get('noisy_trials', 0)} of {self.trials_measured} trials were timed while the "
+                 "machine was busy"]
+        if n.get("quiet_spell") is False or n.get("confirm_noisy"):
+            parts.append("no quiet spell came for the confirmation, so the best is uncertain: run it again "
+                         "on a quiet machine")
+        elif n.get("quiet_spell"):
+            parts.append("the finalists were re-measured in a quiet spell")
+        return "; ".join(parts)
 
 
 class Tuner(ABC):

@@ -39,11 +39,14 @@ def record_trial(db: Database, tuner: Any, inp: MeasureInput, res: MeasureResult
     """Commit one measured candidate (its task must be stored: :func:`ensure_task`) with the
     context it was measured in (the thread count is the one the runner reports) and ``extra``
     (e.g. a confirmation mark); return its row id. The CPU-seconds of building and running it
-    go into ``extra["cpu_s"]`` (``{"build", "run"}``, each present when it could be read)."""
+    go into ``extra["cpu_s"]`` (``{"build", "run"}``, each present when it could be read), the
+    contention verdict of its timing into ``extra["noise"]`` (:mod:`tensortune.measure.noise`)."""
     extra = dict(extra or {})
     cpu = {k: round(v, 6) for k, v in (("build", res.build_cpu), ("run", res.run_cpu)) if v is not None}
     if cpu:
         extra["cpu_s"] = cpu
+    if "noise" in res.extra:  # the contention verdict of its timing (measure.noise)
+        extra["noise"] = res.extra["noise"]
     return db.add_trial(TrialRecord(
         workload_key=inp.task.workload_key, config_index=inp.config.index, config=inp.config.to_json()["knobs"],
         costs=list(res.costs), error=res.error.value, error_msg=res.error_msg, build_time=res.build_time,

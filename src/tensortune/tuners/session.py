@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from ..database import Database
 from ..database.sqlite import claim_owner
 from ..measure import ErrorKind, MeasureInput, MeasureResult
+from ..measure.noise import is_noisy
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure import Measurer
@@ -38,6 +39,10 @@ if TYPE_CHECKING:  # pragma: no cover
 CONFIRM_TOP = 3
 #: Rounds of a confirmation: each of the top configs is measured this many times, interleaved.
 CONFIRM_ROUNDS = 3
+
+#: Confirmations measured again (after another wait for a quiet spell) when a config of one was
+#: timed while the machine was busy in every round (:mod:`tensortune.measure.noise`).
+CONFIRM_RETRIES = 1
 
 #: Seconds to wait before asking again when every config asked was taken by another writer.
 CLAIM_WAIT_S = 0.05
@@ -94,6 +99,9 @@ class TuningSession:
             if configs:
                 tuner.load_history(configs, results)
         errors: Counter = Counter()
+        noisy = 0  # search trials timed while the machine was busy
+        self.quiet: bool | None = None  # whether the confirmation found a quiet spell (None: no wait)
+        self.confirm_noisy: bool | None = None  # whether its last group was timed while busy
         history: list[dict[str, float]] = []
         measured = 0
         last_improve = 0
@@ -144,6 +152,7 @@ class TuningSession:
                 measured += 1
                 if r.error is not ErrorKind.NONE:
                     errors[r.error.value] += 1
+                noisy += is_noisy(r.extra)
                 history.append({"trial": measured, "elapsed": time.perf_counter() - start,
                                 "cost": r.cost, "best": tuner.best_cost})
             if tuner.best_cost < before:
@@ -163,7 +172,8 @@ class TuningSession:
             source = {"from": "database", **stored} if stored else {"from": "this run"}
         return TuneResult(tuner.task, tuner.best_config, tuner.best_cost, measured, errors, history, stop, verified,
                           spread, tuner.status, source, context, confirm_measured,
-                          confirmation if tuner.best_config is not None else {}, meter.total())
+                          confirmation if tuner.best_config is not None else {}, meter.total(),
+                          noise={"noisy_trials": noisy, "quiet_spell": self.quiet, "confirm_noisy": self.confirm_noisy})
 
     def _claim(self, batch: list[Any], owner: str, context: Any, n_trial: int, have: set[int]
                ) -> tuple[list[Any], int]:
@@ -216,7 +226,6 @@ class TuningSession:
             return 0
         group, rounds = uuid.uuid4().hex[:16], tuner.confirm_rounds
         tuner._groups_made.add(group)
-        inputs = [MeasureInput(tuner.task, c) for c in configs]
 
         def commit(r: int, inp: MeasureInput, res: MeasureResult) -> None:
             meter = getattr(self, "meter", None)
@@ -225,12 +234,34 @@ class TuningSession:
             mark = {"confirm": {"group": group, "round": r, "of": rounds}}
             have.add(record_trial(database, tuner, inp, res, context, extra=mark))
 
-        if hasattr(self.measurer, "measure_rounds"):  # built once, run every round
-            self.measurer.measure_rounds(inputs, rounds, commit)
-        else:  # a measurer without it: build and run each round
-            for r in range(1, rounds + 1):
-                self.measurer.measure(inputs, lambda inp, res, r=r: commit(r, inp, res))
-        return rounds * len(configs)
+        inputs = [MeasureInput(tuner.task, c) for c in configs]
+        wait_quiet = getattr(self.measurer, "wait_quiet", None)  # a measurer that probes contention
+        measured = 0
+        for attempt in range(1 + CONFIRM_RETRIES):
+            if wait_quiet is not None:
+                self.quiet = wait_quiet()
+            if attempt:  # the previous group was timed while the machine was busy: a new group
+                group = uuid.uuid4().hex[:16]
+                tuner._groups_made.add(group)
+            quiet: dict[int, bool] = {}  # config index -> whether any of its rounds was quiet
+
+            def keep(r: int, inp: MeasureInput, res: MeasureResult) -> None:
+                index = inp.config.index
+                quiet[index] = quiet.get(index, False) or not is_noisy(res.extra)
+                commit(r, inp, res)
+
+            if hasattr(self.measurer, "measure_rounds"):  # built once, run every round
+                self.measurer.measure_rounds(inputs, rounds, keep)
+            else:  # a measurer without it: build and run each round
+                for r in range(1, rounds + 1):
+                    self.measurer.measure(inputs, lambda inp, res, r=r: keep(r, inp, res))
+            measured += rounds * len(configs)
+            # a noisy round is set aside where its config has a quiet one (database.confirmed_best):
+            # only a config timed busy in every round leaves the group without a verdict
+            self.confirm_noisy = not all(quiet.values())
+            if not self.confirm_noisy:
+                break
+        return measured
 
     def incumbent(self, trials: Sequence[Any]) -> int | None:
         """The template default's config index when the tuner starts from it and it has a

@@ -12,11 +12,13 @@ the dict field ``<part>_options`` of the owner (see :func:`split_nested`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Mapping, Sequence, TypeVar
 
 from ..errors import TensortuneError
+from ..limits import MAX_EXTENT
 
 O = TypeVar("O")
 
@@ -125,19 +127,25 @@ def convert(value: Any, hint: Any) -> Any:
     if hint is int:
         if isinstance(value, bool):
             raise ValueError(f"expected an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            return int(value)
-        raise ValueError(f"expected an integer, got {value!r}")
+            value = int(value)
+        elif isinstance(value, str):
+            value = int(value)
+        if not isinstance(value, int):
+            raise ValueError(f"expected an integer, got {value!r}")
+        if abs(value) > MAX_EXTENT:
+            raise ValueError(f"out of range (at most {MAX_EXTENT} in magnitude)")
+        return value
     if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            return float(value)
-        raise ValueError(f"expected a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"expected a number, got {value!r}")
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond the floats
+            number = math.inf
+        if not math.isfinite(number):
+            raise ValueError(f"expected a finite number, got {value!r}")
+        return number
     if hint is str:
         if isinstance(value, str):
             return value
