@@ -13,6 +13,8 @@ import pytest
 
 from tensortune.database import Database
 
+pytestmark = pytest.mark.slow  # end to end: the README's main job, through the console script
+
 SCRIPT = Path(sys.executable).parent / "tensortune"
 #: The smallest built-in model (1.2 M parameters; 32 tasks, 224x224 like every zoo model).
 MODEL = "squeezenet1_0"

@@ -347,6 +347,7 @@ def test_child_interpreters_run_no_code_from_the_working_directory(tmp_path: Pat
 
 
 # ---------------------------------------------------------------- two writers
+@pytest.mark.slow  # end to end: two tune-op processes
 def test_two_writers_on_one_task_share_its_budget_and_never_measure_a_config_twice(tmp_path: Path) -> None:
     """Two ``tune-op`` processes on one database and task each spent the whole budget (8 configs
     measured twice); with claims in the database they share it."""

@@ -1,6 +1,8 @@
 """Whole-process behaviour of ``tensortune tune-op`` on a database: kill -9, resume, two writers."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import signal
@@ -49,6 +51,7 @@ def integrity(db: str) -> str:
         con.close()
 
 
+@pytest.mark.slow  # end to end: processes killed and run at once
 def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     db = str(tmp_path / "t.db")
     trials = 24  # 6 batches of 4: the kill comes after 2 are committed, with 4 still to come
@@ -84,6 +87,7 @@ def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     assert list(confirmation_groups(db).values()) in ([9], [12])
 
 
+@pytest.mark.slow  # end to end: processes killed and run at once
 def test_two_tuners_write_one_database_at_once(tmp_path):
     db = str(tmp_path / "t.db")
     Database(db).close()

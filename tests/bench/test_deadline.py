@@ -82,6 +82,7 @@ def test_a_model_tuner_with_options_runs_as_tune_with_tuner_options(tmp_path: Pa
     cli.check(cli.settings(cli.parser().parse_args(["run", "--model-tuners", "fasor:mode=quality,oneshot"])))
 
 
+@pytest.mark.slow  # end to end: a suite run stopped and resumed
 def test_an_operator_run_stops_before_a_step_that_does_not_fit_and_resumes(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     wl = tmp_path / "workloads.json"

@@ -79,6 +79,7 @@ def test_one_state_and_the_fallbacks() -> None:
     assert paired_ratio({"tuners": {"a": {"median_ms": None}, "b": {"median_ms": 1.0}}}, "a", "b") is None
 
 
+@pytest.mark.slow  # end to end: the re-measure process
 def test_the_run_re_measures_in_a_fresh_process_and_a_failed_one_is_a_result() -> None:
     from bench.suite.remeasure import remeasure_isolated
     from tensortune.measure import MeasureOptions

@@ -460,6 +460,7 @@ def test_curve_round_trips_through_json_with_its_best_kernel() -> None:
     assert Curve.from_json(Curve("none").to_json(), task).best is None
 
 
+@pytest.mark.slow  # end to end: a suite run stopped and resumed
 def test_a_run_stopped_within_a_workload_resumes_at_its_first_unfinished_tuner(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bench.suite import ops

@@ -53,6 +53,7 @@ def test_race_survives_a_killed_actor_and_keeps_its_records(local_ray, onnx_path
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # end to end: Ray races
 def test_each_task_batch_and_the_model_timing_hold_the_host(onnx_path, tmp_path, monkeypatch) -> None:
     """Nothing an actor does beside another's timing: its searches and model updates run inside
     its turn on the host, not only its measurements."""
@@ -170,6 +171,7 @@ def test_a_race_needs_a_budget(tmp_path) -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # end to end: Ray races
 def test_race_command(local_ray, onnx_path, tmp_path, capsys) -> None:
     import json
 

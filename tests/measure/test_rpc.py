@@ -88,6 +88,7 @@ def options(port: int | None) -> MeasureOptions:
                           run_timeout=60.0)
 
 
+@pytest.mark.slow  # end to end: a tracker and its servers
 def test_records_match_local_measurement(tmp_path) -> None:
     # 256^3: a tenth of a millisecond or more per run, so that timing noise (a 64^3 kernel's 7-30 us
     # scattered 3x between two local runs) does not decide the comparison
@@ -114,6 +115,7 @@ def test_records_match_local_measurement(tmp_path) -> None:
         assert r.threads == 2 and r.energy_j is None
 
 
+@pytest.mark.slow  # end to end: a tracker and its servers
 def test_a_server_dying_mid_batch_becomes_errors_and_tuning_goes_on(cluster) -> None:
     """Both servers are stopped; a single one serves the batch and is killed while it times a
     candidate, and a fresh one registers after: that candidate is a recorded error, the rest of

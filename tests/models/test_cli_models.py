@@ -18,6 +18,7 @@ def onnx_path(tmp_path_factory):
     return export_onnx(m, x, str(tmp_path_factory.mktemp("m") / "tiny.onnx"))
 
 
+@pytest.mark.slow  # end to end: a model through the command line
 def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     assert main(["tasks", onnx_path, "--json"]) == 0
     tasks = json.loads(capsys.readouterr().out)
@@ -65,6 +66,7 @@ def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     assert "measured peak" in text and "copy" in text and "%roof" in text and "more functions" in text
 
 
+@pytest.mark.slow  # end to end: a model through the command line
 def test_survey_tuning_times_the_model_each_round(tmp_path, capsys):
     m, x = one_conv()  # a survey round tunes every task: the fewest tasks
     onnx_path = export_onnx(m, x, str(tmp_path / "one_conv.onnx"))

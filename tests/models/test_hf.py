@@ -123,8 +123,13 @@ def test_meta_batch_and_seed():
 
 
 # ---------------------------------------------------------------- every family, compiled (seconds each)
+#: Families whose compile and check take many seconds (6-30 s each): run by make test-slow and CI.
+SLOW_FAMILIES = {"mobilevit", "levit", "mobilenet_v2", "swin", "efficientnet"}
+
+
 @needs_hf
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in SLOW_FAMILIES else f
+                                    for f in FAMILIES])
 def test_family_compiles_and_matches_pytorch(family):
     model = load_model(FAMILIES[family])
     assert model.source == "hf" and model.meta["hf_model_type"] == family

@@ -61,6 +61,7 @@ def test_compile_default_matches_pytorch_and_exports(model, tmp_path):
     assert compare_outputs(f(*model.example_inputs), ref).ok
 
 
+@pytest.mark.slow  # end to end: a model tuned, compiled, resumed
 def test_tune_then_compile_uses_records_and_resumes(model, tmp_path):
     tasks = model_tasks(model)
     db = Database(str(tmp_path / "t.db"))
