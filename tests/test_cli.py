@@ -14,7 +14,9 @@ from tensortune.database import Database
 from tensortune.task import Task
 
 SCRIPT = Path(sys.executable).parent / "tensortune"
-TUNE = ["tune-op", "matmul", "--shape", "32,48,64", "--tuner", "random", "--trials", "4"]
+#: Short timings (the defaults take 0.2 s a candidate): these tests check the command line, not speed.
+FAST = ["--repeat", "3", "--min-repeat-ms", "5"]
+TUNE = ["tune-op", "matmul", "--shape", "32,48,64", "--tuner", "random", "--trials", "4", *FAST]
 SUMMARY_KEYS = {"task", "best_config", "best_latency_ms", "best_gflops", "trials_measured", "errors"}
 
 
@@ -39,7 +41,7 @@ def one_json_line(out: str):
 
 # ---------------------------------------------------------------- bad arguments
 def tune(shape: str = "32,48,64", tuner: str = "random", trials: str = "4", db: str = "x.db") -> list[str]:
-    return ["tune-op", "matmul", f"--shape={shape}", "--tuner", tuner, f"--trials={trials}", "--db", db]
+    return ["tune-op", "matmul", f"--shape={shape}", "--tuner", tuner, f"--trials={trials}", "--db", db, *FAST]
 
 
 BAD_ARGS = {
@@ -232,18 +234,18 @@ def test_autotvm_from_the_cli_with_and_without_transfer(tmp_path: Path, capfd) -
     """``--tuner autotvm`` tunes; with other tasks' records in the database, ``--no-transfer``
     keeps them out and the default reports that there are too few of them."""
     db = str(tmp_path / "a.db")
-    base = ["tune-op", "matmul", "--shape", "32,48,64", "--tuner", "autotvm", "--trials", "20", "--db", db, "--json"]
+    base = ["tune-op", "matmul", "--shape", "32,48,64", "--tuner", "autotvm", "--trials", "8", *FAST, "--db", db, "--json"]
     rc, out, _ = cli(capfd, *base)
     first = one_json_line(out)
-    assert rc == 0 and first["trials_measured"] == 20 and first["verified"]
+    assert rc == 0 and first["trials_measured"] == 8 and first["verified"]
     assert first["tuner_status"].startswith("xgb/rank/itervar, no transfer (0 successful records")
-    other = ["tune-op", "matmul", "--shape", "48,32,64", "--tuner", "autotvm", "--trials", "4", "--db", db, "--json"]
+    other = ["tune-op", "matmul", "--shape", "48,32,64", "--tuner", "autotvm", "--trials", "4", *FAST, "--db", db, "--json"]
     rc, out, _ = cli(capfd, *other, "--no-transfer")
     assert rc == 0 and one_json_line(out)["tuner_status"] == "xgb/rank/itervar, no transfer"
     rc, out, _ = cli(capfd, *other[:-1], "--trials", "6", "--transfer", "--json")
     status = one_json_line(out)["tuner_status"]
     assert rc == 0 and status.startswith("xgb/rank/itervar, no transfer (")
-    assert "need 64" in status  # 20 + 4 records are too little history: a notice, not an error
+    assert "need 64" in status  # 8 + 4 records are too little history: a notice, not an error
 
 
 def test_tuner_options_reach_the_tuner(workdir: Path, capfd) -> None:

@@ -15,8 +15,10 @@ from tensortune.measure import MeasureOptions
 from tensortune.task import Task
 
 SHAPE = (32, 48, 64)
+#: Short timings (the defaults take 0.2 s a candidate), stored as the trials' timing.
+TIMING = MeasureOptions(repeat=3, min_repeat_ms=5)
 TUNE = ["tune-op", "matmul", "--shape", ",".join(map(str, SHAPE)), "--tuner", "random", "--trials", "4", "--json",
-        "--no-progress"]
+        "--repeat", str(TIMING.repeat), "--min-repeat-ms", str(TIMING.min_repeat_ms), "--no-progress"]
 
 
 def cli(capfd, *args: str) -> tuple[int, str, str]:
@@ -31,7 +33,7 @@ def digest(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def tuned_db(tmp_path_factory) -> Path:
-    """A database with 4 random-search trials of a small matmul (hot timing, the tune-op default)."""
+    """A database with 4 random-search trials of a small matmul (hot timing, short)."""
     db = tmp_path_factory.mktemp("records") / "runs.db"
     assert main([*TUNE, "--db", str(db)]) == 0
     return db
@@ -130,7 +132,7 @@ def test_a_rerun_reports_the_stored_best_and_how_it_was_measured(db_copy: Path, 
     assert summary["best_source"] == {"from": "database", "trial_id": hot_best.id, "tuner": "random",
                                       "timestamp": hot_best.timestamp}
     measured = summary["measured"]
-    assert measured["timing"]["mode"] == "hot" and measured["timing"] == json.loads(MeasureOptions().timing_key())
+    assert measured["timing"]["mode"] == "hot" and measured["timing"] == json.loads(TIMING.timing_key())
     assert measured["threads"] == hot_best.threads and measured["cpu_model"] == hot_best.cpu_model != ""
 
     rc, out, _ = cli(capfd, "best", "--db", str(db_copy), "--json")

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from tensortune.cli import main
 from tensortune.database import Database
 
-SMALL = ["tune-op", "matmul", "--shape", "8,8,8", "--tuner", "random", "--trials", "2", "--no-progress"]
+SMALL = ["tune-op", "matmul", "--shape", "8,8,8", "--tuner", "random", "--repeat", "3", "--min-repeat-ms", "5",
+         "--trials", "2", "--no-progress"]
 
 
 def cli(capfd, *args: str) -> tuple[int, str, str]:

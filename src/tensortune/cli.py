@@ -49,6 +49,21 @@ def _positive(cast: type) -> Any:
 _positive_int, _positive_float = _positive(int), _positive(float)
 
 
+def _int_in(lo: int, hi: int) -> Any:
+    """An argparse type: an integer from ``lo`` to ``hi``."""
+
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{s} is out of range ({lo} to {hi})")
+        return v
+
+    return parse
+
+
 def _seed(s: str) -> int:
     """An argparse type: a seed, 0 to :data:`~tensortune.limits.MAX_SEED`."""
     try:
@@ -153,8 +168,9 @@ def _tuner_options(tuner: str, items: Sequence[str], extra: dict[str, Any] | Non
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    from .task.ops import OPS
     from .costmodel import COST_MODELS
+    from .measure import MeasureOptions
+    from .task.ops import OPS
     from .features import FEATURES
     from .scheduler import SCHEDULERS
     from .tuners import TUNERS
@@ -181,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time candidates on a device of this TVM RPC tracker (built here)")
     t.add_argument("--db", required=True, help="SQLite database file (created if missing)")
     t.add_argument("--seed", type=_seed, default=0)
+    t.add_argument("--repeat", type=_int_in(1, 1000), default=None,
+                   help=f"timings of each candidate, the median is its cost (default {MeasureOptions.repeat})")
+    t.add_argument("--min-repeat-ms", type=_int_in(0, 60_000), default=None,
+                   help=f"runs of a timing are repeated until it lasts this long (default {MeasureOptions.min_repeat_ms})")
     t.add_argument("--json", action="store_true", help="print one JSON object")
     t.add_argument("--no-progress", action="store_true")
     tuner_option_arg(t)
@@ -387,7 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: str, seed: int,
           time_budget: float | None, early_stopping: int | None, batch_size: int | None,
           progress: bool, model_options: dict[str, Any] | None = None, tuner_options: Sequence[str] = (),
-          cpu_budget: float | None = None, energy_budget: float | None = None, rpc: str | None = None) -> Any:
+          cpu_budget: float | None = None, energy_budget: float | None = None, rpc: str | None = None,
+          timing: dict[str, int] | None = None) -> Any:
+    """Tune one operator; ``timing`` overrides the measurement's ``repeat`` and ``min_repeat_ms``."""
     from .measure import MeasureOptions
     from .measure.energy import EnergyUnavailable, require
     from .task import OpError, Task
@@ -409,7 +431,7 @@ def _tune(op: str, shape: Sequence[int], tuner_name: str, trials: int, db_path: 
     except ValueError as e:
         raise UsageError(str(e)) from None
     _check_db_path(db_path, must_exist=False)
-    measurer = _measurer(MeasureOptions(), rpc)
+    measurer = _measurer(MeasureOptions(**(timing or {})), rpc)
     try:
         db = _open_db(db_path)
     except BaseException:
@@ -448,7 +470,8 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
                      "acquisition": a.acquisition, "transfer": a.transfer}
     res = _tune(a.op, _parse_shape(a.shape), a.tuner, a.trials, a.db, a.seed, a.time_budget,
                 a.early_stopping, a.batch_size, progress=not (a.no_progress or a.json), model_options=model_options,
-                tuner_options=a.tuner_options, cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, rpc=a.rpc)
+                tuner_options=a.tuner_options, cpu_budget=a.cpu_budget, energy_budget=a.energy_budget, rpc=a.rpc,
+                timing={k: v for k, v in (("repeat", a.repeat), ("min_repeat_ms", a.min_repeat_ms)) if v is not None})
     out = res.to_json()
     if res.tuner_status:
         out["tuner_status"] = res.tuner_status

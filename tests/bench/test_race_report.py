@@ -161,6 +161,7 @@ def test_parts_and_estimates() -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # end to end: the race's final benchmark
 def test_the_final_benchmark_checks_and_times_every_raced_pair_together(tmp_path, monkeypatch) -> None:
     import sys
 

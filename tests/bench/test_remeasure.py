@@ -22,6 +22,7 @@ def _summary(a: list[float | None], b: list[float | None], gbs: list[float], sta
             "remeasure": {"rounds": [{"copy_gbs": [g, g], "stable": st} for g, st in zip(gbs, stable)]}}
 
 
+@pytest.mark.slow  # end to end: the re-measure rounds
 def test_rounds_record_the_probe_the_sentinel_and_the_library() -> None:
     from tensortune.measure import MeasureOptions
     from tensortune.task import Task

@@ -19,8 +19,7 @@ def local_ray():
     """One local Ray instance for the module's races (race() then neither starts nor stops one)."""
     from tensortune.cluster.race import local_ray_options
 
-    ray.init(log_to_driver=False, **local_ray_options())  # as a race starts its own: on the loopback address
-    assert ray.util.get_node_ip_address() == "127.0.0.1"
+    ray.init(log_to_driver=False, **local_ray_options())  # as a race starts its own
     yield
     ray.shutdown()
 

@@ -130,6 +130,7 @@ def test_a_task_measured_on_another_machine_is_left_to_it(tasks, tmp_path, monke
         assert m.measured == []
 
 
+@pytest.mark.slow  # end to end: a dataset run through the command line
 def test_a_real_run_through_the_command_line(tmp_path, capfd) -> None:
     from tensortune.cli import main
 

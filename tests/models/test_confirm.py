@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 
 import pytest
@@ -26,13 +27,21 @@ def model():
     return load_model(m, x)
 
 
-@pytest.fixture()
-def tuned_db(model, tmp_path):
-    """The tiny model tuned by random search, 4 trials a task (the default first)."""
-    db = Database(str(tmp_path / "c.db"))
+@pytest.fixture(scope="module")
+def tuned_file(model, tmp_path_factory):
+    """The tiny model tuned by random search, 4 trials a task (the default first), once."""
+    path = tmp_path_factory.mktemp("confirm") / "tuned.db"
     make = lambda task, r: get_tuner("random", task, seed=r, batch_size=4)  # noqa: E731
-    with Measurer(MeasureOptions.cold(build_timeout=300.0, run_timeout=300.0)) as m:
+    with Database(str(path)) as db, Measurer(MeasureOptions.cold(build_timeout=300.0, run_timeout=300.0)) as m:
         SequentialScheduler(model_tasks(model), make, m, db, trials_per_task=4).run()
+    return path
+
+
+@pytest.fixture()
+def tuned_db(tuned_file, tmp_path):
+    """A copy of the tuned database of its own for each test (they add confirmations to it)."""
+    shutil.copy(tuned_file, tmp_path / "c.db")
+    db = Database(str(tmp_path / "c.db"))
     yield db
     db.close()
 

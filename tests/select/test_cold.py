@@ -110,7 +110,7 @@ def test_any_model_based_tuner_takes_the_filter(db, tmp_path) -> None:
                                    # the database's own records only (the shipped datasets' supplement
                                    # is tested below): a network of hundreds of records, not 2,000
                                    "cold_filter_options": {"min_measured": 8, "datasets": ()}})
-        res = tuner.tune(360, FakeMeasurer(conv_landscape), database=d)
+        res = tuner.tune(120, FakeMeasurer(conv_landscape), database=d)
     assert "cold filter on" in res.tuner_status
     rep = tuner.search_report()["cold_filter"][task.workload_key]
     assert rep["calls"] >= 1 and rep["checked"] >= 1

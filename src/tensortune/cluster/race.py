@@ -60,15 +60,15 @@ class RaySecurityError(TensortuneError, RuntimeError):
 
 
 def local_ray_options() -> dict[str, Any]:
-    """``ray.init`` settings of a local instance: no dashboard, the node advertised on the loopback
-    address (where Ray lets it choose, its servers bind there). Ray 2.60's core servers still
-    listen on every interface, behind the token authentication Ray enables by default; with that
-    turned off (``RAY_AUTH_MODE=disabled``) anyone who reaches the host could run code in the race,
-    so a local race is refused."""
+    """``ray.init`` settings of a local instance (no dashboard). Ray 2.60's servers listen on every
+    interface whatever node address is given (``_node_ip_address="127.0.0.1"`` still left them on
+    ``*:PORT``), behind the token authentication Ray enables by default; with that turned off
+    (``RAY_AUTH_MODE=disabled``) anyone who reaches the host could run code in the race, so a local
+    race is refused."""
     if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
         raise RaySecurityError("RAY_AUTH_MODE=disabled: a local Ray instance listens on every interface, and without "
                                "its token anyone who reaches this host could run code in the race; unset it")
-    return {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
+    return {"include_dashboard": False}
 
 
 def lock_name(node_ip: str) -> str:

@@ -11,7 +11,7 @@ import queue
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from ..target import cpu_count
@@ -95,6 +95,7 @@ class LocalRunner:
         self._energy = EnergyMeter()  # no domains where the machine has no counter: energy stays None
         self.restarts = 0  # runner processes replaced (every options.runner_restart candidates, or a failed load)
         self.noise = NoiseLog(self.options.threads, cpu_count())  # contention verdicts of this runner's timings
+        self._calibrated = False
 
     def start(self) -> None:
         """Start the runner process now."""
@@ -107,8 +108,9 @@ class LocalRunner:
 
     def _calibrate(self) -> None:
         """The probe's quiet value, before the first candidate: the fastest of a few short looks."""
-        if not self.options.probe or self.noise.quiet_probe_s is not None:
+        if not self.options.probe or self.noise.quiet_probe_s is not None or self._calibrated:
             return
+        self._calibrated = True  # once: a runner that cannot probe is not asked again at every batch
         for _ in range(3):
             look = self._look(0.0)
             if look is not None:
@@ -118,7 +120,9 @@ class LocalRunner:
         """Look at the machine until :data:`QUIET_LOOKS` looks in a row find it quiet, for at most
         ``max_s`` seconds (``options.quiet_wait_s``); True when it was found quiet, False when the
         time ran out, None when nothing is probed. A machine whose last timing (within
-        :data:`RECENT_S`) was quiet is taken as quiet at once. The wait is logged in ``noise.waits``."""
+        :data:`RECENT_S`) was quiet is taken as quiet at once; after a wait that found none, the
+        next looks only briefly (a machine busy for good would cost the whole wait at every task's
+        confirmation). The wait is logged in ``noise.waits``."""
         if not self.options.probe:
             return None
         self._calibrate()
@@ -126,6 +130,8 @@ class LocalRunner:
             self.noise.waits.append({"quiet": True, "waited_s": 0.0})
             return True
         limit = self.options.quiet_wait_s if max_s is None else max_s
+        if self.noise.waits and not self.noise.waits[-1]["quiet"]:  # busy at the last wait: look briefly
+            limit = min(limit, QUIET_LOOK_S * (QUIET_LOOKS + 1))
         t0, streak = time.perf_counter(), 0
         while True:
             look = self._look(QUIET_LOOK_S)
@@ -293,8 +299,13 @@ class Measurer:
         self.runner = RPCRunner(self.options) if self.options.rpc else LocalRunner(self.options)
         self.build_s = 0.0
         self.run_s = 0.0
+        self._runner_started: Future[None] | None = None
 
     def _build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        if self._runner_started is None:  # the runner process starts while the first batch builds
+            pool = ThreadPoolExecutor(1)
+            self._runner_started = pool.submit(self.runner.start)
+            pool.shutdown(wait=False)
         t0 = time.perf_counter()
         try:
             return self.builder.build(inputs)
@@ -302,6 +313,8 @@ class Measurer:
             self.build_s += time.perf_counter() - t0
 
     def _run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult], *args: Any, **kw: Any) -> Any:
+        if self._runner_started is not None:
+            self._runner_started.result()  # a runner that could not start raises here (WorkerStartError)
         t0 = time.perf_counter()
         try:
             return self.runner.run(inputs, builds, *args, **kw)
@@ -350,6 +363,11 @@ class Measurer:
 
     def close(self) -> None:
         """Stop every worker process."""
+        if self._runner_started is not None:
+            try:
+                self._runner_started.result()  # never close a runner while its start is under way
+            except Exception:  # noqa: BLE001 - a runner that failed to start has nothing to stop
+                pass
         self.builder.close()
         self.runner.close()
 

@@ -240,6 +240,8 @@ class TuningSession:
         for attempt in range(1 + CONFIRM_RETRIES):
             if wait_quiet is not None:
                 self.quiet = wait_quiet()
+            if attempt and not self.quiet:  # still busy: a new group would be as noisy
+                break
             if attempt:  # the previous group was timed while the machine was busy: a new group
                 group = uuid.uuid4().hex[:16]
                 tuner._groups_made.add(group)
