@@ -158,6 +158,7 @@ def test_fault_is_a_result_and_measurement_goes_on(measurer, fault):
     assert measurer.measure([faulty("none")])[0].ok
 
 
+@pytest.mark.slow  # end to end: every fault, hangs included, in one batch (each alone is tested above)
 def test_every_fault_in_one_batch(measurer):
     batch = [faulty(f) for f in EXPECTED] + [faulty("none")]
     with short_timeouts(measurer):

@@ -156,7 +156,10 @@ def test_generic_template_reduction_primfunc(measurer: Measurer) -> None:
     check_configs(measurer, task)
 
 
-def test_generic_template_whole_small_space_correct() -> None:
+def test_generic_template_small_space_correct() -> None:
+    """Every config of a small space (a seeded sample of 16 where it is larger) computes the same."""
+    import random
+
     a = te.placeholder((3, 5), name="A")
     out = te.compute((3, 5), lambda i, j: a[i, j] * 2.0 + 1.0, name="O")
     task = Task.from_primfunc(te.create_prim_func([a, out]))
@@ -164,6 +167,8 @@ def test_generic_template_whole_small_space_correct() -> None:
     expected = inputs[0] * 2.0 + 1.0
     configs = list(task.space)
     assert len(configs) == len(task.space) > 1
+    if len(configs) > 16:
+        configs = random.Random(0).sample(configs, 16)
     for c in configs:
         np.testing.assert_allclose(run_config(task, c, inputs), expected, rtol=1e-5, atol=1e-5)
 
