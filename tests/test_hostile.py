@@ -184,6 +184,31 @@ def test_an_import_of_nested_or_huge_lines_is_refused(tmp_path: Path, capfd, tex
     refused(*cli(capfd, "import", "--db", str(tmp_path / "new.db"), str(src))[::2], words)
 
 
+def test_a_symlink_loop_as_database_is_one_line_for_every_command(small_db: Path, tmp_path: Path, capfd) -> None:
+    """``tune-op`` and ``import`` raised RuntimeError from ``Path.resolve`` (found by bench.hostile)."""
+    loop = tmp_path / "a.db"
+    loop.symlink_to(tmp_path / "b.db")
+    (tmp_path / "b.db").symlink_to(loop)
+    task, trial = _records(small_db, tmp_path)
+    capfd.readouterr()
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps(task) + "\n")
+    for args in ([*SMALL, "--db", str(loop)], ["import", "--db", str(loop), str(src)], ["best", "--db", str(loop)]):
+        refused(*cli(capfd, *args)[::2], "a.db")
+
+
+def test_an_import_refused_after_parsing_leaves_no_new_database(small_db: Path, tmp_path: Path, capfd) -> None:
+    """A trial whose task is missing passes parsing and fails the check: the new file was left behind."""
+    _, trial = _records(small_db, tmp_path)
+    capfd.readouterr()
+    src = tmp_path / "orphan.jsonl"
+    src.write_text(json.dumps(trial) + "\n")
+    db = tmp_path / "new.db"
+    rc, _, err = cli(capfd, "import", "--db", str(db), str(src))
+    refused(rc, err, "")
+    assert not db.exists() and not Path(str(db) + "-wal").exists()
+
+
 # ---------------------------------------------------------------- fuzzed imports and options
 # Generated inputs, derandomized (the same examples in every run) and kept out of the example
 # database: each either works or is refused in one line, never a traceback.

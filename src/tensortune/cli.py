@@ -104,6 +104,10 @@ def _parse_shape(text: str) -> list[int]:
 
 def _check_db_path(path: str, must_exist: bool) -> None:
     """Reject an unusable database path before anything is written."""
+    try:
+        Path(path).resolve()
+    except (RuntimeError, OSError) as e:  # a symlink loop (RuntimeError on Python 3.11, OSError later)
+        raise UsageError(f"--db {path}: {e}") from None
     if os.path.isdir(path):
         raise UsageError(f"--db {path}: is a directory")
     parent = os.path.dirname(os.path.abspath(path))
@@ -556,10 +560,16 @@ def cmd_import(a: argparse.Namespace) -> int:
         parsed = parse_jsonl(a.input)  # every line checked before the database is touched
     except DatabaseError as e:
         raise UsageError(str(e)) from None
+    existed = os.path.exists(a.db)
     db = _open_db(a.db)
     try:
         tasks, trials = import_jsonl(db, parsed, check=_config_check())
     except DatabaseError as e:
+        db.close()
+        if not existed:  # all or nothing: a refused import leaves no new database behind
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(OSError):
+                    os.remove(a.db + suffix)
         raise UsageError(str(e)) from None
     finally:
         db.close()
