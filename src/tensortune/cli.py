@@ -1340,9 +1340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Every fault ends in one line on stderr and a non-zero status: the library's own errors
     (:class:`TensortuneError`) with their exit code, and faults of the environment (a full disk, a
     read-only or corrupt database file, a closed stdout, memory) with status 1."""
+    from .utils.logs import log_to_stderr
     from .utils.quiet import quiet_third_party_warnings
 
     quiet_third_party_warnings()
+    log_to_stderr()
     try:
         a = build_parser().parse_args(argv)
         return COMMANDS[a.cmd](a)

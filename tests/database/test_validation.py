@@ -98,7 +98,7 @@ def test_add_trial_refuses_bad_values(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- bad stored rows are skipped, once
-def test_bad_stored_rows_are_skipped_with_one_warning(tmp_path: Path, capfd) -> None:
+def test_bad_stored_rows_are_skipped_with_one_warning(tmp_path: Path, caplog) -> None:
     path = tmp_path / "a.db"
     with Database(path) as db:
         db.add_task(task())
@@ -109,14 +109,34 @@ def test_bad_stored_rows_are_skipped_with_one_warning(tmp_path: Path, capfd) -> 
     con.execute("UPDATE trials SET error = 'exploded' WHERE config_index = 2")
     con.commit()
     con.close()
-    capfd.readouterr()
+    caplog.clear()
     with Database(path, readonly=True) as db:
         assert db.best(KEY).config_index == 1  # the zero cost is not the best
         assert [t.config_index for t in db.trials(KEY)] == [1]
         assert [t.config_index for _, t in db.best_all()] == [1]
         assert db.skipped_rows == {1, 3}
+    said = [r for r in caplog.records if "skipping invalid" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING" and said[0].name == "tensortune.database.sqlite"
+    assert "\n" not in said[0].getMessage()
+
+
+def test_the_command_line_shows_library_warnings_in_one_line(tmp_path: Path, capfd) -> None:
+    """Library code logs (``tensortune.*`` loggers); the command line prints ``tensortune: warning: ...``."""
+    from tensortune.cli import main
+
+    path = tmp_path / "a.db"
+    with Database(path) as db:
+        db.add_task(task())
+        db.add_trial(trial(0, 3e-3))
+        db.add_trial(trial(1, 2e-3))
+    con = sqlite3.connect(path)
+    con.execute("UPDATE trials SET target = 'not json' WHERE config_index = 0")
+    con.commit()
+    con.close()
+    capfd.readouterr()
+    assert main(["best", "--db", str(path)]) == 0
     err = capfd.readouterr().err
-    assert err.count("skipping invalid") == 1 and "\n" == err[-1] and err.count("\n") == 1
+    assert err.startswith("tensortune: warning: ") and err.count("skipping invalid") == 1 and err.count("\n") == 1
 
 
 # ---------------------------------------------------------------- like with like

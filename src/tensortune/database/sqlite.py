@@ -20,12 +20,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import shutil
 import socket
 import sqlite3
 import stat
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -34,6 +34,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from ..errors import TensortuneError
 from .records import MeasureContext, TaskRecord, TrialRecord, confirmed_best
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 #: Free bytes under which an SQLite I/O error is reported as a full disk.
@@ -494,8 +496,8 @@ class Database:
     def _skip(self, row_id: int, what: str, reason: str) -> None:
         """Remember an invalid stored row; say so once per database."""
         if not self.skipped_rows:
-            print(f"tensortune: warning: {self.path}: skipping invalid {what} row {row_id} ({reason}); "
-                  "further invalid rows are skipped without a message", file=sys.stderr)
+            log.warning("%s: skipping invalid %s row %s (%s); further invalid rows are skipped without a message",
+                        self.path, what, row_id, reason)
         self.skipped_rows.add(row_id)
 
     def _valid_trials(self, rows: list[sqlite3.Row]) -> list[TrialRecord]:

@@ -23,6 +23,7 @@ import argparse
 import glob
 import hashlib
 import json
+import logging
 import math
 import os
 import statistics
@@ -38,6 +39,8 @@ import numpy as np
 from ..errors import TensortuneError
 from ..utils.cache import CACHE_ENV  # noqa: F401  (profiles go to the cache root's ``hardware``)
 from ..utils.child import module_command
+
+log = logging.getLogger(__name__)
 
 #: Format of :meth:`HardwareProfile.to_json` (a cached profile of another format is re-measured).
 FORMAT = "tensortune-hardware/1"
@@ -642,7 +645,7 @@ def cache_file(key: str, cache_dir: str | Path | None = None) -> Path:
 
 
 def _warn(msg: str) -> None:
-    print(f"tensortune: warning: {msg}", file=sys.stderr)
+    log.warning("%s", msg)
 
 
 def profile_for(target_json: dict[str, Any] | None = None, threads: int | None = None,

@@ -34,7 +34,7 @@ model folder of the untransferred model (``model=``) for "no transfer".
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +46,8 @@ from ..explore import EXPLORERS, make_explorer
 from ..measure import MeasureResult
 from ..space import Config
 from .base import DEFAULT_BATCH_SIZE, Tuner
+
+log = logging.getLogger(__name__)
 
 #: Reward weights (phi1, phi2, phi3) per mode (the paper's).
 PHI = {"efficiency": (0.35, 0.25, 0.4), "quality": (0.45, 0.35, 0.2)}
@@ -167,7 +169,7 @@ class FasorTuner(Tuner):
                 self.notice += "; transfer it with `tensortune fasor transfer`"
                 if self.notice not in _NOTICES:
                     _NOTICES.add(self.notice)
-                    print(self.notice, file=sys.stderr, flush=True)
+                    log.warning("%s", self.notice)
         default = task.default_config()
         self.start_point = self._start(default)
         start = self.start_point.config
@@ -214,7 +216,7 @@ class FasorTuner(Tuner):
         try:
             self.explorer.load(folder / DQN_FILE)
         except ValueError as exc:
-            print(f"note: {folder / DQN_FILE} not used ({exc})", file=sys.stderr, flush=True)
+            log.warning("%s not used (%s)", folder / DQN_FILE, exc)
 
     # ------------------------------------------------------------ search
     def _iterate(self) -> list[Config]:
@@ -394,7 +396,7 @@ def read_sensitivity(predictor: Any) -> dict[str, list[str]]:
         d = json.loads((folder / SENSITIVITY_FILE).read_text())
         return {k: [str(n) for n in d[k]["ranking"]] for k in ("compute", "memory") if k in d}
     except (json.JSONDecodeError, KeyError, TypeError):
-        print(f"note: {folder / SENSITIVITY_FILE} cannot be read; every knob is tuned", file=sys.stderr, flush=True)
+        log.warning("%s cannot be read; every knob is tuned", folder / SENSITIVITY_FILE)
         return {}
 
 

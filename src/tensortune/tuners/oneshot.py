@@ -26,7 +26,7 @@ still works.
 """
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -35,6 +35,8 @@ from ..explore import EXPLORERS, make_explorer
 from ..measure import MeasureResult
 from ..space import Config
 from .base import DEFAULT_BATCH_SIZE, Tuner
+
+log = logging.getLogger(__name__)
 
 #: Candidates validated on the hardware (the paper's top-K).
 TOP_K = 64
@@ -134,7 +136,7 @@ class OneShotTuner(Tuner):
             self.notice = machine_mismatch(predictor, self.task.target_json)
             if self.notice and self.notice not in _NOTICES:
                 _NOTICES.add(self.notice)
-                print(self.notice, file=sys.stderr, flush=True)
+                log.warning("%s", self.notice)
             t0 = time.perf_counter()
             self.candidates = self._distilled_search() if self.options.distill else [
                 self.space.get(int(i)) for i in self.explorer.find_maximums(self.model.position_scorer(self.task),

@@ -1,0 +1,39 @@
+"""The library's messages go through :mod:`logging` (logger ``tensortune.*``), never ``print``.
+
+A Python user captures or silences them like any library's (``logging.getLogger("tensortune")``).
+The command line shows warnings and errors on stderr as ``tensortune: warning: ...``
+(:func:`log_to_stderr`).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+ROOT = "tensortune"
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A handler on whatever ``sys.stderr`` is when a record is written (tests replace it)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
+class _Format(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{ROOT}: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def log_to_stderr(level: int = logging.WARNING) -> None:
+    """Show the library's messages of ``level`` and above on stderr, one line each (idempotent)."""
+    logger = logging.getLogger(ROOT)
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(_Format())
+        logger.addHandler(handler)  # records still propagate: a root handler a user set up sees them too
+    logger.setLevel(level)
