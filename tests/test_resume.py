@@ -101,6 +101,7 @@ def test_two_tuners_write_one_database_at_once(tmp_path):
     rows = trial_rows(db)
     assert sorted(t for _, t in rows) == ["genetic"] * 12 + ["random"] * 12
     # each writer confirms the top 3 of all stored trials at its end (3 rounds each); the later one
-    # skips it when that group already holds its top 3
+    # skips it when that group already holds its top 3; a writer whose confirmation was timed while
+    # the other built (a busy machine: measure.noise) measures it once more after a quiet spell
     groups = confirmation_groups(db)
-    assert 1 <= len(groups) <= 2 and all(n in (9, 12) for n in groups.values())  # top 3 (+ the default) x 3
+    assert 1 <= len(groups) <= 4 and all(n in (9, 12) for n in groups.values())  # top 3 (+ the default) x 3

@@ -21,7 +21,6 @@ says how many of its trials were noisy (:class:`NoiseLog`).
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
