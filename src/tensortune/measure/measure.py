@@ -108,7 +108,7 @@ class LocalRunner:
 
     def _calibrate(self) -> None:
         """The probe's quiet value, before the first candidate: the fastest of a few short looks."""
-        if not self.options.probe or self.noise.quiet_probe_s is not None or self._calibrated:
+        if not self.options.probe or self._calibrated:
             return
         self._calibrated = True  # once: a runner that cannot probe is not asked again at every batch
         for _ in range(3):
