@@ -278,7 +278,8 @@ OPTION_VALUES = (st.sampled_from(["", "none", "nan", "inf", "-inf", "-1", "0", "
 
 
 def test_fuzzed_tuner_options_make_a_tuner_or_are_refused_in_one_line() -> None:
-    from tensortune.cli import UsageError, _tuner_options
+    from tensortune.app.checks import tuner_options as _tuner_options
+    from tensortune.errors import UsageError
     from tensortune.task import Task
     from tensortune.tuners import TUNERS, get_tuner
 

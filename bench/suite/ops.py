@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensortune.budget import Budget
 from tensortune.measure import MeasureOptions, Measurer
 from tensortune.task import Task
 from tensortune.utils.progress import ProgressBar
@@ -109,7 +110,7 @@ def run_tensortune(spec: str, task: Task, budget: int, seed: int, options: Measu
                       m.build_s, m.run_s, last)
 
         tuner = get_tuner(tuner_name, task, seed=seed, start_from_default=start_from_default, options=tuner_options)
-        res = tuner.tune(budget, m, early_stopping=early_stopping, callbacks=[on_batch], database=database)
+        res = tuner.tune(Budget(trials=budget, early_stopping=early_stopping), m, callbacks=[on_batch], database=database)
         bar.close()
         if hasattr(tuner, "search_report"):
             curve.search = {**tuner.search_report(), "stop_reason": res.stop_reason}

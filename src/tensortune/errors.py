@@ -12,3 +12,7 @@ class TensortuneError(Exception):
     """A fault the user can act on, said in one line (exit status 2: bad input or data)."""
 
     exit_code = 2
+
+
+class UsageError(TensortuneError):
+    """An argument the caller got wrong (a command-line flag or an API parameter), said in one line."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tensortune.budget import Budget
 from tensortune.database import Database
 from tensortune.measure import energy
 from tensortune.measure.cost import CostMeter
@@ -87,13 +88,13 @@ def test_session_reports_its_cost_and_stores_cpu_per_trial(no_counter, tmp_path)
 
 
 def test_cpu_budget_stops_the_run(no_counter) -> None:
-    res = get_tuner("random", task(), seed=0).tune(1000, FakeMeasurer(conv_landscape), cpu_budget=1e-9)
+    res = get_tuner("random", task(), seed=0).tune(Budget(trials=1000, cpu_s=1e-9), FakeMeasurer(conv_landscape))
     assert res.stop_reason == "cpu_budget" and res.trials_measured == 0
 
 
 def test_energy_budget_is_refused_without_a_counter(no_counter) -> None:
     with pytest.raises(EnergyUnavailable, match="needs a readable energy counter.*does not exist"):
-        get_tuner("random", task(), seed=0).tune(10, FakeMeasurer(conv_landscape), energy_budget=5.0)
+        get_tuner("random", task(), seed=0).tune(Budget(trials=10, energy_j=5.0), FakeMeasurer(conv_landscape))
 
 
 def test_energy_budget_stops_the_run_where_counted(fake_rapl) -> None:
@@ -102,7 +103,7 @@ def test_energy_budget_stops_the_run_where_counted(fake_rapl) -> None:
             fake_rapl.write_text(str(int(fake_rapl.read_text()) + 1_000_000))  # 1 J per batch
             return super().measure(inputs, on_result)
 
-    res = get_tuner("random", task(), seed=0, batch_size=4).tune(1000, Burner(conv_landscape), energy_budget=2.5)
+    res = get_tuner("random", task(), seed=0, batch_size=4).tune(Budget(trials=1000, energy_j=2.5), Burner(conv_landscape))
     assert res.stop_reason == "energy_budget" and res.trials_measured == 12
     assert res.cost.energy_j == pytest.approx(3.0)
 

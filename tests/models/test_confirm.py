@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 
+from tensortune.budget import Budget
 from tensortune.database import Database, describe_timing
 from tensortune.measure import MeasureOptions, Measurer
 from tensortune.models import compile as compile_mod
@@ -33,7 +34,7 @@ def tuned_file(model, tmp_path_factory):
     path = tmp_path_factory.mktemp("confirm") / "tuned.db"
     make = lambda task, r: get_tuner("random", task, seed=r, batch_size=4)  # noqa: E731
     with Database(str(path)) as db, Measurer(MeasureOptions.cold(build_timeout=300.0, run_timeout=300.0)) as m:
-        SequentialScheduler(model_tasks(model), make, m, db, trials_per_task=4).run()
+        SequentialScheduler(model_tasks(model), make, m, db, Budget(trials=4)).run()
     return path
 
 

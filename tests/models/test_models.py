@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from tensortune.budget import Budget
 from tensortune.database import Database
 from tensortune.measure import MeasureOptions, Measurer
 from tensortune.models.compile import compile_model, load_library, model_tasks
@@ -71,10 +72,10 @@ def test_tune_then_compile_uses_records_and_resumes(model, tmp_path):
         return tuner
 
     with Measurer(generous()) as m:
-        out = RoundRobinScheduler(tasks, make, m, db, trials_per_task=3, batch_size=2).run()
+        out = RoundRobinScheduler(tasks, make, m, db, Budget(trials=3), batch_size=2).run()
         assert all(db.count(t.task.workload_key) == 3 for t in tasks if t.tunable)
         assert all(o.best_s < float("inf") for o in out)
-        again = SequentialScheduler(tasks, make, m, db, trials_per_task=3).run()  # resume: nothing left
+        again = SequentialScheduler(tasks, make, m, db, Budget(trials=3)).run()  # resume: nothing left
         assert sum(o.measured for o in again) == 0
     cm = compile_model(model, db)
     assert cm.counts()["tuned"] == len(tasks)

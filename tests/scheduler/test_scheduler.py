@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 import tensortune.scheduler as sched
+from tensortune.budget import Budget
 from tensortune.measure import MeasureOptions
 from tensortune.models.extract import ModelTask
 from tensortune.scheduler import MIN_TASK_BUDGET_S, SequentialScheduler
@@ -25,11 +26,10 @@ class FakeTuner:
     def __init__(self, task, clock: Clock, overrun: float, log: list) -> None:
         self.task, self.clock, self.overrun, self.log = task, clock, overrun, log
 
-    def tune(self, n_trial, measurer, time_budget=None, database=None, callbacks=(), cpu_budget=None,
-             energy_budget=None, min_trials=0):
-        assert min_trials == 1  # every task measures one batch, whatever its share
-        self.log.append((self.task.name, time_budget))
-        self.clock.now += time_budget + self.overrun
+    def tune(self, budget, measurer, database=None, callbacks=()):
+        assert budget.min_trials == 1  # every task measures one batch, whatever its share
+        self.log.append((self.task.name, budget.wall_s))
+        self.clock.now += budget.wall_s + self.overrun
         return SimpleNamespace(trials_measured=1, errors={}, best_config=None, best_cost=float("inf"),
                                stop_reason="time_budget", cost=None)
 
@@ -60,7 +60,7 @@ def run(clock: Clock, n: int, budget: float, overrun: float, light: int = 0) -> 
     log: list = []
     s = SequentialScheduler(tasks(n, light), lambda task, r: FakeTuner(task, clock, overrun, log),
                             SimpleNamespace(options=MeasureOptions.cold()), FakeDB(),
-                            time_budget=budget)
+                            Budget(wall_s=budget))
     s.run()
     return log
 
@@ -164,7 +164,7 @@ def test_round_robin_makes_one_tuner_per_task_and_keeps_its_model(tmp_path, monk
 
     tasks = [ModelTask(small_task(k), 1) for k in range(2)]
     with Database(tmp_path / "rr.db") as db:
-        s = RoundRobinScheduler(tasks, make, StubMeasurer(), db, trials_per_task=12, callbacks=[watch], batch_size=4)
+        s = RoundRobinScheduler(tasks, make, StubMeasurer(), db, Budget(trials=12), callbacks=[watch], batch_size=4)
         out = s.run()
         keys = [t.task.workload_key for t in tasks]
         assert made == [(k, 0) for k in keys]  # one tuner per task, made once, for round 0
@@ -229,14 +229,13 @@ def test_cpu_budget_caps_the_whole_run(tmp_path) -> None:
         def __init__(self, task) -> None:
             self.task = task
 
-        def tune(self, n_trial, measurer, time_budget=None, database=None, callbacks=(), cpu_budget=None,
-                 energy_budget=None, min_trials=0):
-            seen.append(cpu_budget)
+        def tune(self, budget, measurer, database=None, callbacks=()):
+            seen.append(budget.cpu_s)
             return SimpleNamespace(trials_measured=4, errors={}, best_config=None, best_cost=float("inf"),
                                    stop_reason="cpu_budget", cost=RunCost(wall_s=1.0, tuner_cpu_s=4.0))
 
     s = SequentialScheduler(tasks(5), lambda task, r: CpuTuner(task), SimpleNamespace(options=MeasureOptions.cold()),
-                            FakeDB(), trials_per_task=100, cpu_budget=10.0)
+                            FakeDB(), Budget(trials=100, cpu_s=10.0))
     s.run()
     assert seen == pytest.approx([10.0, 6.0, 2.0])  # the third call spends past 10: no fourth
     cost = s.cost()
@@ -254,7 +253,10 @@ def test_a_tuner_whose_set_up_outlasts_its_share_still_measures_one_batch(tmp_pa
     monkeypatch.setattr(sched, "time", c)
     import tensortune.tuners.session as session
 
+    import tensortune.budget as budget
+
     monkeypatch.setattr(session, "time", c)
+    monkeypatch.setattr(budget, "time", c)  # the budget's meter keeps the session's clock
 
     class SlowStart(RandomTuner):
         def begin(self, database):
@@ -267,11 +269,11 @@ def test_a_tuner_whose_set_up_outlasts_its_share_still_measures_one_batch(tmp_pa
 
     m = Ticking()
     db = Database(tmp_path / "slow.db")
-    alone = SlowStart(small_task(0), seed=0, batch_size=4).tune(12, m, time_budget=2.0, database=db)
+    alone = SlowStart(small_task(0), seed=0, batch_size=4).tune(Budget(trials=12, wall_s=2.0), m, database=db)
     assert alone.trials_measured == 0 and alone.stop_reason == "time_budget"  # a plain call keeps its clock
     tasks_ = [ModelTask(small_task(k), 1) for k in range(3)]
     s = SequentialScheduler(tasks_, lambda task, r: SlowStart(task, seed=0, batch_size=4), m, db,
-                            trials_per_task=12, time_budget=25.0)
+                            Budget(trials=12, wall_s=25.0))
     out = s.run()
     assert [o.measured for o in out] == [4, 4, 4]  # one batch each, then the clock stops them
     assert all(o.stop_reason == "time_budget" for o in out)

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tensortune.budget import Budget
 from tensortune.measure import MeasureOptions
 from tensortune.models.extract import ModelTask
 from tensortune.scheduler import SCHEDULERS
@@ -28,8 +29,8 @@ class Tuner:
     def __init__(self, task, db: DB, improving, log: list) -> None:
         self.task, self.db, self.improving, self.log, self.best = task, db, improving, log, 1.0
 
-    def tune(self, n_trial, measurer, time_budget=None, database=None, callbacks=(), cpu_budget=None,
-             energy_budget=None, min_trials=0):
+    def tune(self, budget, measurer, database=None, callbacks=()):
+        n_trial = budget.trials
         have = self.db.counts.get(self.task.workload_key, 0)
         n = max(0, n_trial - have)
         self.db.counts[self.task.workload_key] = have + n
@@ -57,7 +58,7 @@ def survey(n_tasks: int, latencies: list[float], improving=lambda name, n: True,
         return latencies[k], change, None if k == 0 else latencies[k] / latencies[0]
 
     s = SurveyScheduler(tasks(n_tasks), lambda task, r: Tuner(task, db, improving, log),
-                        SimpleNamespace(options=MeasureOptions.cold()), db, model_latency=model_latency,
+                        SimpleNamespace(options=MeasureOptions.cold()), db, Budget(), model_latency=model_latency,
                         options=SurveyOptions(**opts))
     s.run()
     return s, log, timed

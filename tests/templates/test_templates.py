@@ -379,3 +379,21 @@ def test_gemm_columns_no_vector_divides_are_padded_not_guarded() -> None:
         assert "T.where" not in update, text
         inputs = task.make_inputs(0)
         np.testing.assert_allclose(run_config(task, cfg, inputs), task.reference(inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_with_fewer_columns_than_a_vector_builds_in_seconds() -> None:
+    # a classifier head (4096 features -> 10 classes): the default tile took the 10 columns one
+    # by one, and the packed copy of one column vectorised its 4096-long reduction loop, which kept
+    # LLVM busy for minutes (the model never compiled)
+    import time
+
+    task = Task.from_op("matmul", [1, 10, 4096])
+    default = task.default_config()
+    assert default["tile_x"][2] == 10  # all of them in one tile
+    one_column = dict(default.to_json()["knobs"], tile_x=[10, 1, 1])
+    target = tensortune.target.make_target(tensortune.target.host_target_json())
+    for config in (default, task.space.get(task.space.index_of(one_column))):
+        t0 = time.perf_counter()
+        with target:
+            tvm.compile(task.template.apply(task, config), target)
+        assert time.perf_counter() - t0 < 30

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import pytest
 from tvm import te
 
-import tensortune.tuners.session as tuner_session
+from tensortune.budget import Budget
 from tensortune.database import Database
 from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult, Measurer
 from tensortune.space import ConfigSpace
@@ -271,7 +271,7 @@ def test_genetic_generation_size_respects_elites() -> None:
 def test_early_stopping_after_no_improvement() -> None:
     tuner = RandomTuner(fake_task(plain_space()), batch_size=1)
     m = FakeMeasurer(lambda k, c: 1.0 if k == 1 else 2.0)
-    res = tuner.tune(100, m, early_stopping=5)
+    res = tuner.tune(Budget(trials=100, early_stopping=5), m)
     assert res.stop_reason == "early_stopping"
     assert res.trials_measured == 6 == m.calls
     assert res.best_cost == 1.0 and res.verified
@@ -280,14 +280,14 @@ def test_early_stopping_after_no_improvement() -> None:
 def test_early_stopping_counts_from_last_improvement() -> None:
     costs = {1: 1.0, 5: 0.5}
     tuner = RandomTuner(fake_task(plain_space()), batch_size=1)
-    res = tuner.tune(100, FakeMeasurer(lambda k, c: costs.get(k, 2.0)), early_stopping=5)
+    res = tuner.tune(Budget(trials=100, early_stopping=5), FakeMeasurer(lambda k, c: costs.get(k, 2.0)))
     assert res.stop_reason == "early_stopping" and res.trials_measured == 10
     assert res.best_cost == 0.5
 
 
 def test_no_early_stop_while_improving() -> None:
     tuner = RandomTuner(fake_task(plain_space()), batch_size=2)
-    res = tuner.tune(20, FakeMeasurer(lambda k, c: 1.0 / k), early_stopping=3)
+    res = tuner.tune(Budget(trials=20, early_stopping=3), FakeMeasurer(lambda k, c: 1.0 / k))
     assert res.stop_reason == "trials" and res.trials_measured == 20
     assert [h["best"] for h in res.history] == sorted((h["best"] for h in res.history), reverse=True)
 
@@ -304,9 +304,11 @@ def test_errors_counted_and_failures_never_best() -> None:
 
 def test_time_budget_with_fake_clock(monkeypatch) -> None:
     m = FakeMeasurer(lambda k, c: 1.0, tick=1.0)
-    monkeypatch.setattr(tuner_session, "time", SimpleNamespace(perf_counter=m.clock))
+    import tensortune.budget as budget
+
+    monkeypatch.setattr(budget, "time", SimpleNamespace(perf_counter=m.clock))  # the budget's meter reads the clock
     tuner = RandomTuner(fake_task(plain_space()), batch_size=1)
-    res = tuner.tune(100, m, time_budget=3.5)
+    res = tuner.tune(Budget(trials=100, wall_s=3.5), m)
     assert res.stop_reason == "time_budget"
     assert res.trials_measured == 4 == m.calls  # checked before each batch: 0, 1, 2, 3 s go on, 4 s stops
 
@@ -347,7 +349,7 @@ def test_best_is_verified_when_correctness_check_is_off(measurer, matmul_task) -
 
 
 def test_time_budget_stops(measurer, matmul_task) -> None:
-    res = RandomTuner(matmul_task).tune(50, measurer, time_budget=1e-9)
+    res = RandomTuner(matmul_task).tune(Budget(trials=50, wall_s=1e-9), measurer)
     assert res.stop_reason == "time_budget"
     assert res.trials_measured == 0 and res.best_config is None and not res.verified
 

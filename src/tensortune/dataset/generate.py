@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..budget import Budget
 from .layers import OP_ARGS, ZOO_LAYERS, load
 from .tasks import TASK_SAMPLERS, sample_tasks
 
@@ -234,7 +235,7 @@ def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | N
             break
         tuner = get_tuner(tuner_name, task, seed=spec.seed + i, start_from_default=False, options=options)
         tuner.confirm_top = 0  # samples, not a best: no confirmation rounds
-        res = tuner.tune(spec.samples, measurer, time_budget=left, database=db, callbacks=callbacks)
+        res = tuner.tune(Budget(trials=spec.samples, wall_s=left), measurer, database=db, callbacks=callbacks)
         stored = sum(1 for t in db.trials(task.workload_key) if t.context == context and t.tuner == tuner_name
                      and t.confirmation is None)
         p = TaskProgress(task.name, task.workload_key, stored, res.trials_measured,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import TensortuneError
+
 POWERCAP = Path("/sys/class/powercap")
 
 
@@ -33,7 +35,7 @@ def probe() -> dict[str, Any]:
     return {"available": True, "domains": [d.name for d in doms]}
 
 
-class EnergyUnavailable(RuntimeError):
+class EnergyUnavailable(TensortuneError, RuntimeError):
     """An energy budget was asked for on a machine without a readable energy counter."""
 
 

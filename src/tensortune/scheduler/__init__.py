@@ -38,14 +38,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ..budget import UNBOUNDED_TRIALS, Budget, BudgetError
 from ..models.extract import ModelTask
 
 #: The smallest time share of a task, as a fraction of an even split of the budget.
 MIN_SHARE = 0.25
 #: The least time budget handed to a tuner (``sequential`` has it measure one batch whatever the clock says).
 MIN_TASK_BUDGET_S = 1.0
-#: Trials per task when only a time budget is given (a cap the clock normally ends first).
-UNBOUNDED_TRIALS = 100_000
 
 
 @dataclass
@@ -88,26 +87,27 @@ class TaskScheduler:
     name = ""
 
     def __init__(self, tasks: Sequence[ModelTask], make_tuner: Callable[[Any, int], Any], measurer: Any, database: Any,
-                 trials_per_task: int | None = None, time_budget: float | None = None,
-                 callbacks: Sequence[Callable[..., None]] = (), batch_size: int = 16,
-                 cpu_budget: float | None = None, energy_budget: float | None = None) -> None:
-        if trials_per_task is None and time_budget is None:
-            raise ValueError("give trials per task, a time budget, or both")
-        if energy_budget is not None:
+                 budget: Budget, callbacks: Sequence[Callable[..., None]] = (), batch_size: int = 16) -> None:
+        """``budget``: ``trials`` per task, ``wall_s``, ``cpu_s`` and ``energy_j`` for the whole run,
+        ``early_stopping`` per task; trials, wall time or both are needed."""
+        if budget.trials is None and budget.wall_s is None:
+            raise BudgetError("give trials per task, a time budget, or both")
+        if budget.energy_j is not None:
             from ..measure.energy import require
 
             require()
-        self.cpu_budget, self.energy_budget = cpu_budget, energy_budget
+        self.budget = budget
+        self.cpu_budget, self.energy_budget = budget.cpu_s, budget.energy_j
         self.cpu_s = 0.0
-        self.energy_j: float | None = 0.0 if energy_budget is not None else None
+        self.energy_j: float | None = 0.0 if budget.energy_j is not None else None
         self.energy_note = ""
         self.budget_stop = ""
         self.tasks = [t for t in tasks if t.tunable]
         self.make_tuner = make_tuner
         self.measurer = measurer
         self.database = database
-        self.trials = trials_per_task or UNBOUNDED_TRIALS
-        self.time_budget = time_budget
+        self.trials = budget.trials or UNBOUNDED_TRIALS
+        self.time_budget = budget.wall_s
         self.callbacks = list(callbacks)
         self.batch_size = batch_size
         self.outcomes = {t.task.workload_key: TaskOutcome(t) for t in tasks}
@@ -147,6 +147,10 @@ class TaskScheduler:
             out["stopped_by"] = self.budget_stop
         return out
 
+    def report(self) -> dict[str, Any] | None:
+        """What the scheduler has to say about its run beyond the outcomes (None: nothing)."""
+        return None
+
     def tuner_for(self, mt: ModelTask) -> Any:
         """The tuner of ``mt``: made by ``make_tuner(task, 0)`` on first use, the same one after."""
         key = mt.task.workload_key
@@ -160,11 +164,12 @@ class TaskScheduler:
         (confirmation re-measurements not included)."""
         self.current = mt
         out = self.outcomes[mt.task.workload_key]
-        cpu_left = None if self.cpu_budget is None else self.cpu_budget - self.cpu_s
-        energy_left = None if self.energy_budget is None else self.energy_budget - (self.energy_j or 0.0)
-        res = self.tuner_for(mt).tune(n_trial, self.measurer, time_budget=time_budget, database=self.database,
-                                      callbacks=[self._callback], cpu_budget=cpu_left, energy_budget=energy_left,
-                                      min_trials=min_trials)
+        # what is left of the run's CPU and energy (a sliver when spent: the tuner then stops at once)
+        cpu_left = None if self.cpu_budget is None else max(self.cpu_budget - self.cpu_s, 1e-9)
+        energy_left = None if self.energy_budget is None else max(self.energy_budget - (self.energy_j or 0.0), 1e-9)
+        limit = Budget(trials=n_trial, wall_s=time_budget, cpu_s=cpu_left, energy_j=energy_left,
+                       early_stopping=self.budget.early_stopping, min_trials=min_trials)
+        res = self.tuner_for(mt).tune(limit, self.measurer, database=self.database, callbacks=[self._callback])
         if res.cost is not None:
             self.cpu_s += res.cost.cpu_s
             if res.cost.energy_j is not None:

@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..budget import Budget
 from . import TaskScheduler
 
 #: §V-A: batch size of a round, measurements per operator; our reading of Eq. 3's threshold.
@@ -86,8 +87,7 @@ class SurveyScheduler(TaskScheduler):
     name = "survey"
 
     def __init__(self, tasks: Any, make_tuner: Callable[[Any, int], Any], measurer: Any, database: Any,
-                 trials_per_task: int | None = None, time_budget: float | None = None, *,
-                 model_latency: Callable[[bool], tuple[float, float | None, float | None]] | None = None,
+                 budget: Budget, *, model_latency: Callable[[bool], tuple[float, float | None, float | None]] | None = None,
                  options: SurveyOptions | None = None, **kwargs: Any) -> None:
         """``model_latency(tuned)`` times the model compiled with the database's bests (``tuned``
         True) or untuned (False): its seconds, its change against the model timed before it
@@ -96,9 +96,9 @@ class SurveyScheduler(TaskScheduler):
         (:class:`~tensortune.models.reference.PairedTiming`). Without trials or time the rounds end by themselves
         (``max_trials`` per task at most)."""
         options = options or SurveyOptions()
-        if trials_per_task is None and time_budget is None:
-            trials_per_task = options.max_trials
-        super().__init__(tasks, make_tuner, measurer, database, trials_per_task, time_budget, **kwargs)
+        if budget.trials is None and budget.wall_s is None:
+            budget = budget.replace(trials=options.max_trials)
+        super().__init__(tasks, make_tuner, measurer, database, budget, **kwargs)
         if model_latency is None:
             raise ValueError("the survey scheduler needs a model_latency function")
         self.model_latency = model_latency

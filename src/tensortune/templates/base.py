@@ -116,18 +116,25 @@ def pick_entity(space: ConfigSpace, name: str, score: Callable[[Any], tuple]) ->
     return max(space.knob(name).entities, key=lambda e: tuple(score(e)))
 
 
+#: The widest loop :func:`vectorize_own_loop` turns into one vector (wider ones stay loops).
+MAX_VECTOR_EXTENT = 64
+
+
 def vectorize_own_loop(sch: Any, block: Any, anchor: Any) -> None:
     """Vectorise the innermost loop of ``block`` that lies below ``anchor`` (its compute-at loop).
 
     After ``compute_at`` a unit-extent loop disappears, and the innermost loop of the block
     can then be the anchor itself or one of its ancestors, which holds other work: never
-    vectorise those.
+    vectorise those. Nor a loop wider than :data:`MAX_VECTOR_EXTENT`: a packed copy of one column
+    per block has the reduction as its innermost loop, and a 4096-lane vector of it kept LLVM
+    busy for minutes.
     """
     loops = sch.get_loops(block)
     anchor_sref = sch.get_sref(anchor)
     for i, lp in enumerate(loops):
         if sch.get_sref(lp).same_as(anchor_sref):
-            if i + 1 < len(loops):
+            extent = sch.get(loops[-1]).extent
+            if i + 1 < len(loops) and (not hasattr(extent, "value") or extent.value <= MAX_VECTOR_EXTENT):
                 sch.vectorize(loops[-1])
             return
 

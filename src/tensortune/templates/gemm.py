@@ -79,6 +79,7 @@ class GemmTemplate(Template):
         else:  # padded columns: two vectors (one broadcast of A feeds two FMAs) unless they pad more
             padded = [-(-N // c) * c for c in (lanes, 2 * lanes)]
             cols = 2 * lanes if padded[1] * 10 <= padded[0] * 11 else lanes
+        cols = min(cols, N)  # fewer columns than a vector: one tile of all of them
         rows = max(h for h in tail_row_tiles(M) if h <= DEFAULT_ROWS)
         if rows < DEFAULT_ROWS and row_split_policy(M) == "factors":  # 49 rows: 7, not 1
             rows = max(h for h in tail_row_tiles(M) if h <= 2 * DEFAULT_ROWS and h * -(-cols // lanes) <= DEFAULT_ACCUMULATORS)

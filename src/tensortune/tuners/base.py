@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..budget import Budget
 from ..measure import MeasureResult
 from ..space import Config
 from ..utils.options import make_options
@@ -216,25 +217,14 @@ class Tuner(ABC):
         return ""
 
     # ------------------------------------------------------------ the loop
-    def tune(
-        self,
-        n_trial: int,
-        measurer: Measurer,
-        early_stopping: int | None = None,
-        time_budget: float | None = None,
-        callbacks: Sequence[Callback] = (),
-        database: Any = None,
-        cpu_budget: float | None = None,
-        energy_budget: float | None = None,
-        min_trials: int = 0,
-    ) -> TuneResult:
-        """Ask, measure and tell until the budget is spent: one :class:`~.session.TuningSession`
-        (its ``run`` says what the budget, database and confirmation do; ``min_trials`` are
-        measured whatever the time budget)."""
+    def tune(self, budget: Budget | int, measurer: Measurer, callbacks: Sequence[Callback] = (),
+             database: Any = None) -> TuneResult:
+        """Ask, measure and tell until ``budget`` (a :class:`~tensortune.budget.Budget`, or a number
+        of trials) is spent: one :class:`~.session.TuningSession` (its ``run`` says what the budget,
+        database and confirmation do)."""
         from .session import TuningSession
 
-        return TuningSession(self, measurer, database, callbacks).run(n_trial, early_stopping, time_budget,
-                                                                      cpu_budget, energy_budget, min_trials)
+        return TuningSession(self, measurer, database, callbacks).run(Budget.of(budget))
 
     def _unmeasured_default(self) -> Config | None:
         """The template's default config, if asked for and not measured yet."""

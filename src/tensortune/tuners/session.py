@@ -17,7 +17,7 @@ then the config with the lowest median over the rounds of that group, not the on
 measurement (``Database.best``). The top configs are those with the lowest median over
 their verified trials, confirmations included; when the latest group already holds exactly
 them, in every round, nothing is measured again. Confirmations are no search trials: they never
-count against ``n_trial`` nor in ``trials_measured`` (``TuneResult.confirm_measured`` has them).
+count against the trial limit nor in ``trials_measured`` (``TuneResult.confirm_measured`` has them).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from ..budget import UNBOUNDED_TRIALS, Budget, BudgetMeter
 from ..database import Database
 from ..database.sqlite import claim_owner
 from ..measure import ErrorKind, MeasureInput, MeasureResult
@@ -60,42 +61,33 @@ class TuningSession:
         self.database = database
         self.callbacks = list(callbacks)
 
-    def run(self, n_trial: int, early_stopping: int | None = None, time_budget: float | None = None,
-            cpu_budget: float | None = None, energy_budget: float | None = None,
-            min_trials: int = 0) -> "TuneResult":
-        """Measure up to ``n_trial`` configs; stop early on the time budget (seconds of wall
-        time, from the start: the tuner's set-up, such as a transfer model's fit, counts), but
-        not before ``min_trials`` were measured (batches are measured whole), the CPU budget
-        (CPU-seconds of this process and of the builder and runner processes' work on its
-        candidates) or the energy budget (joules; refused with
-        :class:`~tensortune.measure.energy.EnergyUnavailable` on a machine without a counter),
-        after ``early_stopping`` trials without improvement, or when the space is exhausted.
-        The result's ``cost`` has the run's wall time, CPU-seconds and energy
-        (:class:`~tensortune.measure.cost.RunCost`). With a database, trials already stored for the task in this run's context
-        (same machine, threads and timing) are loaded first (never measured again, and this
-        tuner's stored trials count against ``n_trial``; trials an earlier session of this tuner
-        loaded or wrote are not loaded again) and every new trial is committed as it completes,
-        with that context. Then, if anything was measured, the top configs are confirmed (see
-        the module's docstring) and the best reported is the confirmed one.
+    def run(self, budget: Budget) -> "TuneResult":
+        """Measure until ``budget`` is spent (:class:`~tensortune.budget.Budget`: its wall time counts
+        from the start, the tuner's set-up, such as a transfer model's fit, included; its energy
+        limit is refused with :class:`~tensortune.measure.energy.EnergyUnavailable` on a machine
+        without a counter) or the space is exhausted. The result's ``cost`` has the run's wall time,
+        CPU-seconds and energy (:class:`~tensortune.measure.cost.RunCost`). With a database, trials
+        already stored for the task in this run's context (same machine, threads and timing) are
+        loaded first (never measured again, and this tuner's stored trials count against the trial
+        limit; trials an earlier session of this tuner loaded or wrote are not loaded again) and
+        every new trial is committed as it completes, with that context. Then, if anything was
+        measured, the top configs are confirmed (see the module's docstring) and the best reported
+        is the confirmed one.
         """
         from .base import TuneResult
         from .records import history_from_db, measure_context, record_trial
 
         from ..measure.cost import CostMeter
-        from ..measure.energy import require
 
-        if energy_budget is not None:
-            require()
         tuner, measurer, database = self.tuner, self.measurer, self.database
-        start = time.perf_counter()
         self.meter = meter = CostMeter()
-        done_before = 0
+        self.budget_meter = limit = BudgetMeter(budget, meter)
         context = measure_context(tuner.task, measurer.options)
         have: set[int] = set()
         if database is not None:
             tuner.begin(database)
             have = tuner._have_trials.setdefault(str(getattr(database, "path", id(database))), set())
-            configs, results, done_before = history_from_db(database, tuner, context, have)
+            configs, results, limit.done_before = history_from_db(database, tuner, context, have)
             if configs:
                 tuner.load_history(configs, results)
         errors: Counter = Counter()
@@ -105,8 +97,7 @@ class TuningSession:
         history: list[dict[str, float]] = []
         measured = 0
         last_improve = 0
-        stop = "trials"
-        budget = max(0, n_trial - done_before)
+        claim_limit = UNBOUNDED_TRIALS if budget.trials is None else budget.trials
         shared, owner = isinstance(database, Database), claim_owner()  # claims shared with other writers
 
         def commit(inp: MeasureInput, res: MeasureResult) -> None:
@@ -114,28 +105,19 @@ class TuningSession:
             if database is not None:
                 have.add(record_trial(database, tuner, inp, res, context))
 
-        while measured < budget:
-            if (time_budget is not None and measured >= min_trials
-                    and time.perf_counter() - start >= time_budget):
-                stop = "time_budget"
+        while True:
+            stop = limit.stop(measured, last_improve)
+            if stop:
                 break
-            if cpu_budget is not None and meter.cpu_s() >= cpu_budget:
-                stop = "cpu_budget"
-                break
-            if energy_budget is not None and (meter.energy_j() or 0.0) >= energy_budget:
-                stop = "energy_budget"
-                break
-            if early_stopping is not None and measured - last_improve >= early_stopping:
-                stop = "early_stopping"
-                break
-            batch = tuner.ask(min(tuner.batch_size, budget - measured))
+            left = limit.trials_left(measured)
+            batch = tuner.ask(tuner.batch_size if left is None else min(tuner.batch_size, left))
             if not batch:
                 stop = tuner.finished or "space_exhausted"
                 break
             if shared:
-                batch, left = self._claim(batch, owner, context, n_trial, have)
+                batch, granted_left = self._claim(batch, owner, context, claim_limit, have)
                 if not batch:
-                    if left:  # every config asked is measured or being measured elsewhere
+                    if granted_left:  # every config asked is measured or being measured elsewhere
                         time.sleep(CLAIM_WAIT_S)
                         continue
                     stop = "trials"  # the budget is spent by this tuner's other writers
@@ -153,7 +135,7 @@ class TuningSession:
                 if r.error is not ErrorKind.NONE:
                     errors[r.error.value] += 1
                 noisy += is_noisy(r.extra)
-                history.append({"trial": measured, "elapsed": time.perf_counter() - start,
+                history.append({"trial": measured, "elapsed": limit.elapsed(),
                                 "cost": r.cost, "best": tuner.best_cost})
             if tuner.best_cost < before:
                 last_improve = measured

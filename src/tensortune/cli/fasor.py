@@ -15,12 +15,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .cli import (UsageError, _check_db_path, _check_output, _open_db, _Parser, _positive_float, _positive_int,
-                  _seed, _threads, command_line)
+from ..errors import UsageError
+from .args import (Parser, check_db, check_output, command_line, open_db, positive_float, positive_int, seed,
+                   threads as threads_arg)
 
 
 def _target(name: str, threads: int) -> dict[str, Any]:
-    from .target import generic_target_json, host_target_json
+    from ..target import generic_target_json, host_target_json
 
     if name == "native":
         return dict(host_target_json(threads))
@@ -31,16 +32,16 @@ def _target(name: str, threads: int) -> dict[str, Any]:
 
 def add_parsers(sub: Any) -> None:
     """The ``hardware`` and ``fasor`` sub-commands."""
-    from .target import cpu_count
+    from ..target import cpu_count
 
     hw = sub.add_parser("hardware", help="this machine's hardware profile (specs and timed signature programs)")
-    hw.add_argument("--threads", type=_threads, default=cpu_count(), help="threads (default: all cores)")
+    hw.add_argument("--threads", type=threads_arg, default=cpu_count(), help="threads (default: all cores)")
     hw.add_argument("--target", default="native", help="native (this CPU) or generic (x86-64)")
     hw.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
     hw.add_argument("--json", action="store_true", help="print the profile as JSON (a file fasor commands accept)")
 
     f = sub.add_parser("fasor", help="Fasor's models: pre-train, transfer to this machine, pre-tuned starts")
-    fs = f.add_subparsers(dest="fasor_cmd", required=True, parser_class=_Parser)
+    fs = f.add_subparsers(dest="fasor_cmd", required=True, parser_class=Parser)
     pt = fs.add_parser("pretrain", help="pre-train the transferable model on exported datasets")
     pt.add_argument("--data", action="append", required=True, help="training file .npz (repeatable: same op)")
     pt.add_argument("-o", "--output", required=True, help="folder of Fasor models (the op's sub-folder is written)")
@@ -48,11 +49,11 @@ def add_parsers(sub: Any) -> None:
                     help="hardware profile JSON of a machine that measured the data (repeatable; this machine's "
                          "is measured when needed)")
     pt.add_argument("--holdout", type=float, default=0.1, help="share of tasks held out and evaluated (0.1)")
-    pt.add_argument("--epochs", type=_positive_int, default=None, help="epochs (default 20, the paper's)")
+    pt.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 20, the paper's)")
     pt.add_argument("--dqn-epochs", type=int, default=20, help="DQN offline pre-training epochs (0: none)")
     pt.add_argument("--no-study", action="store_true", help="skip the sensitivity study")
-    pt.add_argument("--time-budget", type=_positive_float, default=None, help="stop training after this many seconds")
-    pt.add_argument("--seed", type=_seed, default=0)
+    pt.add_argument("--time-budget", type=positive_float, default=None, help="stop training after this many seconds")
+    pt.add_argument("--seed", type=seed, default=0)
     pt.add_argument("--force", action="store_true", help="replace an existing model of the op")
     tr = fs.add_parser("transfer", help="few-shot transfer of a pre-trained model to this machine")
     tr.add_argument("--data", default=None, help="the pre-training file .npz (its tasks are clustered; default: "
@@ -60,13 +61,13 @@ def add_parsers(sub: Any) -> None:
     tr.add_argument("--op", default="conv2d_nchwc", help="the model's op, without --data (conv2d_nchwc)")
     tr.add_argument("--db", required=True, help="database for the representative tasks' measurements (resumes)")
     tr.add_argument("--model", default=None, help="pre-trained model folder (default: the shipped one)")
-    tr.add_argument("-k", type=_positive_int, default=10, help="representative tasks measured (10)")
-    tr.add_argument("--samples", type=_positive_int, default=64, help="measured configs per task (64)")
+    tr.add_argument("-k", type=positive_int, default=10, help="representative tasks measured (10)")
+    tr.add_argument("--samples", type=positive_int, default=64, help="measured configs per task (64)")
     tr.add_argument("--target", default="native", help="native (this CPU) or generic (x86-64)")
-    tr.add_argument("--threads", type=_threads, default=cpu_count(), help="threads (default: all cores)")
+    tr.add_argument("--threads", type=threads_arg, default=cpu_count(), help="threads (default: all cores)")
     tr.add_argument("-o", "--output", default=None, help="folder for the transferred model (default: this "
                                                           "machine's, where the tuner finds it)")
-    tr.add_argument("--seed", type=_seed, default=0)
+    tr.add_argument("--seed", type=seed, default=0)
     pu = fs.add_parser("pretuned", help="add the best schedules of tuning databases to the pre-tuned table")
     pu.add_argument("--db", action="append", required=True, help="tensortune database (repeatable)")
     pu.add_argument("-o", "--output", default=None, help="table file (default: the user's table)")
@@ -75,7 +76,7 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_hardware(a: argparse.Namespace) -> int:
     """``tensortune hardware``."""
-    from .measure.hardware import HardwareError, profile_for
+    from ..measure.hardware import HardwareError, profile_for
 
     try:
         p = profile_for(_target(a.target, a.threads), a.threads, refresh=a.refresh)
@@ -99,9 +100,9 @@ def cmd_fasor(a: argparse.Namespace) -> int:
 
 
 def _fasor_training(files: list[str], hardware: list[str]) -> Any:
-    from .learn import concat, load_training
-    from .learn.fasor import fasor_data, machine_profiles
-    from .measure.hardware import HardwareProfile
+    from ..learn import concat, load_training
+    from ..learn.fasor import fasor_data, machine_profiles
+    from ..measure.hardware import HardwareProfile
 
     try:
         data = concat([load_training(f) for f in files])
@@ -114,9 +115,9 @@ def _fasor_training(files: list[str], hardware: list[str]) -> Any:
 def _pretrain(a: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .costmodel.fasor_train import pretrain
-    from .learn.fasor import FASOR_TRAIN
-    from .learn.predictor import SCHEMA_FILE
+    from ..costmodel.fasor_train import pretrain
+    from ..learn.fasor import FASOR_TRAIN
+    from ..learn.predictor import SCHEMA_FILE
 
     data = _fasor_training(a.data, a.hardware)
     out = Path(a.output)
@@ -140,18 +141,18 @@ def _pretrain(a: argparse.Namespace) -> int:
 
 
 def _transfer(a: argparse.Namespace) -> int:
-    from .costmodel.fasor import FASOR_SHIPPED
-    from .costmodel.fasor_train import PretrainingTasks, transfer
-    from .learn import load_training
-    from .measure import MeasureOptions, Measurer
+    from ..costmodel.fasor import FASOR_SHIPPED
+    from ..costmodel.fasor_train import PretrainingTasks, transfer
+    from ..learn import load_training
+    from ..measure import MeasureOptions, Measurer
 
     try:
         pretrain = PretrainingTasks.of_data(load_training(a.data)) if a.data else None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    _check_db_path(a.db, must_exist=False)
+    check_db(a.db, must_exist=False)
     target = _target(a.target, a.threads)
-    db = _open_db(a.db)
+    db = open_db(a.db)
     try:
         with Measurer(MeasureOptions(repeat=3, min_repeat_ms=20, threads=a.threads)) as m:
             out = transfer(a.model or FASOR_SHIPPED, pretrain, db, m, target, a.threads, k=a.k, samples=a.samples,
@@ -166,8 +167,8 @@ def _transfer(a: argparse.Namespace) -> int:
 
 
 def _pretuned(a: argparse.Namespace) -> int:
-    from .database.pretuned import PretunedError, PretunedTable
-    from .tuners.fasor import user_table_path
+    from ..database.pretuned import PretunedError, PretunedTable
+    from ..tuners.fasor import user_table_path
 
     path = Path(a.output) if a.output else user_table_path()
     try:
@@ -175,10 +176,10 @@ def _pretuned(a: argparse.Namespace) -> int:
     except PretunedError as e:
         raise UsageError(str(e)) from None
     for d in a.db:
-        _check_db_path(d, must_exist=True)
+        check_db(d, must_exist=True)
         if a.output:
-            _check_output(a.output, True, db=d)
-        db = _open_db(d, readonly=True)
+            check_output(a.output, True, db=d)
+        db = open_db(d, readonly=True)
         try:
             s = table.build_from_database(db)
         finally:
@@ -192,8 +193,8 @@ def _pretuned(a: argparse.Namespace) -> int:
 
 def _model_line(folder: Path) -> str:
     """One line on a Fasor model folder: op, machines, tasks, held-out R^2, the command."""
-    from .database.pretuned import target_type
-    from .learn.predictor import PredictorError, load_predictor
+    from ..database.pretuned import target_type
+    from ..learn.predictor import PredictorError, load_predictor
 
     try:
         p = load_predictor(folder)
@@ -211,9 +212,9 @@ def _model_line(folder: Path) -> str:
 
 
 def _show(a: argparse.Namespace) -> int:
-    from .costmodel.fasor import FASOR_SHIPPED, fasor_home
-    from .costmodel.pretrained import available_ops
-    from .tuners.fasor import load_table, user_table_path
+    from ..costmodel.fasor import FASOR_SHIPPED, fasor_home
+    from ..costmodel.pretrained import available_ops
+    from ..tuners.fasor import load_table, user_table_path
 
     ops = available_ops(FASOR_SHIPPED)
     print(f"shipped Fasor models ({FASOR_SHIPPED}): {', '.join(ops) or 'none'}")
@@ -224,3 +225,6 @@ def _show(a: argparse.Namespace) -> int:
     t = load_table()
     print(f"pre-tuned table: {len(t.entries)} entries (shipped + {user_table_path()})")
     return 0
+
+
+COMMANDS = {"hardware": cmd_hardware, "fasor": cmd_fasor}

@@ -1,0 +1,291 @@
+"""The tuning workflows: one operator (:func:`tune_op`) or every task of a model
+(:func:`tune_model`), each under one :class:`~tensortune.budget.Budget`, every trial stored in a
+database as it completes (so a run resumes where the last one stopped).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..budget import Budget
+from ..errors import UsageError
+from .checks import check_db_path, check_energy, check_output, check_scheduler, open_db, tuner_options
+from .deploy import PROFILE_RUNS, check_after_tuning, load
+from . import deploy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..measure import MeasureOptions, Measurer
+    from ..models.bench import BenchReport
+    from ..models.compile import CompiledModel
+    from ..models.confirm import ConfirmReport
+    from ..models.importer import Model
+    from ..models.profile import ModelProfile
+    from ..scheduler import TaskOutcome
+    from ..scheduler.survey import SurveyOptions
+    from ..tuners.base import TuneResult
+
+#: A model's budget when none is given: five minutes of wall time.
+DEFAULT_MODEL_BUDGET = Budget(wall_s=300.0)
+#: An operator's budget when none is given.
+DEFAULT_OP_BUDGET = Budget(trials=64)
+#: The default task scheduler of a model's tuning.
+DEFAULT_SCHEDULER = "sequential"
+#: The default tuners.
+DEFAULT_MODEL_TUNER, DEFAULT_OP_TUNER = "autotvm", "random"
+
+
+def model_measure_options() -> MeasureOptions:
+    """How model tuning times candidates: cold, since a model's weights come from memory, not the caches."""
+    from ..measure import MeasureOptions
+
+    return MeasureOptions.cold()
+
+
+def make_measurer(options: MeasureOptions, rpc: str | None = None) -> Measurer:
+    """A Measurer; with ``rpc`` (``HOST:PORT:KEY``) its runner times on that tracker's device
+    (UsageError in one line when the text is malformed or no such device answers)."""
+    from ..measure import DeviceUnavailable, Measurer
+    from ..measure.measure import parse_rpc
+
+    if rpc is None:
+        return Measurer(options)
+    try:
+        parse_rpc(rpc)
+        options.rpc = rpc
+        return Measurer(options)
+    except (ValueError, DeviceUnavailable) as e:
+        raise UsageError(str(e)) from None
+
+
+def _check_target(target: Any) -> None:
+    if target is not None:
+        raise UsageError(f"target {target!r}: only the host CPU (target=None) is tuned and run here")
+
+
+def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_OP_TUNER, budget: Budget | int = DEFAULT_OP_BUDGET,
+            database: str = "runs.db", *, seed: int = 0, batch_size: int | None = None,
+            options: Mapping[str, Any] | Sequence[str] = (), rpc: str | None = None,
+            repeat: int | None = None, min_repeat_ms: int | None = None, target: Any = None,
+            progress: bool = False) -> TuneResult:
+    """Tune one operator (``op`` of :data:`tensortune.task.ops.OPS`, with its ``shape`` values) with
+    ``tuner`` until ``budget`` (a :class:`Budget` or a number of trials) is spent; ``options``: the
+    tuner's settings (a mapping or ``KEY=VALUE`` texts); ``repeat`` / ``min_repeat_ms`` override the
+    timing of each candidate."""
+    from ..limits import check_seed
+    from ..task import OpError, Task
+    from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
+    from ..utils.progress import ProgressBar
+
+    _check_target(target)
+    budget = Budget.of(budget)
+    check_energy(budget.energy_j)
+    settings = tuner_options(tuner, options)
+    try:
+        check_seed(seed)
+        task = Task.from_op(op, shape)
+    except (OpError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    try:
+        t = get_tuner(tuner, task, seed=seed, batch_size=batch_size or DEFAULT_BATCH_SIZE, options=settings)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    check_db_path(database, must_exist=False)
+    from ..measure import MeasureOptions
+
+    timing = {k: v for k, v in (("repeat", repeat), ("min_repeat_ms", min_repeat_ms)) if v is not None}
+    measurer = make_measurer(MeasureOptions(**timing), rpc)
+    try:
+        db = open_db(database)
+    except BaseException:
+        measurer.close()
+        raise
+    bar = ProgressBar(budget.trials, desc=f"{tuner} {task.name}", disable=not progress)
+    try:
+        with measurer as m:
+            return t.tune(budget, m, callbacks=[bar], database=db)
+    finally:
+        bar.close()
+        db.close()
+
+
+@dataclass
+class TunedModel:
+    """What :func:`tune_model` did, and the deploy steps on its result: :meth:`compile`,
+    :meth:`export`, :meth:`bench`, :meth:`profile` and :meth:`confirm` use the model's best records
+    in :attr:`database`."""
+
+    model: Model
+    database: str
+    tuner: str
+    scheduler: str
+    budget: Budget
+    outcomes: list[TaskOutcome]
+    #: seconds of the whole call, the in-model check included
+    wall_s: float
+    #: wall time, CPU-seconds (split), energy and the budget that stopped it (:meth:`TaskScheduler.cost`)
+    cost: dict[str, Any] = field(default_factory=dict)
+    #: contention met while measuring (:class:`~tensortune.measure.noise.NoiseLog`; ``summary``: one line)
+    noise: dict[str, Any] = field(default_factory=dict)
+    #: the in-model check (JSON; ``{"skipped": why}`` when not run), None before one was asked for
+    check: dict[str, Any] | None = None
+    #: the survey scheduler's rounds and stop (None for the others)
+    survey: dict[str, Any] | None = None
+
+    @property
+    def estimated_total_ms(self) -> float:
+        """Sum over tasks with a measured schedule of weight x best latency, in milliseconds."""
+        from ..scheduler import estimated_total
+
+        return estimated_total(self.outcomes)[0] * 1e3
+
+    @property
+    def tasks_measured(self) -> int:
+        """Tasks with a measured schedule."""
+        from ..scheduler import estimated_total
+
+        return estimated_total(self.outcomes)[1]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``tensortune tune --json`` object."""
+        return {"model": self.model.name, "tuner": self.tuner, "scheduler": self.scheduler,
+                "budget": self.budget.to_json(), "tasks": [o.to_json() for o in self.outcomes],
+                "estimated_total_ms": self.estimated_total_ms, "tasks_measured": self.tasks_measured,
+                "wall_s": self.wall_s, "cost": self.cost, "noise": self.noise or None,
+                **({"survey": self.survey} if self.survey else {}),
+                **({"confirm": self.check} if self.check is not None else {}),
+                "measure": model_measure_options().timing()}
+
+    def compile(self, layout: str | None = None) -> CompiledModel:
+        """The model built with its best records."""
+        return deploy.compile(self.model, self.database, layout)
+
+    def export(self, path: str, force: bool = False) -> tuple[str, str]:
+        """Write the compiled model to ``path`` (a shared library TVM's runtime loads) and its JSON
+        description beside it; returns both paths."""
+        for p in (path, path + ".json"):
+            check_output(p, force, db=self.database)
+        return self.compile().export(path)
+
+    def bench(self, threads: int | None = None, with_onnxruntime: bool = True) -> BenchReport:
+        """Tuned and untuned, checked and timed beside PyTorch, ONNX Runtime and OpenVINO."""
+        return deploy.bench(self.model, self.database, threads, with_onnxruntime)
+
+    def profile(self, threads: int | None = None, runs: int = PROFILE_RUNS, peak: bool = True) -> ModelProfile:
+        """Every fused function of the tuned model timed."""
+        return deploy.profile(self.model, self.database, threads, runs, peak)
+
+    def confirm(self, threads: int | None = None, say: Callable[[str], None] | None = None) -> ConfirmReport:
+        """The in-model check again (each tuned task's candidates timed inside the model)."""
+        return deploy.confirm(self.model, self.database, threads, say=say)
+
+
+def model_latency_fn(model: Model, db: Any) -> Callable[[bool], Any]:
+    """``f(tuned) -> Timed(seconds, change, vs_first)``: the model compiled with ``db``'s bests (or
+    untuned), timed beside the build timed before it and the first (the untuned one, which the
+    survey times first: :class:`~.models.reference.PairedTiming`; compiled once)."""
+    from ..models.compile import compile_model
+    from ..models.reference import PairedTiming, set_threads
+    from ..target import cpu_count
+
+    untuned: list[Any] = []
+    timing = PairedTiming()
+
+    def latency(tuned: bool) -> Any:
+        set_threads(cpu_count())
+        if tuned:
+            cm = compile_model(model, db)
+        else:
+            if not untuned:
+                untuned.append(compile_model(model, None))
+            cm = untuned[0]
+        return timing.time(cm.callable(model.example_inputs))
+
+    return latency
+
+
+def check_tuning(tuner: str, scheduler: str, budget: Budget, database: str,
+                 options: Mapping[str, Any] | Sequence[str] = ()) -> dict[str, Any]:
+    """The tuner's checked options; UsageError for a bad model-tuning argument (before a model is
+    imported, nothing measured or written)."""
+    settings = tuner_options(tuner, options)
+    check_scheduler(scheduler)
+    if budget.trials is None and budget.wall_s is None and scheduler != "survey":
+        raise UsageError("give a budget of trials per task, of wall time, or both (or the survey scheduler)")
+    check_energy(budget.energy_j)
+    check_db_path(database, must_exist=False)
+    return settings
+
+
+def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: str = DEFAULT_MODEL_TUNER,
+               budget: Budget | int = DEFAULT_MODEL_BUDGET, database: str = "runs.db", target: Any = None, *,
+               scheduler: str = DEFAULT_SCHEDULER, options: Mapping[str, Any] | Sequence[str] = (),
+               seed: int = 0, batch_size: int | None = None, rpc: str | None = None,
+               survey: SurveyOptions | None = None, check: bool = True, threads: int | None = None,
+               progress: bool = False, say: Callable[[str], None] | None = None) -> TunedModel:
+    """Tune every task of ``model`` (a ``torch.nn.Module`` with ``example_inputs``, an ONNX path, a
+    built-in name, a Hugging Face spec, or a loaded :class:`Model`) with ``tuner`` under ``budget``
+    (an int: trials per task; ``trials`` per task, the rest for the whole model), every trial
+    stored in ``database`` (a rerun resumes). Then, unless ``check`` is False or nothing was
+    measured here, the in-model check times each tuned task's best inside the model and keeps the
+    fastest there. ``options``: the tuner's settings; ``survey``: the survey scheduler's options;
+    ``say`` gets the check's progress lines."""
+    from ..limits import check_seed
+    from ..scheduler import SCHEDULERS
+    from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
+    from ..utils.progress import ModelProgress
+
+    _check_target(target)
+    budget = Budget.of(budget)
+    settings = check_tuning(tuner, scheduler, budget, database, options)
+    try:
+        check_seed(seed)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    m = load(model, example_inputs)
+    from ..models.compile import model_tasks
+
+    tasks = model_tasks(m)
+    bs = batch_size or DEFAULT_BATCH_SIZE
+    measurer = make_measurer(model_measure_options(), rpc)  # a bad rpc fails before the database is made
+    try:
+        db = open_db(database)
+    except BaseException:
+        measurer.close()
+        raise
+
+    def make_tuner(task: Any, round_: int) -> Any:
+        return get_tuner(tuner, task, seed=seed + round_, batch_size=bs, options=settings)
+
+    out = TunedModel(m, database, tuner, scheduler, budget, [], 0.0)
+    t0 = time.perf_counter()
+    try:
+        with measurer as me:
+            bar = ModelProgress(m.name, tasks, budget.trials, budget.wall_s, disable=not progress)
+            extra: dict[str, Any] = {}
+            if scheduler == "survey":
+                from ..scheduler.survey import SurveyOptions
+
+                extra = {"model_latency": model_latency_fn(m, db), "options": survey or SurveyOptions()}
+            sched = SCHEDULERS[scheduler](tasks, make_tuner, me, db, budget, callbacks=[bar], batch_size=bs, **extra)
+            try:
+                out.outcomes = sched.run()
+            finally:
+                bar.close()
+                out.cost = sched.cost()
+                out.noise = {**me.noise.to_json(), "summary": me.noise.describe()}
+                out.survey = sched.report()
+    finally:
+        db.close()
+    out.wall_s = time.perf_counter() - t0
+    if rpc:
+        out.check = {"skipped": "candidates were timed on an RPC device, not on this machine"}
+    elif not check:
+        out.check = {"skipped": "not asked for"}
+    elif any(o.best_s < float("inf") for o in out.outcomes):
+        out.check = check_after_tuning(m, database, threads, say=say)
+        out.wall_s += out.check["wall_s"]
+        out.cost["wall_s"] = out.cost.get("wall_s", 0.0) + out.check["wall_s"]
+        out.cost["confirm_s"] = out.check["wall_s"]
+    return out
