@@ -44,7 +44,7 @@ class Curve:
     best: Any = None  # a Config (tensortune) or a scheduled IRModule (MetaSchedule)
     errors: int = 0
     note: str = ""
-    search: dict[str, Any] = field(default_factory=dict)  # the tuner's search_report(), when it has one
+    search: dict[str, Any] = field(default_factory=dict)  # the tuner's search_report() ({}: none)
 
     def add(self, trials: int, elapsed: float, batch_best: float | None, ok: int, errors: int,
             build_s: float, run_s: float, last: dict[str, float]) -> None:
@@ -112,8 +112,9 @@ def run_tensortune(spec: str, task: Task, budget: int, seed: int, options: Measu
         tuner = get_tuner(tuner_name, task, seed=seed, start_from_default=start_from_default, options=tuner_options)
         res = tuner.tune(Budget(trials=budget, early_stopping=early_stopping), m, callbacks=[on_batch], database=database)
         bar.close()
-        if hasattr(tuner, "search_report"):
-            curve.search = {**tuner.search_report(), "stop_reason": res.stop_reason}
+        report = tuner.search_report()
+        if report:
+            curve.search = {**report, "stop_reason": res.stop_reason}
     curve.wall_s = time.perf_counter() - t0
     if res.best_config is not None and res.verified:
         curve.best = res.best_config

@@ -33,6 +33,9 @@ class FakeTuner:
         return SimpleNamespace(trials_measured=1, errors={}, best_config=None, best_cost=float("inf"),
                                stop_reason="time_budget", cost=None)
 
+    def search_report(self):
+        return {}
+
 
 class FakeDB:
     def count(self, key):
@@ -233,6 +236,9 @@ def test_cpu_budget_caps_the_whole_run(tmp_path) -> None:
             seen.append(budget.cpu_s)
             return SimpleNamespace(trials_measured=4, errors={}, best_config=None, best_cost=float("inf"),
                                    stop_reason="cpu_budget", cost=RunCost(wall_s=1.0, tuner_cpu_s=4.0))
+
+        def search_report(self):
+            return {}
 
     s = SequentialScheduler(tasks(5), lambda task, r: CpuTuner(task), SimpleNamespace(options=MeasureOptions.cold()),
                             FakeDB(), Budget(trials=100, cpu_s=10.0))

@@ -40,6 +40,9 @@ class Tuner:
         return SimpleNamespace(trials_measured=n, errors={}, best_config=object(), best_cost=self.best,
                                stop_reason="trials", cost=None)
 
+    def search_report(self):
+        return {}
+
 
 def tasks(n: int) -> list[ModelTask]:
     return [ModelTask(SimpleNamespace(name=f"t{k}", workload_key=f"k{k}", flops=1e9, kernel_class="x",

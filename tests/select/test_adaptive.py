@@ -57,7 +57,7 @@ def test_batch_is_the_snapped_centroids_and_adapts_to_the_candidates() -> None:
         centres = [tuple(rng.randrange(d) for d in sp.dims) for _ in range(n_blobs)]
         cands = blobs(sp, centres, 30, rng)
         batch = sel(cands, np.zeros(len(cands)), 64, SelectContext(sp, random.Random(1), set()))
-        rep = sel.report
+        rep = sel.last
         assert len(batch) == rep.k == rep.centroids and rep.mode == rep.next_likely == 0
         assert len({c.index for c in batch}) == len(batch)
         sizes.append(len(batch))
@@ -83,7 +83,7 @@ def test_measured_centroids_are_replaced_by_the_mode_then_the_next_most_likely()
     # measure every centroid of that batch: the same clustering must synthesise all of them
     ctx2 = SelectContext(sp, random.Random(0), {c.index for c in first})
     again = sel(cands, np.zeros(len(cands)), 64, ctx2)
-    rep = sel.report
+    rep = sel.last
     assert rep.k == len(first) and rep.centroids == 0 and rep.mode == 1 and rep.next_likely == rep.k - 1
     pos = np.array([sp.positions(c) for c in cands])
     mode = [max(set(pos[:, j].tolist()), key=pos[:, j].tolist().count) for j in range(3)]
@@ -92,7 +92,7 @@ def test_measured_centroids_are_replaced_by_the_mode_then_the_next_most_likely()
     # without the extension only the mode is synthesised; the rest of the batch is dropped
     plain = make_selector("adaptive", {"next_likely": False})
     out = plain(cands, np.zeros(len(cands)), 64, SelectContext(sp, random.Random(0), {c.index for c in first}))
-    assert len(out) == 1 and plain.report.dropped == plain.report.k - 1
+    assert len(out) == 1 and plain.last.dropped == plain.last.k - 1
 
 
 def test_likely_configs_enumerate_by_decreasing_likelihood() -> None:

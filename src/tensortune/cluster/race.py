@@ -239,7 +239,7 @@ class Competitor:
         model's tasks (None when the tuner has no filter)."""
         from ..select.cold import filtered_total
 
-        reports = [getattr(tuner, "search_report", dict)() for tuner in self.tuners.values()]
+        reports = [tuner.search_report() for tuner in self.tuners.values()]
         return filtered_total(r["cold_filter"] for r in reports if "cold_filter" in r)
 
     def close(self) -> None:

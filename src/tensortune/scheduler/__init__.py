@@ -57,7 +57,7 @@ class TaskOutcome:
     best_s: float = float("inf")
     errors: dict[str, int] = field(default_factory=dict)
     stop_reason: str = ""
-    search: dict[str, Any] = field(default_factory=dict)  # the tuner's search_report(), when it has one
+    search: dict[str, Any] = field(default_factory=dict)  # the tuner's search_report() ({}: none)
 
     def to_json(self) -> dict[str, Any]:
         """A row of ``tensortune tune --json``."""
@@ -183,9 +183,7 @@ class TaskScheduler:
         if res.best_config is not None:  # the tuner's (confirmed) best, which may be slower than a lucky trial
             out.best_s = res.best_cost
         out.stop_reason = res.stop_reason
-        report = getattr(self.tuner_for(mt), "search_report", None)
-        if callable(report):
-            out.search = report()
+        out.search = self.tuner_for(mt).search_report()
         return res.trials_measured
 
     def _callback(self, tuner: Any, inputs: Any, results: Any) -> None:

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..space import Config, ConfigSpace
 from ..utils.options import make_options
+from .selectors import Selector
 
 #: Algorithm 1's settings: k in range(8, 64), threshold 2.5.
 K_MIN, K_MAX, THRESHOLD = 8, 64, 2.5
@@ -118,7 +119,7 @@ def likely_configs(pos: np.ndarray) -> Iterator[tuple[int, ...]]:
                     heapq.heappush(heap, (cost - ranked[j][r][1] + ranked[j][r + 1][1], nxt))
 
 
-class AdaptiveSampling:
+class AdaptiveSampling(Selector):
     """Chameleon's adaptive sampling and sample synthesis (module docstring). The batch size is
     its own choice, up to ``n``: :attr:`adaptive` tells the tuners and the contract test so."""
 
@@ -128,15 +129,19 @@ class AdaptiveSampling:
 
     def __init__(self, options: AdaptiveOptions | Mapping[str, Any] | None = None) -> None:
         self.options = make_options(AdaptiveOptions, options, owner="selector 'adaptive'")
-        self.report = AdaptiveReport()
+        self.last = AdaptiveReport()
         self.history: list[AdaptiveReport] = []
+
+    def report(self) -> dict[str, Any]:
+        """The batch size chosen for each plan (its ``k``)."""
+        return {"k": [r.k for r in self.history]}
 
     def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int, context: Any) -> list[Config]:
         o = self.options
         space: ConfigSpace = context.space
         exclude = context.exclude
         report = AdaptiveReport(candidates=len(candidates))
-        self.report = report
+        self.last = report
         self.history.append(report)
         if n <= 0 or not candidates:
             return []

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..space import Config
 from ..utils.options import make_options
+from .selectors import Selector, SelectorWrapper
 
 #: Ours (see the module docstring): neighbours, schedule, history needed, records wanted.
 COLD_K, P_START, P_DECAY, P_MIN, MIN_MEASURED, MIN_RECORDS = 5, 0.9, 0.8, 0.1, 16, 2000
@@ -160,25 +161,34 @@ def filtered_total(reports: Iterable[dict[str, Any] | None]) -> int | None:
     return sum(r["filtered"] for rep in reports for r in (rep or {}).values()) if reports else None
 
 
-class ColdFilter:
+class ColdFilter(SelectorWrapper):
     """Wrapper: the inner selector's batch without the candidates whose nearest measured
     neighbours were all cold (module docstring)."""
 
     name = "cold-filter"
     Options = ColdFilterOptions
 
-    def __init__(self, inner: Any, options: ColdFilterOptions | Mapping[str, Any] | None = None) -> None:
-        self.inner = inner
-        self.adaptive = getattr(inner, "adaptive", False)
+    def __init__(self, inner: Selector, options: ColdFilterOptions | Mapping[str, Any] | None = None) -> None:
+        super().__init__(inner)
         self.options = make_options(ColdFilterOptions, options, owner="selector wrapper 'cold-filter'")
         self.net: Any = None
-        self.notice = "cold filter off: no database"
+        self._notice = "cold filter off: no database"
         self.reports: dict[str, ColdReport] = {}
 
     def begin(self, database: Any, seed: int = 0) -> None:
         """Train (or fetch) the network on ``database``'s records."""
+        super().begin(database, seed)
         if self.net is None:
-            self.net, self.notice = network_for(database, self.options, seed)
+            self.net, self._notice = network_for(database, self.options, seed)
+
+    @property
+    def notice(self) -> str:
+        return self._notice
+
+    def report(self) -> dict[str, Any]:
+        """The inner selector's account and, per task, the candidates checked and filtered."""
+        return {**self.inner.report(), "cold_filter": {k: vars(r) for k, r in self.reports.items()},
+                "cold_filter_notice": self._notice}
 
     def _measured(self, context: Any) -> tuple[np.ndarray, np.ndarray]:
         """The task's measured candidates as unit embeddings, and which of them are cold (once
@@ -216,7 +226,7 @@ class ColdFilter:
         return keep
 
     def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int, context: Any) -> list[Config]:
-        hist = getattr(context, "history", None)
+        hist = context.history
         ok = 0 if hist is None else sum(1 for c in hist.costs if math.isfinite(c))
         if self.net is None or hist is None or ok < self.options.min_measured or context.task is None:
             return self.inner(candidates, scores, n, context)

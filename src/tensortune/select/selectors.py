@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -99,15 +99,61 @@ class SelectContext:
     history: Any = None
 
 
-@runtime_checkable
-class Selector(Protocol):
-    """Picks up to ``n`` distinct configs to measure from scored candidates (best first)."""
+class Selector:
+    """Base of every selector: picks up to ``n`` distinct configs to measure from scored
+    candidates (best first). Subclasses implement :meth:`__call__`; the hooks below are no-ops a
+    selector overrides when it has something to do there, so a tuner calls them on any selector."""
 
-    name: str
+    name: str = ""
+    #: whether the selector sizes its batch itself (up to ``n``) and picks representatives rather
+    #: than the best-scored candidates (a tuner then measures the batch as it comes, unranked)
+    adaptive: bool = False
 
     def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int,
                  context: SelectContext) -> list[Config]:
-        ...
+        raise NotImplementedError
+
+    def begin(self, database: Any, seed: int = 0) -> None:
+        """A tuning session with ``database`` starts (e.g. a filter trains on its records)."""
+
+    @property
+    def notice(self) -> str:
+        """One line on the selector's state for progress output ("" when it has none)."""
+        return ""
+
+    def report(self) -> dict[str, Any]:
+        """What the selector did, for benchmarks (``{}`` when it keeps no account)."""
+        return {}
+
+    @property
+    def innermost(self) -> Selector:
+        """The selector itself (a wrapper: the one it wraps, all the way down)."""
+        return self
+
+
+class SelectorWrapper(Selector):
+    """Base of a wrapper: changes the choice of the ``inner`` selector; the hooks pass through."""
+
+    def __init__(self, inner: Selector) -> None:
+        self.inner = inner
+
+    @property
+    def adaptive(self) -> bool:  # type: ignore[override]
+        return self.inner.adaptive
+
+    def begin(self, database: Any, seed: int = 0) -> None:
+        self.inner.begin(database, seed)
+
+    @property
+    def notice(self) -> str:
+        return self.inner.notice
+
+    def report(self) -> dict[str, Any]:
+        return self.inner.report()
+
+    @property
+    def innermost(self) -> Selector:
+        return self.inner.innermost
 
 
 @dataclass(frozen=True)
@@ -115,7 +161,7 @@ class NoOptions:
     """A part without settings."""
 
 
-class TopK:
+class TopK(Selector):
     """The ``n`` highest scores."""
 
     name = "top-k"
@@ -141,7 +187,7 @@ class DiversityOptions:
             raise ValueError("lam must be at least 1 and alpha at least 0")
 
 
-class Diversity:
+class Diversity(Selector):
     """AutoTVM's diversity-aware selection (:func:`diversity_select`)."""
 
     name = "diversity"
@@ -166,7 +212,7 @@ class EpsilonOptions:
             raise ValueError("epsilon must lie in [0, 1]")
 
 
-class EpsilonGreedy:
+class EpsilonGreedy(SelectorWrapper):
     """Wrapper: the inner selector's batch with a share ``epsilon`` replaced by random
     unmeasured configs (:func:`epsilon_mix`)."""
 
@@ -174,8 +220,7 @@ class EpsilonGreedy:
     Options = EpsilonOptions
 
     def __init__(self, inner: Selector, options: EpsilonOptions | Mapping[str, Any] | None = None) -> None:
-        self.inner = inner
-        self.adaptive = getattr(inner, "adaptive", False)
+        super().__init__(inner)
         self.options = make_options(EpsilonOptions, options, owner="selector 'epsilon-greedy'")
 
     def __call__(self, candidates: Sequence[Config], scores: np.ndarray, n: int,

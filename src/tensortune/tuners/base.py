@@ -216,6 +216,11 @@ class Tuner(ABC):
         """One line on the tuner's state for progress output ("" when it has none)."""
         return ""
 
+    def search_report(self) -> dict[str, Any]:
+        """Where the tuner's own time went and what its parts did, for benchmarks (``{}`` for a
+        tuner that keeps no account)."""
+        return {}
+
     # ------------------------------------------------------------ the loop
     def tune(self, budget: Budget | int, measurer: Measurer, callbacks: Sequence[Callback] = (),
              database: Any = None) -> TuneResult:

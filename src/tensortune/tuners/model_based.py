@@ -198,7 +198,7 @@ class ModelBasedTuner(Tuner):
         clusters them and does not rank them, so with a separate explorer model (the knob-feature
         scorer) the cost model is neither fitted nor asked: the candidates keep the explorer's
         order."""
-        return self.explore_model is self.model or not getattr(self.selector, "adaptive", False)
+        return self.explore_model is self.model or not self.selector.adaptive
 
     def _refit(self) -> None:
         t0 = time.perf_counter()
@@ -273,8 +273,7 @@ class ModelBasedTuner(Tuner):
         ``transfer`` is False). A tuner tuned again keeps its models, with or without transfer."""
         if self.options.transfer is not False and not self.transfer_tried:
             self.enable_transfer(database)
-        if hasattr(self.selector, "begin"):  # the cold filter trains its network on the database
-            self.selector.begin(database, self.seed)
+        self.selector.begin(database, self.seed)  # the cold filter trains its network on the database
 
     def enable_transfer(self, database: Any) -> bool:
         """Fit the global model from ``database``; on too little history (or a cost model handed
@@ -300,16 +299,10 @@ class ModelBasedTuner(Tuner):
         fitting, exploring, rescoring and selecting; the explorer's effort (its ``stats``:
         searches, steps, configs scored); the model-guided plans' sizes; the model fits; and
         the adaptive selector's k per plan when it has one."""
-        selector = self.selector
-        while hasattr(selector, "inner"):
-            selector = selector.inner
-        history = getattr(selector, "history", None)
         return {"timings": dict(self.timings), "explorer": self.explorer.name,
-                "explorer_stats": dict(getattr(self.explorer, "stats", {})), "selector": selector.name,
+                "explorer_stats": dict(self.explorer.stats), "selector": self.selector.innermost.name,
                 "plan_sizes": list(self.plan_sizes), "fits": self.fits, "finished": self.finished,
-                **({"k": [r.k for r in history]} if history is not None else {}),
-                **({"cold_filter": {k: vars(r) for k, r in self.selector.reports.items()},
-                    "cold_filter_notice": self.selector.notice} if hasattr(self.selector, "reports") else {})}
+                **self.selector.report()}
 
     @property
     def status(self) -> str:
@@ -318,7 +311,7 @@ class ModelBasedTuner(Tuner):
         o = self.options
         model = f"{o.cost_model}/{o.objective}/{getattr(self.model, 'feature', o.feature)}"
         line = f"{model}, " + (self.notice or "no transfer")
-        if hasattr(self.selector, "notice"):
+        if self.selector.notice:
             line += f", {self.selector.notice}"
         if o.iterations is not None:
             line += f", iteration {len(self.plan_sizes)}/{o.iterations}"
