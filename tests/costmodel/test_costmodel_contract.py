@@ -82,3 +82,18 @@ def test_fast_scorer_agrees_with_predict(fitted, data) -> None:
         pytest.skip(f"{name} has no fast scorer (optional)")
     pos = np.array([task.space.positions(c) for c in held], dtype=np.int64)
     np.testing.assert_allclose(scorer(pos), model.predict(task, held), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", COST_MODELS.names())
+def test_settings_are_a_frozen_options_dataclass_checked_by_name(name) -> None:
+    import dataclasses
+
+    from tensortune.utils.options import OptionError
+
+    cls = COST_MODELS.get(name)
+    assert dataclasses.is_dataclass(cls.Options) and cls.Options.__dataclass_params__.frozen
+    with pytest.raises(OptionError, match=rf"unknown option 'no_such_key' for cost model '{name}'; known:"):
+        make_cost_model(name, feature="knob", options={"no_such_key": 1})
+    first = dataclasses.fields(cls.Options)[0]
+    model = make_cost_model(name, feature="knob", options={first.name: str(first.default)})  # text converted
+    assert type(model) is cls

@@ -4,14 +4,14 @@
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from ..registry import Registry
 from .base import CostModel, TaskData
 
 #: Cost models by name (``"module:Class"``, imported on first use: XGBoost and PyTorch load
 #: only with the model that needs them). A new model subclasses :class:`CostModel`, is added
-#: here and to :func:`make_cost_model`, and the contract test (``tests/costmodel/test_costmodel_contract.py``)
+#: here with its ``Options`` and ``create``, and the contract test (``tests/costmodel/test_costmodel_contract.py``)
 #: checks it.
 COST_MODELS: Registry = Registry("cost model", {
     "xgb": "tensortune.costmodel.xgb:XGBoostCostModel",
@@ -20,28 +20,31 @@ COST_MODELS: Registry = Registry("cost model", {
 })
 
 
-def make_cost_model(kind: str, feature: str = "itervar", objective: str = "rank", seed: int = 0,
-                    acquisition: str | None = None, base: CostModel | None = None, **kwargs: Any) -> CostModel:
-    """A cost model by short name.
+def model_kind(kind: str, acquisition: str | None) -> str:
+    """The registered model a tuner's choice names: ``xgb`` with an acquisition is the ensemble."""
+    return "xgb-ensemble" if kind == "xgb" and acquisition is not None else kind
 
-    ``xgb`` with an ``acquisition`` ("ei", "ucb", "mean") becomes a bootstrap ensemble;
-    ``base`` (a fitted global model) makes an XGBoost model learn on top of its margin.
+
+def make_cost_model(kind: str, feature: str = "itervar", objective: str = "rank", seed: int = 0,
+                    acquisition: str | None = None, base: CostModel | None = None,
+                    options: Mapping[str, Any] | None = None, **settings: Any) -> CostModel:
+    """A cost model by short name, with its ``options`` (and ``settings``: more of them) checked
+    against its ``Options``.
+
+    ``xgb`` with an ``acquisition`` ("ei", "ucb", "mean") becomes a bootstrap ensemble, which
+    regresses; ``base`` (a fitted global model) makes an XGBoost model learn on top of its margin.
     ``treegru`` reads the loop AST itself (``feature`` is ignored) and takes no base model.
     """
-    from .xgb import BootstrapEnsemble, XGBoostCostModel
+    from ..utils.options import make_options
 
-    if kind == "xgb" and acquisition is None:
-        return XGBoostCostModel(feature, objective, seed, base=base, **kwargs)
-    if kind in ("xgb", "xgb-ensemble"):
-        return BootstrapEnsemble(feature, objective if kind == "xgb-ensemble" else "reg", seed,
-                                 acquisition=acquisition or "ei", base=base, **kwargs)
-    if kind == "treegru":
-        if base is not None:
-            raise ValueError("the treegru model cannot learn on top of a global model; use xgb for transfer")
-        from .treegru import TreeGRUCostModel
-
-        return TreeGRUCostModel(loss=objective, seed=seed, **kwargs)
-    raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODELS.names())}")
+    name = model_kind(kind, acquisition)
+    if name != kind:
+        objective = "reg"
+    if name not in COST_MODELS:
+        raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODELS.names())}")
+    cls = COST_MODELS.get(name)
+    opts = make_options(cls.Options, {**(options or {}), **settings}, owner=f"cost model {name!r}")
+    return cls.create(opts, feature=feature, objective=objective, seed=seed, acquisition=acquisition, base=base)
 
 
-__all__ = ["COST_MODELS", "CostModel", "TaskData", "make_cost_model"]
+__all__ = ["COST_MODELS", "CostModel", "TaskData", "make_cost_model", "model_kind"]

@@ -36,10 +36,28 @@ class TaskData:
         return len(self.configs)
 
 
+@dataclass(frozen=True)
+class NoOptions:
+    """A cost model without settings of its own."""
+
+
 class CostModel(ABC):
-    """Learned score of candidates. ``fit`` replaces what the model knew before."""
+    """Learned score of candidates. ``fit`` replaces what the model knew before.
+
+    A registered model declares its settings as :attr:`Options` (a frozen dataclass; a tuner's
+    ``cost_model.KEY=VALUE``) and is built by :meth:`create` from them and the tuner's own choices.
+    """
 
     name: str = ""
+    #: the model's settings; the tuner's choices (features, objective, seed, acquisition, the
+    #: transfer model to learn on top of) are not among them
+    Options: type = NoOptions
+
+    @classmethod
+    def create(cls, options: Any, *, feature: str, objective: str, seed: int, acquisition: str | None,
+               base: CostModel | None) -> CostModel:
+        """The model with ``options`` (an instance of :attr:`Options`) and a tuner's choices."""
+        raise NotImplementedError(f"cost model {cls.name!r} is not made by a tuner")
 
     @abstractmethod
     def fit(self, data: Sequence[TaskData]) -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -239,6 +239,21 @@ class TreeGRUNet(nn.Module):
 
 
 # ---------------------------------------------------------------------------- model
+@dataclass(frozen=True)
+class TreeGRUOptions:
+    """The settings of :class:`TreeGRUCostModel` a tuner may give (its ``Args``)."""
+
+    hidden: int = DEFAULT_HIDDEN
+    slots: int = DEFAULT_SLOTS
+    epochs: int = DEFAULT_EPOCHS
+    lr: float = DEFAULT_LR
+    weight_decay: float = DEFAULT_WEIGHT_DECAY
+    batch_size: int = DEFAULT_BATCH_SIZE
+    patience: int = DEFAULT_PATIENCE
+    predict_batch: int = DEFAULT_PREDICT_BATCH
+    cache_size: int = DEFAULT_TREE_CACHE
+
+
 class TreeGRUCostModel(CostModel):
     """AutoTVM's TreeGRU cost model over the loop AST (see the module docstring).
 
@@ -258,6 +273,15 @@ class TreeGRUCostModel(CostModel):
     """
 
     name = "treegru"
+    Options = TreeGRUOptions
+
+    @classmethod
+    def create(cls, options: TreeGRUOptions, *, feature: str, objective: str, seed: int,
+               acquisition: str | None, base: CostModel | None) -> TreeGRUCostModel:
+        """``objective`` is the loss; the model reads the loop AST itself (``feature`` is not used)."""
+        if base is not None:
+            raise ValueError("the treegru model cannot learn on top of a global model; use xgb for transfer")
+        return cls(loss=objective, seed=seed, **asdict(options))
 
     def __init__(self, hidden: int = DEFAULT_HIDDEN, slots: int = DEFAULT_SLOTS, epochs: int = DEFAULT_EPOCHS,
                  lr: float = DEFAULT_LR, weight_decay: float = DEFAULT_WEIGHT_DECAY,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -64,10 +65,37 @@ def average_recall(pred: np.ndarray, labels: np.ndarray, groups: Sequence[int], 
     return total / max(n_groups, 1)
 
 
+@dataclass(frozen=True)
+class XGBOptions:
+    """``recall_k``: the validation metric's top-k; ``max_rounds``: boosting rounds at most (early
+    stopping ends sooner); ``nthread``: XGBoost's threads (default: its own); ``params``: booster
+    parameters over the defaults."""
+
+    recall_k: int = RECALL_K
+    max_rounds: int = MAX_ROUNDS
+    nthread: int | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EnsembleOptions:
+    """``n_models`` bootstrap members; ``kappa`` of the UCB acquisition; ``nthread`` per member."""
+
+    n_models: int = ENSEMBLE_SIZE
+    kappa: float = UCB_KAPPA
+    nthread: int | None = None
+
+
 class XGBoostCostModel(CostModel):
     """Gradient-boosted trees on one feature kind, ranking (default) or regression objective."""
 
     name = "xgb"
+    Options = XGBOptions
+
+    @classmethod
+    def create(cls, options: XGBOptions, *, feature: str, objective: str, seed: int, acquisition: str | None,
+               base: CostModel | None) -> XGBoostCostModel:
+        return cls(feature, objective, seed, base=base, **asdict(options))
 
     def __init__(self, feature: str | FeatureExtractor = "itervar", objective: str = "rank", seed: int = 0,
                  base: CostModel | None = None, recall_k: int = RECALL_K, max_rounds: int = MAX_ROUNDS,
@@ -217,6 +245,12 @@ class BootstrapEnsemble(CostModel):
     """
 
     name = "xgb-ensemble"
+    Options = EnsembleOptions
+
+    @classmethod
+    def create(cls, options: EnsembleOptions, *, feature: str, objective: str, seed: int,
+               acquisition: str | None, base: CostModel | None) -> BootstrapEnsemble:
+        return cls(feature, objective, seed, acquisition=acquisition or "ei", base=base, **asdict(options))
 
     def __init__(self, feature: str | FeatureExtractor = "itervar", objective: str = "reg", seed: int = 0,
                  n_models: int = ENSEMBLE_SIZE, acquisition: str = "ei", kappa: float = UCB_KAPPA,

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..costmodel import COST_MODELS, make_cost_model
+from ..costmodel import COST_MODELS, make_cost_model, model_kind
 from ..costmodel.base import CostModel, TaskData
 from ..costmodel.xgb import ACQUISITIONS, OBJECTIVES
 from ..features import FEATURES
@@ -145,39 +145,25 @@ class ModelBasedTuner(Tuner):
 
     @classmethod
     def check_options(cls, values: Any) -> ModelBasedOptions:
-        """The options checked, the parts' own options included (against the explorer's and
-        selector's ``Options`` and the cost model's constructor)."""
+        """The options checked, the parts' own options included (against the explorer's,
+        selector's and cost model's ``Options``)."""
         import dataclasses
-        import inspect
-        import typing
 
-        from ..utils.options import OptionError, convert, make_options
+        from ..utils.options import make_options
 
         o = super().check_options(values)
         make_options(EXPLORERS.get(o.explorer).Options, o.explorer_options, owner=f"explorer {o.explorer!r}")
         make_options(SELECTORS.get(o.selector).Options, o.selector_options, owner=f"selector {o.selector!r}")
         make_options(SELECTOR_WRAPPERS.get("cold-filter").Options, o.cold_filter_options,
                      owner="selector wrapper 'cold-filter'")
-        kind = "xgb-ensemble" if o.cost_model == "xgb" and o.acquisition else o.cost_model
-        model_cls = COST_MODELS.get(kind)
-        params = inspect.signature(model_cls).parameters
-        hints = typing.get_type_hints(model_cls.__init__)
-        taken = {"feature", "objective", "seed", "acquisition", "base", "loss", "tree_fn"}
-        known = [p for p in params if p not in taken and p != "self"]
-        converted = {}
-        for key, value in o.cost_model_options.items():
-            if key not in known:
-                raise OptionError(f"unknown option {key!r} for cost model {kind!r}; known: {', '.join(known)}")
-            try:
-                converted[key] = convert(value, hints.get(key, Any))
-            except (TypeError, ValueError) as exc:
-                raise OptionError(f"option cost_model.{key}={value!r}: {exc}") from None
-        return dataclasses.replace(o, cost_model_options=converted)
+        kind = model_kind(o.cost_model, o.acquisition)
+        checked = make_options(COST_MODELS.get(kind).Options, o.cost_model_options, owner=f"cost model {kind!r}")
+        return dataclasses.replace(o, cost_model_options={k: getattr(checked, k) for k in o.cost_model_options})
 
     def _new_model(self, base: CostModel | None) -> CostModel:
         o = self.options
         return make_cost_model(o.cost_model, feature=o.feature, objective=o.objective, seed=self.seed,
-                               acquisition=o.acquisition, base=base, **o.cost_model_options)
+                               acquisition=o.acquisition, base=base, options=o.cost_model_options)
 
     # ------------------------------------------------------------ learning
     def update(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
