@@ -108,3 +108,36 @@ def test_leaf_modules_import_nothing_of_tensortune_but_leaves() -> None:
 def test_the_cycle_finder_finds_cycles() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def every_import(path: Path) -> set[str]:
+    """Modules of tensortune that ``path`` imports anywhere (deferred imports included)."""
+    tree = ast.parse(path.read_text())
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
+            if target.startswith("tensortune"):
+                out.add(target)
+                out.update(f"{target}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("tensortune"))
+    return out
+
+
+def importers(layer: str) -> set[str]:
+    """Layers with a module that imports ``layer`` (at load time or deferred)."""
+    return {layer_of(module_name(p)) for p in PKG.rglob("*.py")
+            if layer_of(module_name(p)) != layer and any(layer_of(t) == layer for t in every_import(p))}
+
+
+def test_tiers_core_app_clients() -> None:
+    # the command line is a client nobody imports; the app is imported by its clients only
+    assert importers("cli") == set()
+    assert importers("app") <= {"cli"}
+    # utilities import only the leaves, and the task scheduler knows tasks, not models
+    assert {layer_of(t) for p in (PKG / "utils").rglob("*.py") for t in every_import(p)} <= {"utils", "errors", "limits"}
+    assert "scheduler" not in importers("models")

@@ -8,7 +8,7 @@ import pytest
 import tensortune.scheduler as sched
 from tensortune.budget import Budget
 from tensortune.measure import MeasureOptions
-from tensortune.models.extract import ModelTask
+from tensortune.task import ModelTask
 from tensortune.scheduler import MIN_TASK_BUDGET_S, SequentialScheduler
 
 

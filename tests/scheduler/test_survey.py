@@ -7,7 +7,7 @@ import pytest
 
 from tensortune.budget import Budget
 from tensortune.measure import MeasureOptions
-from tensortune.models.extract import ModelTask
+from tensortune.task import ModelTask
 from tensortune.scheduler import SCHEDULERS
 from tensortune.scheduler.survey import SurveyOptions, SurveyScheduler, rate_says_stop
 

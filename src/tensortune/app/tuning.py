@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..models.profile import ModelProfile
     from ..scheduler import TaskOutcome
     from ..scheduler.survey import SurveyOptions
-    from ..tuners.base import TuneResult
+    from ..tuners.result import TuneResult
 
 #: A model's budget when none is given: five minutes of wall time.
 DEFAULT_MODEL_BUDGET = Budget(wall_s=300.0)
@@ -234,7 +234,7 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     from ..limits import check_seed
     from ..scheduler import SCHEDULERS
     from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
-    from ..utils.progress import ModelProgress
+    from ..scheduler.progress import ModelProgress
 
     _check_target(target)
     budget = Budget.of(budget)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..budget import UNBOUNDED_TRIALS, Budget, BudgetError
-from ..models.extract import ModelTask
+from ..task.model_task import ModelTask
 
 #: The smallest time share of a task, as a fraction of an even split of the budget.
 MIN_SHARE = 0.25

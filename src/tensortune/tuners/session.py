@@ -31,10 +31,11 @@ from ..database import Database
 from ..database.sqlite import claim_owner
 from ..measure import ErrorKind, MeasureInput, MeasureResult
 from ..measure.noise import is_noisy
+from .result import TuneResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure import Measurer
-    from .base import Tuner, TuneResult
+    from .base import Tuner
 
 #: Configs confirmed at the end of a session that measured anything (0: no confirmation).
 CONFIRM_TOP = 3
@@ -74,7 +75,6 @@ class TuningSession:
         measured, the top configs are confirmed (see the module's docstring) and the best reported
         is the confirmed one.
         """
-        from .base import TuneResult
         from .records import history_from_db, measure_context, record_trial
 
         from ..measure.cost import CostMeter
