@@ -118,7 +118,7 @@ def test_settings_are_kept_and_other_settings_refused(tmp_path) -> None:
 
 
 def test_a_task_measured_on_another_machine_is_left_to_it(tasks, tmp_path, monkeypatch) -> None:
-    import tensortune.tuners.records as records
+    import tensortune.database.trials as records
 
     with Database(tmp_path / "d.db") as db:
         monkeypatch.setattr(records, "cpu_model", lambda: "Other CPU 9000")

@@ -48,7 +48,7 @@ def tuned_db(tuned_file, tmp_path):
 
 
 def ctx_of(model, wk):
-    from tensortune.tuners.records import measure_context
+    from tensortune.database.trials import measure_context
 
     task = next(t.task for t in model_tasks(model) if t.task.workload_key == wk)
     return measure_context(task, MeasureOptions.cold())
@@ -102,7 +102,7 @@ def test_confirm_records_an_in_model_group_that_compile_prefers(model, tuned_db)
     choice = {c.workload_key: c for c in compile_model(model, db).choices}[t.workload_key]
     assert "predates the best" in choice.reason and "confirmed inside" not in choice.reason
     # the tuners' history is untouched: their context holds no in-model trial
-    from tensortune.tuners.records import measure_context
+    from tensortune.database.trials import measure_context
 
     task = model_tasks(model)[0].task
     ctx = measure_context(task, MeasureOptions.cold())

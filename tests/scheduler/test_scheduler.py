@@ -104,7 +104,7 @@ from tensortune.measure import ErrorKind, MeasureResult  # noqa: E402
 from tensortune.scheduler import RoundRobinScheduler  # noqa: E402
 from tensortune.space import ConfigSpace  # noqa: E402
 from tensortune.tuners import AutoTVMTuner, RandomTuner  # noqa: E402
-from tensortune.tuners.records import ensure_task, measure_context, record_trial  # noqa: E402
+from tensortune.database.trials import ensure_task, measure_context, record_trial  # noqa: E402
 
 
 def small_task(k: int) -> SimpleNamespace:

@@ -19,7 +19,7 @@ from tensortune.measure import MeasureInput
 from tensortune.task import Task
 from tensortune.tuners import AutoTVMTuner, RandomTuner, get_tuner
 from tensortune.tuners.autotvm import PLAN_SIZE, WARMUP
-from tensortune.tuners.records import ensure_task, measure_context, record_trial
+from tensortune.database.trials import ensure_task, measure_context, record_trial
 
 from synthetic import FakeMeasurer, conv_landscape
 

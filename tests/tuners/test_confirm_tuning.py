@@ -12,7 +12,7 @@ from tensortune.space import ConfigSpace
 from tensortune.task import Task
 from tensortune.tuners import GridTuner, RandomTuner
 from tensortune.tuners.session import CONFIRM_ROUNDS, CONFIRM_TOP
-from tensortune.tuners.records import ensure_task, measure_context, record_trial
+from tensortune.database.trials import ensure_task, measure_context, record_trial
 
 #: True costs of the stub task's configs: 7 is the fastest, 3 the one measured once, luckily, at 0.5 ms.
 COSTS = {7: 1e-3, 3: 2e-3}
@@ -166,13 +166,15 @@ def test_real_measurements_confirm_and_a_staged_lucky_trial_is_not_the_best(meas
         default = task.default_config().index
         lucky = stage_lucky(db, task, measurer, index=default, cost=1e-12)  # impossibly fast, once
         res = RandomTuner(task, seed=0, batch_size=3).tune(3, measurer, database=db)
-        assert res.trials_measured == 3 and res.confirm_measured == 9 and res.verified
+        # 3 configs x 3 rounds, measured once more when a busy machine made one noisy in every round
+        assert res.trials_measured == 3 and res.confirm_measured in (9, 18) and res.verified
         context = measure_context(task, measurer.options)
         best = db.best(key, context)
         assert best.id != lucky and best.confirmation is not None and best.cost > 1e-9
         assert res.best_config.index == best.config_index and res.best_cost == pytest.approx(best.cost)
-        rounds = sorted(t.cost for t in db.trials(key)
-                        if t.confirmation is not None and t.config_index == best.config_index)
+        rounds = sorted(t.cost for t in db.trials(key) if t.confirmation is not None
+                        and t.config_index == best.config_index
+                        and t.confirmation["group"] == best.confirmation["group"])
         assert len(rounds) == 3 and best.cost == pytest.approx(rounds[1])  # the median of its rounds
         confirms = [t for t in db.trials(key) if t.confirmation is not None]
         assert default in {t.config_index for t in confirms}  # the lucky config was re-measured for real

@@ -215,7 +215,7 @@ def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | N
     """Measure the dataset's samples into ``db`` (a :class:`~tensortune.database.Database`),
     task by task, until every task has ``spec.samples`` or ``time_budget`` seconds are spent."""
     from ..tuners import get_tuner
-    from ..tuners.records import measure_context
+    from ..database.trials import measure_context
 
     tuner_name, options = CODE_SAMPLERS[spec.code_sampler]
     tasks = list(tasks) if tasks is not None else dataset_tasks(spec)

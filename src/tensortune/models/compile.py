@@ -157,7 +157,7 @@ def _best_config(task: Task, database: Any, model: str = "") -> tuple[Any | None
     name it: ``extra["in_model"]["best"]``); a check older than the best is ignored (and the
     note says so)."""
     from ..measure import MeasureOptions
-    from ..tuners.records import measure_context, pick_context
+    from ..database.trials import measure_context, pick_context
 
     if database is None:
         return None, 0, None, ""

@@ -153,7 +153,7 @@ def _candidates(task: Any, db: Any, alternatives: int) -> list[Candidate]:
     """The task's best config (as compiling picks it), default and runners-up; [] when not tuned."""
     from ..database import top_configs
     from ..measure import MeasureOptions
-    from ..tuners.records import measure_context, pick_context
+    from ..database.trials import measure_context, pick_context
 
     context, _ = pick_context(db, task, measure_context(task, MeasureOptions.cold()))
     best = db.best(task.workload_key, context) if context is not None else None
@@ -214,7 +214,7 @@ def confirm_in_model(model: Any, db: Any, threads: int | None = None, rounds: in
     from ..database import TrialRecord
     from ..measure import MeasureOptions
     from ..target import cpu_count
-    from ..tuners.records import ensure_task, measure_context, tvm_version
+    from ..database.trials import ensure_task, measure_context, tvm_version
     from .compile import compile_model, model_tasks
     from .profile import function_times
     from .reference import compare_outputs, interleaved_rounds, set_threads

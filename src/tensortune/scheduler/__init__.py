@@ -195,7 +195,7 @@ class TaskScheduler:
 
     def load_bests(self) -> None:
         """Best stored latency of every task (before tuning, for the estimate and resumes)."""
-        from ..tuners.records import measure_context
+        from ..database.trials import measure_context
 
         for out in self.outcomes.values():
             task = out.mtask.task

@@ -75,7 +75,7 @@ class TuningSession:
         measured, the top configs are confirmed (see the module's docstring) and the best reported
         is the confirmed one.
         """
-        from .records import history_from_db, measure_context, record_trial
+        from ..database.trials import history_from_db, measure_context, record_trial
 
         from ..measure.cost import CostMeter
 
@@ -163,7 +163,7 @@ class TuningSession:
         left. With budget left, the others are measured, or being measured, by another writer: the
         tuner marks them visited and learns the trials other writers stored since it last looked
         (without, they may only have met the budget's end, and stay open to a later session)."""
-        from .records import history_from_db
+        from ..database.trials import history_from_db
 
         tuner = self.tuner
         granted, left = self.database.claim(tuner.task.workload_key, context, tuner.name, owner,
@@ -184,7 +184,7 @@ class TuningSession:
         were measured. Nothing is measured when the latest confirmation group already holds
         exactly these configs, every one of them in every round (nothing new to confirm)."""
         from ..database import latest_confirmation, top_configs
-        from .records import record_trial
+        from ..database.trials import record_trial
 
         tuner, database = self.tuner, self.database
         if tuner.confirm_top < 1 or tuner.confirm_rounds < 1:
@@ -267,7 +267,7 @@ class TuningSession:
         """Make the database's confirmed best of ``context`` the tuner's best (when the latest
         confirmation group has one); return that group's description, or {} (best unchanged)."""
         from ..database import latest_confirmation
-        from .records import result_of
+        from ..database.trials import result_of
 
         tuner, database = self.tuner, self.database
         best = database.best(tuner.task.workload_key, context)

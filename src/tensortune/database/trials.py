@@ -1,10 +1,12 @@
-"""Glue between tuners and the database: store trials, load a task's history."""
+"""Trials between the measurer, the tuners and the database: store a measured candidate in its measure
+context, load a task's history back as results, pick the context to compare in."""
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from ..database import Database, MeasureContext, TaskRecord, TrialRecord
+from .records import MeasureContext, TaskRecord, TrialRecord
+from .sqlite import Database
 from ..measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult
 from ..space import Config
 from ..target import cpu_model, target_key
@@ -121,6 +123,6 @@ def pick_context(db: Database, task: Any, preferred: MeasureContext) -> tuple[Me
 
 def describe_timing_of(context: MeasureContext) -> str:
     """The timing and threads of ``context`` in words."""
-    from ..database import describe_timing
+    from .records import describe_timing
 
     return f"{describe_timing(context.timing)}, {context.threads} threads"
