@@ -75,7 +75,7 @@ def _transfer(model: Any, kind: str, shots: Any, seed: int) -> Any:
 def _measure_other(a: argparse.Namespace, tasks: list[Any], op: str, op_class: str, profile: Any) -> tuple[Any, float]:
     """The other machine's records of ``tasks`` (measured into ``--db``, resumable) with
     Fasor's targets, and the seconds measured this run."""
-    from tensortune.costmodel.fasor_train import measure_tasks
+    from tensortune.app.fasor import measure_tasks
     from tensortune.database import Database
     from tensortune.dataset.generate import export
     from tensortune.learn import load_training
@@ -102,7 +102,7 @@ def _split(other: Any, shot_tasks: list[Any]) -> tuple[Any, Any]:
 def run_shipped(a: argparse.Namespace) -> dict[str, Any]:
     """The shipped model transferred to this machine as it is (no ``--data``; see the module)."""
     from tensortune.costmodel.fasor import FASOR_SHIPPED
-    from tensortune.costmodel.fasor_train import PretrainingTasks
+    from tensortune.app.fasor import PretrainingTasks
     from tensortune.costmodel.pretrained import predictor_folder
     from tensortune.learn.predictor import load_predictor
     from tensortune.measure.hardware import profile_for
@@ -142,7 +142,7 @@ def run_shipped(a: argparse.Namespace) -> dict[str, Any]:
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
     """Train, measure, transfer and score (see the module); returns the results (also saved)."""
-    from tensortune.costmodel.fasor_train import tasks_of
+    from tensortune.app.fasor import tasks_of
     from tensortune.learn import load_training
     from tensortune.learn.fasor import FASOR_TRAIN, fasor_data, machine_profiles, representative_tasks, task_matrix
     from tensortune.learn.trainer import train_predictor

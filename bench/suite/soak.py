@@ -324,7 +324,7 @@ def run_soak(s: SoakSettings, db_path: Path, out: Path | None = None, progress: 
     from tensortune.target import cpu_count, machine_id
     from tensortune.task import Task
     from tensortune.tuners import get_tuner
-    from tensortune.tuners.records import ensure_task
+    from tensortune.database.trials import ensure_task
     from tensortune.utils.atomic import check_output_path
 
     from . import faults

@@ -46,7 +46,7 @@ def made(tmp_path_factory):
     """``(model folder, dataset database path)``."""
     import torch
 
-    from tensortune.costmodel.fasor_train import pretrain
+    from tensortune.app.fasor import pretrain
     from tensortune.learn.fasor import fasor_data
     from tensortune.learn.trainer import TrainOptions
 
@@ -195,7 +195,7 @@ def test_options_are_checked() -> None:
 
 
 def test_transfer_reads_the_pretraining_tasks_from_the_model_alone(made, tmp_path) -> None:
-    from tensortune.costmodel.fasor_train import transfer
+    from tensortune.app.fasor import transfer
     from tensortune.learn.predictor import load_predictor
     from tensortune.learn.trainer import TrainOptions
 

@@ -115,7 +115,7 @@ def _fasor_training(files: list[str], hardware: list[str]) -> Any:
 def _pretrain(a: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from ..costmodel.fasor_train import pretrain
+    from ..app.fasor import pretrain
     from ..learn.fasor import FASOR_TRAIN
     from ..learn.predictor import SCHEMA_FILE
 
@@ -142,7 +142,7 @@ def _pretrain(a: argparse.Namespace) -> int:
 
 def _transfer(a: argparse.Namespace) -> int:
     from ..costmodel.fasor import FASOR_SHIPPED
-    from ..costmodel.fasor_train import PretrainingTasks, transfer
+    from ..app.fasor import PretrainingTasks, transfer
     from ..learn import load_training
     from ..measure import MeasureOptions, Measurer
 

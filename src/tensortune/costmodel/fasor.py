@@ -28,6 +28,8 @@ from .pretrained import SHIPPED, PretrainedCostModel, predictor_folder
 FASOR_SHIPPED = SHIPPED / "fasor"
 #: ``model=`` value naming the shipped weights.
 SHIPPED_NAME = "shipped"
+#: Files of a Fasor model folder beside the predictor: the knobs' sensitivity study, the DQN agent.
+SENSITIVITY_FILE, DQN_FILE = "sensitivity.json", "dqn.pt"
 
 
 def fasor_home() -> Path:

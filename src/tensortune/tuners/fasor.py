@@ -42,6 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..costmodel.fasor import DQN_FILE, SENSITIVITY_FILE
 from ..explore import EXPLORERS, make_explorer
 from ..measure import MeasureResult
 from ..space import Config
@@ -57,8 +58,6 @@ CANDIDATES, VALIDATE = 64, 8
 N_P = 7
 #: Pre-tuned start similarity threshold (the paper's tau).
 TAU = 0.6
-#: Files kept beside a Fasor model (per op folder).
-SENSITIVITY_FILE, DQN_FILE = "sensitivity.json", "dqn.pt"
 _NOTICES: set[str] = set()
 
 

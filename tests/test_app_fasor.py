@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tensortune.costmodel.fasor import FASOR_SHIPPED
-from tensortune.costmodel.fasor_train import PretrainingTasks, parse_task_name
+from tensortune.app.fasor import PretrainingTasks, parse_task_name
 from tensortune.costmodel.pretrained import available_ops, predictor_folder
 from tensortune.learn.predictor import load_predictor
 

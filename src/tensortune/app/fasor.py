@@ -15,7 +15,7 @@
   pre-training data (clustered by Spearman similarity of their features) are measured here into
   a database (resumable: the dataset generator's trajectory sampler), and the model is
   fine-tuned on them with alpha = K / (K + T); the result goes to the machine's folder under
-  :func:`~.fasor.fasor_home` where the tuner finds it.
+  :func:`~tensortune.costmodel.fasor.fasor_home` where the tuner finds it.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..learn.data import TrainingData
-from .fasor import FasorCostModel, transferred_folder
+from ..costmodel.fasor import FasorCostModel, transferred_folder
 
 #: Tasks and base configs of the sensitivity study.
 STUDY_TASKS, STUDY_BASES = 12, 48
@@ -202,7 +202,7 @@ def pretrain_dqn(data: TrainingData, target: dict[str, Any], folder: str | Path,
                  n_tasks: int = DQN_TASKS, seed: int = 0, options: Any = None) -> dict[str, Any]:
     """Offline DQN pre-training on the dataset (see the module), saved as ``folder/dqn.pt``."""
     from ..explore.dqn import DQNSearch
-    from ..tuners.fasor import DQN_FILE
+    from ..costmodel.fasor import DQN_FILE
 
     envs = dqn_envs(data, target, n_tasks, seed)
     agent = DQNSearch(envs[0].space, seed=seed, options=options)
@@ -310,7 +310,7 @@ def transfer(pretrained: str | Path, pretrain: PretrainingTasks | None, db: Any,
     from ..learn.predictor import load_predictor
     from ..learn.trainer import train_predictor
     from ..measure.hardware import profile_for
-    from .pretrained import predictor_folder
+    from ..costmodel.pretrained import predictor_folder
 
     op = pretrain.op if pretrain is not None else op
     src = predictor_folder(op, pretrained)
