@@ -70,8 +70,10 @@ from ..utils.options import make_options
 from ..utils.threads import torch_threads
 from .base import PositionSearch, ScoreFn, TopConfigs
 
-#: Fasor: discount, the efficiency mode's reward weights (quality mode: DQN_PHI_QUALITY), epochs.
-DQN_GAMMA, DQN_PHI, DQN_PHI_QUALITY, DQN_PRETRAIN_EPOCHS = 0.95, (0.35, 0.25, 0.4), (0.45, 0.35, 0.2), 20
+#: Fasor's reward weights (phi1, phi2, phi3) per mode (the paper's; the explorer's default is efficiency's).
+PHI = {"efficiency": (0.35, 0.25, 0.4), "quality": (0.45, 0.35, 0.2)}
+#: Fasor: discount, the default reward weights, offline pre-training epochs.
+DQN_GAMMA, DQN_PHI, DQN_PRETRAIN_EPOCHS = 0.95, PHI["efficiency"], 20
 #: Ours: network, optimiser and replay.
 DQN_HIDDEN, DQN_LR, DQN_REPLAY, DQN_BATCH, DQN_UPDATES_PER_STEP, DQN_TARGET_SYNC, DQN_GRAD_CLIP = \
     128, 1e-3, 20000, 128, 1, 100, 10.0

@@ -44,21 +44,20 @@ import numpy as np
 
 from ..costmodel.fasor import DQN_FILE, SENSITIVITY_FILE
 from ..explore import EXPLORERS, make_explorer
+from ..explore.dqn import PHI
+from ..utils.logs import warn_once
 from ..measure import MeasureResult
 from ..space import Config
 from .base import DEFAULT_BATCH_SIZE, Tuner
 
 log = logging.getLogger(__name__)
 
-#: Reward weights (phi1, phi2, phi3) per mode (the paper's).
-PHI = {"efficiency": (0.35, 0.25, 0.4), "quality": (0.45, 0.35, 0.2)}
 #: Candidates the explorer proposes per iteration, and how many of the model's top are measured.
 CANDIDATES, VALIDATE = 64, 8
 #: Knobs tuned (the paper's default n_p, range 5-8).
 N_P = 7
 #: Pre-tuned start similarity threshold (the paper's tau).
 TAU = 0.6
-_NOTICES: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -166,9 +165,7 @@ class FasorTuner(Tuner):
             self.notice = machine_mismatch(predictor, task.target_json)
             if self.notice:
                 self.notice += "; transfer it with `tensortune fasor transfer`"
-                if self.notice not in _NOTICES:
-                    _NOTICES.add(self.notice)
-                    log.warning("%s", self.notice)
+                warn_once(log, self.notice)
         default = task.default_config()
         self.start_point = self._start(default)
         start = self.start_point.config

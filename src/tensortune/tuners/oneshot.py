@@ -34,6 +34,7 @@ from typing import Any, Sequence
 from ..explore import EXPLORERS, make_explorer
 from ..measure import MeasureResult
 from ..space import Config
+from ..utils.logs import warn_once
 from .base import DEFAULT_BATCH_SIZE, Tuner
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,6 @@ SEARCH_DEFAULTS: dict[str, dict[str, Any]] = {
     "sa": {"n_chains": 512, "max_steps": 160, "early_stop": 50, "persistent": False},
     "ga": {"population": 512, "steps": 120, "mutation": 0.1, "elites": 96},
 }
-_NOTICES: set[str] = set()  # machine-mismatch lines already printed by this process
 
 
 @dataclass(frozen=True)
@@ -134,9 +134,8 @@ class OneShotTuner(Tuner):
                 return self.candidates
             predictor = self.model.predictor_for(self.task)
             self.notice = machine_mismatch(predictor, self.task.target_json)
-            if self.notice and self.notice not in _NOTICES:
-                _NOTICES.add(self.notice)
-                log.warning("%s", self.notice)
+            if self.notice:
+                warn_once(log, self.notice)
             t0 = time.perf_counter()
             self.candidates = self._distilled_search() if self.options.distill else [
                 self.space.get(int(i)) for i in self.explorer.find_maximums(self.model.position_scorer(self.task),

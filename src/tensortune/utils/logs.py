@@ -29,6 +29,17 @@ class _Format(logging.Formatter):
         return f"{ROOT}: {record.levelname.lower()}: {record.getMessage()}"
 
 
+_SAID: set[tuple[str, str]] = set()
+
+
+def warn_once(logger: logging.Logger, message: str) -> None:
+    """Log ``message`` as a warning the first time this process says it (a notice that every
+    task of a model would repeat, such as a predictor trained on another machine)."""
+    if (logger.name, message) not in _SAID:
+        _SAID.add((logger.name, message))
+        logger.warning("%s", message)
+
+
 def log_to_stderr(level: int = logging.WARNING) -> None:
     """Show the library's messages of ``level`` and above on stderr, one line each (idempotent)."""
     logger = logging.getLogger(ROOT)
