@@ -24,12 +24,15 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..learn.data import TrainingData
 from ..costmodel.fasor import FasorCostModel, transferred_folder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Tasks and base configs of the sensitivity study.
 STUDY_TASKS, STUDY_BASES = 12, 48
@@ -118,7 +121,7 @@ def dqn_envs(data: TrainingData, target: dict[str, Any], n_tasks: int = DQN_TASK
     return out
 
 
-def _fit_on_vectors(task: Any, x: np.ndarray, y: np.ndarray, ratio: np.ndarray, seed: int
+def _fit_on_vectors(task: Task, x: np.ndarray, y: np.ndarray, ratio: np.ndarray, seed: int
                     ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
     """Position scorers of ``task.space`` fitted on measured knob encodings ``x``: ``y`` and
     the CS/MS ``ratio`` (log1p-fitted)."""
@@ -134,7 +137,7 @@ def _fit_on_vectors(task: Any, x: np.ndarray, y: np.ndarray, ratio: np.ndarray, 
             lambda p: np.expm1(np.maximum(b_ratio.predict(xgb.DMatrix(table.encode(p))), 0.0)).astype(np.float64))
 
 
-def _nearest_index(task: Any, vector: np.ndarray) -> int | None:
+def _nearest_index(task: Task, vector: np.ndarray) -> int | None:
     """The config of ``task.space`` whose encoding is ``vector`` (None when none matches)."""
     space = task.space
     # decode knob by knob: each knob's encoding is a fixed-width slice

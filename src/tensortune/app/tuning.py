@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..scheduler import TaskOutcome
     from ..scheduler.survey import SurveyOptions
     from ..tuners.result import TuneResult
+    from ..task import Task
 
 #: A model's budget when none is given: five minutes of wall time.
 DEFAULT_MODEL_BUDGET = Budget(wall_s=300.0)
@@ -255,7 +256,7 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
         measurer.close()
         raise
 
-    def make_tuner(task: Any, round_: int) -> Any:
+    def make_tuner(task: Task, round_: int) -> Any:
         return get_tuner(tuner, task, seed=seed + round_, batch_size=bs, options=settings)
 
     out = TunedModel(m, database, tuner, scheduler, budget, [], 0.0)

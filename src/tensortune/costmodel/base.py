@@ -11,18 +11,21 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..space import Config
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 @dataclass
 class TaskData:
     """Measured candidates of one task: ``costs`` in seconds, ``inf`` for failures."""
 
-    task: Any
+    task: Task
     configs: list[Config] = field(default_factory=list)
     costs: list[float] = field(default_factory=list)
 
@@ -64,10 +67,10 @@ class CostModel(ABC):
         """Train on one or more tasks' measured candidates (each task is its own rank group)."""
 
     @abstractmethod
-    def predict(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def predict(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         """Scores of ``configs`` (float64, higher = predicted faster)."""
 
-    def predict_dist(self, task: Any, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
+    def predict_dist(self, task: Task, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of the score; single models have no spread."""
         mean = self.predict(task, configs)
         return mean, np.zeros_like(mean)
@@ -77,7 +80,7 @@ class CostModel(ABC):
         """True once :meth:`fit` has seen enough data to predict."""
         return True
 
-    def position_scorer(self, task: Any) -> Callable[[np.ndarray], np.ndarray] | None:
+    def position_scorer(self, task: Task) -> Callable[[np.ndarray], np.ndarray] | None:
         """An optional fast scorer of ``task``'s configs given as knob positions ``[n, n_knobs]``
         (no Config objects built), for explorers that score tens of thousands of configs; None
         when the model has none (a tuner then explores with a knob-feature model of its own)."""

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..space import Config
 from .pretrained import SHIPPED, PretrainedCostModel, predictor_folder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Where the package keeps Fasor's pre-trained models, one folder per op.
 FASOR_SHIPPED = SHIPPED / "fasor"
@@ -44,7 +47,7 @@ def transferred_folder(profile_key: str) -> Path:
     return fasor_home() / hashlib.sha256(profile_key.encode()).hexdigest()[:16]
 
 
-def task_threads(task: Any) -> int:
+def task_threads(task: Task) -> int:
     """The threads a task's kernels run with (its target's ``num-cores``)."""
     return int(task.target_json.get("num-cores") or 1)
 
@@ -65,7 +68,7 @@ class FasorCostModel(PretrainedCostModel):
         self._profiles: dict[tuple[str, int], Any] = {}
         self.origin: dict[str, str] = {}  # op -> "given" | "transferred" | "shipped"
 
-    def profile_for(self, task: Any) -> Any:
+    def profile_for(self, task: Task) -> Any:
         """The hardware profile a task's candidates are scored with."""
         if self.profile is not None:
             return self.profile
@@ -77,7 +80,7 @@ class FasorCostModel(PretrainedCostModel):
             self._profiles[key] = profile_for(task.target_json, task_threads(task))
         return self._profiles[key]
 
-    def folder_for(self, task: Any) -> tuple[Path | None, str]:
+    def folder_for(self, task: Task) -> tuple[Path | None, str]:
         """``(folder, origin)`` of the weights for ``task`` (see the module); ``(None, "")`` when none."""
         if self.model_source is not None and self.model_source != SHIPPED_NAME:
             return predictor_folder(task.op, self.model_source), "given"
@@ -87,7 +90,7 @@ class FasorCostModel(PretrainedCostModel):
         shipped = predictor_folder(task.op, FASOR_SHIPPED)
         return (shipped, "shipped") if shipped is not None else (None, "")
 
-    def _transferred(self, task: Any) -> Path | None:
+    def _transferred(self, task: Task) -> Path | None:
         """The folder of the model transferred to this machine for ``task``'s op, if there is one."""
         if self.profile is not None:
             key = self.profile.key()
@@ -98,7 +101,7 @@ class FasorCostModel(PretrainedCostModel):
             key = profile_key(cpu_model(), task.target_json, task_threads(task))
         return predictor_folder(task.op, transferred_folder(key))
 
-    def predictor_for(self, task: Any) -> Any:
+    def predictor_for(self, task: Task) -> Any:
         from ..learn.predictor import PredictorError, load_predictor
 
         op = task.op
@@ -114,10 +117,10 @@ class FasorCostModel(PretrainedCostModel):
             self._loaded[op], self.origin[op] = p, origin
         return self._loaded[op]
 
-    def has_predictor(self, task: Any) -> bool:
+    def has_predictor(self, task: Task) -> bool:
         return task.op in self._loaded or self.folder_for(task)[0] is not None
 
-    def outputs(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def outputs(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         """``[n, 3]``: predicted ``-ln(seconds)``, compute score and memory score of ``configs``."""
         if not configs:
             return np.zeros((0, 3))
@@ -125,15 +128,15 @@ class FasorCostModel(PretrainedCostModel):
         rows = p.rows(task, configs, self.extractor.extract(task, configs), self.profile_for(task).vector())
         return p.predict_outputs(rows)
 
-    def predict(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def predict(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         """The ranking score, ``-ln`` of the predicted seconds (higher is faster)."""
         return self.outputs(task, configs)[:, 0] if configs else np.zeros(0)
 
-    def latency(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def latency(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         """Predicted seconds of ``configs``."""
         return np.exp(-self.predict(task, configs))
 
-    def _position_outputs(self, task: Any, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
+    def _position_outputs(self, task: Task, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
         space = space if space is not None else task.space
         cache: dict[int, np.ndarray] = {}
 
@@ -147,13 +150,13 @@ class FasorCostModel(PretrainedCostModel):
 
         return outputs
 
-    def position_scorer(self, task: Any, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
+    def position_scorer(self, task: Task, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
         """Scores rows of knob positions of ``space`` (default ``task.space``; a shrunken view of
         it works too), memoised per config."""
         out = self._position_outputs(task, space)
         return lambda positions: out(positions)[:, 0]
 
-    def position_scorers(self, task: Any, space: Any = None
+    def position_scorers(self, task: Task, space: Any = None
                          ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
         """``(score, roofline)`` over knob positions of ``space``, sharing one memo: the ranking
         score and the compute-over-memory score ratio CS/MS (DQN's roofline reward term)."""

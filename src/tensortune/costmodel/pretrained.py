@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..space import Config
 from .base import CostModel, TaskData
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Where the package keeps its pre-trained predictors, one folder per op.
 SHIPPED = Path(__file__).resolve().parents[1] / "learn" / "pretrained"
@@ -85,7 +88,7 @@ class PretrainedCostModel(CostModel):
         self.extractor = ParallelExtractor("curve", workers=workers)
         self._loaded: dict[str, Any] = {}
 
-    def predictor_for(self, task: Any) -> Any:
+    def predictor_for(self, task: Task) -> Any:
         """The loaded predictor of ``task``'s op; :class:`~tensortune.learn.PredictorError` when
         there is none."""
         from ..learn.predictor import PredictorError, load_predictor
@@ -101,20 +104,20 @@ class PretrainedCostModel(CostModel):
             self._loaded[op] = load_predictor(folder)
         return self._loaded[op]
 
-    def has_predictor(self, task: Any) -> bool:
+    def has_predictor(self, task: Task) -> bool:
         """True when a predictor for ``task``'s op is available."""
         return task.op in self._loaded or predictor_folder(task.op, self.source) is not None
 
     def fit(self, data: Sequence[TaskData]) -> None:
         """Nothing: a pre-trained model is not updated by measurements (One-Shot Tuner)."""
 
-    def predict(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def predict(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         if not configs:
             return np.zeros(0)
         p = self.predictor_for(task)
         return p.predict(task, configs, self.extractor.extract(task, configs))
 
-    def position_scorer(self, task: Any) -> Callable[[np.ndarray], np.ndarray] | None:
+    def position_scorer(self, task: Task) -> Callable[[np.ndarray], np.ndarray] | None:
         """Scores rows of knob positions (the configs are built for their curve features)."""
         space = task.space
 

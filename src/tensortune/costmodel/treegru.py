@@ -41,7 +41,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -50,6 +50,9 @@ from torch import nn
 from ..features.base import CandidateCache, LoopTree
 from ..space import Config
 from .base import CostModel, TaskData
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Width of the node embeddings and of the GRU state.
 DEFAULT_HIDDEN = 64
@@ -319,7 +322,7 @@ class TreeGRUCostModel(CostModel):
             self._tree_fn = loop_tree
         return self._tree_fn
 
-    def trees(self, task: Any, configs: Sequence[Config]) -> list[LoopTree]:
+    def trees(self, task: Task, configs: Sequence[Config]) -> list[LoopTree]:
         """Validated loop trees of ``configs`` (cached; a config whose tree fails is empty)."""
         fn = self._resolve_tree_fn()
         dim = len(self.mean) if self.mean is not None else None
@@ -464,7 +467,7 @@ class TreeGRUCostModel(CostModel):
         return nn.functional.softplus(-margin).mean(), count
 
     # ------------------------------------------------------------------ inference
-    def predict(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def predict(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         """Scores of ``configs`` (float64, higher = faster); zeros while unfitted."""
         if self.net is None or not len(configs):
             return np.zeros(len(configs), dtype=np.float64)

@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from ..features import get_extractor
 from ..features.base import FeatureExtractor, pad_rows
 from ..space import Config
 from .base import CostModel, TaskData
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: AutoTVM's booster parameters.
 XGB_PARAMS: dict[str, Any] = {
@@ -125,12 +128,12 @@ class XGBoostCostModel(CostModel):
         return self.booster is not None or (self.base is not None and self.base.fitted)
 
     # -------------------------------------------------------------- data
-    def features(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def features(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         """Feature rows of ``configs``, padded to the width the model was trained on."""
         x = self.extractor.extract(task, configs)
         return pad_rows(list(x), self.width) if self.width and x.shape[1] != self.width else x
 
-    def _base_margin(self, task: Any, configs: Sequence[Config]) -> np.ndarray | None:
+    def _base_margin(self, task: Task, configs: Sequence[Config]) -> np.ndarray | None:
         if self.base is None or not self.base.fitted:
             return None
         return np.asarray(self.base.predict(task, configs), dtype=np.float32)
@@ -190,7 +193,7 @@ class XGBoostCostModel(CostModel):
         d = self._dmatrix(x, margin)
         return np.asarray(self.booster.predict(d, iteration_range=(0, self.rounds)), dtype=np.float64)
 
-    def position_scorer(self, task: Any) -> Callable[[np.ndarray], np.ndarray] | None:
+    def position_scorer(self, task: Task) -> Callable[[np.ndarray], np.ndarray] | None:
         """With knob features and no base model: positions -> scores through a per-task lookup
         table of knob encodings (:class:`~tensortune.features.knob.KnobTable`)."""
         if self.feature != "knob" or self.base is not None:
@@ -203,7 +206,7 @@ class XGBoostCostModel(CostModel):
             table = self._tables[key] = KnobTable(task.space)
         return lambda pos: self.predict_matrix(table.encode(pos))
 
-    def predict(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def predict(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         if not configs:
             return np.zeros(0)
         margin = self._base_margin(task, configs)
@@ -308,11 +311,11 @@ class BootstrapEnsemble(CostModel):
         self.acquisition, self.kappa = str(meta["acquisition"]), float(meta["kappa"])
         self.seed, self.best_label = int(meta["seed"]), float(meta["best_label"])
 
-    def predict_dist(self, task: Any, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
+    def predict_dist(self, task: Task, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
         preds = np.stack([m.predict(task, configs) for m in self.members])
         return preds.mean(axis=0), preds.std(axis=0)
 
-    def predict(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def predict(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         mean, std = self.predict_dist(task, configs)
         return acquisition_value(self.acquisition, mean, std, self.best_label, self.kappa)
 

@@ -3,13 +3,16 @@ context, load a task's history back as results, pick the context to compare in."
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .records import MeasureContext, TaskRecord, TrialRecord
 from .sqlite import Database
 from ..measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult
 from ..space import Config
 from ..target import cpu_model, target_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 def tvm_version() -> str:
@@ -19,7 +22,7 @@ def tvm_version() -> str:
     return str(tvm.__version__)
 
 
-def ensure_task(db: Database, task: Any) -> None:
+def ensure_task(db: Database, task: Task) -> None:
     """Store the task's record once."""
     if db.get_task(task.workload_key) is None:
         db.add_task(TaskRecord(
@@ -29,7 +32,7 @@ def ensure_task(db: Database, task: Any) -> None:
         ))
 
 
-def measure_context(task: Any, options: MeasureOptions) -> MeasureContext:
+def measure_context(task: Task, options: MeasureOptions) -> MeasureContext:
     """The context in which ``options`` measure ``task`` on this machine, or on the RPC device
     ``options.rpc`` names (its CPU recorded as ``rpc:KEY``; see ``MeasureContext``)."""
     where = f"rpc:{options.rpc.rsplit(':', 1)[-1]}" if getattr(options, "rpc", None) else cpu_model()
@@ -98,7 +101,7 @@ def history_from_db(db: Database, tuner: Any, context: MeasureContext, seen: set
     return configs, results, mine
 
 
-def pick_context(db: Database, task: Any, preferred: MeasureContext) -> tuple[MeasureContext | None, str]:
+def pick_context(db: Database, task: Task, preferred: MeasureContext) -> tuple[MeasureContext | None, str]:
     """The context whose best trial should stand for ``task`` on this machine, and why, in words.
 
     In order: ``preferred`` itself; else, on this machine (same target and CPU model), the

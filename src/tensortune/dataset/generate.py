@@ -29,13 +29,16 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..budget import Budget
 from .layers import OP_ARGS, ZOO_LAYERS, load
 from .tasks import TASK_SAMPLERS, sample_tasks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Code samplers: name -> the tensortune tuner that walks the trajectory, and its options.
 CODE_SAMPLERS: dict[str, tuple[str, dict[str, Any]]] = {"ebs": ("autotvm", {"transfer": False}),
@@ -245,7 +248,7 @@ def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | N
     return out
 
 
-def space_measured(task: Any, stored: int) -> bool:
+def space_measured(task: Task, stored: int) -> bool:
     """Whether ``stored`` samples cover every valid config of the task's space: a space with fewer
     configs than the samples asked for is done once all of them are measured."""
     import itertools

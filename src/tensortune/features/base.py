@@ -8,11 +8,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..space import Config
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Entries kept per extractor cache (a few MB of float32 rows).
 DEFAULT_CACHE_SIZE = 200_000
@@ -42,7 +45,7 @@ class CandidateCache:
         self.size = int(size)
         self._items: OrderedDict[tuple[str, int], Any] = OrderedDict()
 
-    def get(self, task: Any, config: Config, make: Callable[[], Any]) -> Any:
+    def get(self, task: Task, config: Config, make: Callable[[], Any]) -> Any:
         """The cached value for the candidate, computing it with ``make()`` on a miss."""
         key = (task.workload_key, config.index)
         value = self._items.get(key)
@@ -55,7 +58,7 @@ class CandidateCache:
             self._items.move_to_end(key)
         return value
 
-    def peek(self, task: Any, config: Config) -> Any:
+    def peek(self, task: Task, config: Config) -> Any:
         """The cached value for the candidate, or None (the entry's age is left as it is)."""
         return self._items.get((task.workload_key, config.index))
 
@@ -76,14 +79,14 @@ class FeatureExtractor(ABC):
         self.cache = CandidateCache(cache_size)
 
     @abstractmethod
-    def extract_one(self, task: Any, config: Config) -> np.ndarray:
+    def extract_one(self, task: Task, config: Config) -> np.ndarray:
         """Feature vector of one candidate (1-D float32; length may depend on the task)."""
 
-    def extract(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def extract(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         """Rows for ``configs`` (zero-padded to the longest row), cached per config."""
         return pad_rows([self.cache.get(task, c, lambda c=c: self.row(task, c)) for c in configs])
 
-    def row(self, task: Any, config: Config) -> np.ndarray:
+    def row(self, task: Task, config: Config) -> np.ndarray:
         """:meth:`extract_one` as float32, or an empty row (zeros once padded) for a config the
         template cannot schedule: the search goes on, and if the config is picked its build
         fails and is recorded as an ``instantiation`` error like any other fault."""
@@ -108,9 +111,9 @@ class KnobFeatures(FeatureExtractor):
 
     name = "knob"
 
-    def extract_one(self, task: Any, config: Config) -> np.ndarray:
+    def extract_one(self, task: Task, config: Config) -> np.ndarray:
         return task.space.vectorize(config)
 
-    def extract(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def extract(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         # vectorising is cheaper than a cache lookup
         return pad_rows([task.space.vectorize(c) for c in configs])

@@ -49,12 +49,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from ..space import Config
 from .base import CandidateCache, FeatureExtractor, LoopTree
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 # ---------------------------------------------------------------- layout constants
 #: Buffers described per loop context.
@@ -693,13 +696,13 @@ def curve_features(mod_or_analysis: Any) -> np.ndarray:
 _ANALYSES = CandidateCache(512)
 
 
-def analyze_config(task: Any, config: Config) -> LoopAnalysis:
+def analyze_config(task: Task, config: Config) -> LoopAnalysis:
     """:func:`analyze` of ``task.instantiate(config)``, memoised for the last few hundred
     candidates so that several extractors (and the tree model) share one instantiation."""
     return _ANALYSES.get(task, config, lambda: analyze(task.instantiate(config)))
 
 
-def loop_tree(task: Any, config: Config) -> LoopTree:
+def loop_tree(task: Task, config: Config) -> LoopTree:
     """The :class:`LoopTree` of one candidate (instantiate + :func:`extract_loop_tree`)."""
     return extract_loop_tree(analyze_config(task, config))
 
@@ -714,7 +717,7 @@ class ItervarFeatures(FeatureExtractor):
         super().__init__(**kwargs)
         self.max_loops = max_loops
 
-    def extract_one(self, task: Any, config: Config) -> np.ndarray:
+    def extract_one(self, task: Task, config: Config) -> np.ndarray:
         return itervar_features(extract_loop_tree(analyze_config(task, config)), self.max_loops)
 
 
@@ -723,7 +726,7 @@ class CurveFeatures(FeatureExtractor):
 
     name = "curve"
 
-    def extract_one(self, task: Any, config: Config) -> np.ndarray:
+    def extract_one(self, task: Task, config: Config) -> np.ndarray:
         return curve_features(analyze_config(task, config))
 
 
@@ -738,7 +741,7 @@ class PerStoreFeatures(FeatureExtractor):
         self._extractor: Any = None
         self._contexts: dict[str, Any] = {}
 
-    def _context(self, task: Any) -> Any:
+    def _context(self, task: Task) -> Any:
         import json
 
         key = json.dumps(task.target_json, sort_keys=True)
@@ -747,7 +750,7 @@ class PerStoreFeatures(FeatureExtractor):
             ctx = self._contexts[key] = _tune_context(task.target_json)
         return ctx
 
-    def extract_one(self, task: Any, config: Config) -> np.ndarray:
+    def extract_one(self, task: Task, config: Config) -> np.ndarray:
         from tvm.s_tir import Schedule
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
         from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature

@@ -13,12 +13,15 @@ import atexit
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from ..space import Config
 from .base import DEFAULT_CACHE_SIZE, CandidateCache, pad_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Seconds a worker may take for its share of one call.
 CALL_TIMEOUT = 900.0
@@ -79,7 +82,7 @@ class ParallelExtractor:
         self.cache = CandidateCache(cache_size)
         self.fallbacks = 0  # worker shares extracted here after a worker failed
 
-    def extract(self, task: Any, configs: Sequence[Config]) -> np.ndarray:
+    def extract(self, task: Task, configs: Sequence[Config]) -> np.ndarray:
         """Rows for ``configs`` (zero-padded to the longest), each extracted once."""
         rows: dict[int, np.ndarray] = {}
         missing = []
@@ -94,7 +97,7 @@ class ParallelExtractor:
             rows[c.index] = self.cache.get(task, c, lambda r=r: r)
         return pad_rows([rows[c.index] for c in configs])
 
-    def _extract(self, task: Any, configs: list[Config]) -> list[np.ndarray]:
+    def _extract(self, task: Task, configs: list[Config]) -> list[np.ndarray]:
         if len(configs) < MIN_PARALLEL or self.workers == 1:
             return [self.local.row(task, c) for c in configs]
         pool = _workers(self.workers)

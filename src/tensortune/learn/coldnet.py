@@ -20,9 +20,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: §IV-B's settings.
 EMBED, HIDDEN, LR, BATCH, EPOCHS, SPLIT = 10, 32, 1e-3, 1024, 10, (0.7, 0.1, 0.2)
@@ -48,14 +51,14 @@ def _value_key(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
 
-def sample_of(task: Any, config: Any, cost: float = math.nan) -> Sample:
+def sample_of(task: Task, config: Any, cost: float = math.nan) -> Sample:
     """A :class:`Sample` of a tensortune task and config."""
     target = task.target_json
     return Sample(task.op, dict(task.args), float(task.flops), str(target.get("mcpu", "")),
                   int(target.get("num-cores", 0) or 0), dict(config.to_json()["knobs"]), cost)
 
 
-def _task_samples(task: Any, trials: Iterable[Any], out: list[Sample], limit: int | None) -> bool:
+def _task_samples(task: Task, trials: Iterable[Any], out: list[Sample], limit: int | None) -> bool:
     """Append the samples of one task's successful, checked, non-confirmation trials to ``out``;
     True once ``out`` holds ``limit``."""
     try:

@@ -18,12 +18,15 @@ import json
 import pickle  # only for its error type: weights are read with torch.load(weights_only=True)
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from ..errors import TensortuneError
 from .data import Standardizer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Schema format written by :meth:`Predictor.save` (read back only when equal).
 FORMAT = "tensortune-predictor/1"
@@ -82,7 +85,7 @@ class Predictor(ABC):
         """What the outputs are, in order (the first is the ranking score: higher is faster)."""
         return list(self.schema.get("targets", ["normalised_throughput"]))
 
-    def rows(self, task: Any, configs: Sequence[Any], curve: np.ndarray | None = None,
+    def rows(self, task: Task, configs: Sequence[Any], curve: np.ndarray | None = None,
              hw: np.ndarray | None = None) -> np.ndarray:
         """Input rows of ``task``'s ``configs``; ``curve`` (their curve features) when already
         extracted, else extracted here; ``hw``, the machine's hardware features, for a
@@ -107,7 +110,7 @@ class Predictor(ABC):
         return np.concatenate([np.asarray(curve, dtype=np.float32).reshape(len(configs), -1), knob,
                                np.tile(trow, (len(configs), 1)), np.tile(hw_row, (len(configs), 1))], axis=1)
 
-    def predict(self, task: Any, configs: Sequence[Any], curve: np.ndarray | None = None,
+    def predict(self, task: Task, configs: Sequence[Any], curve: np.ndarray | None = None,
                 hw: np.ndarray | None = None) -> np.ndarray:
         """Predicted ranking score (first output) of ``task``'s ``configs``: higher is faster."""
         if not configs:

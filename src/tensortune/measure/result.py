@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TensortuneError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 class ErrorKind(str, enum.Enum):
@@ -101,5 +104,5 @@ class WorkerStartError(TensortuneError, RuntimeError):
 class MeasureInput:
     """A candidate: a task and one config of its space."""
 
-    task: Any
+    task: Task
     config: Any

@@ -11,9 +11,12 @@ import os
 import time
 import traceback
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..utils.warmup import warm_up
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Tasks a worker keeps built (it serves task after task when reused).
 MAX_TASKS = 64
@@ -76,7 +79,7 @@ def build_candidate(task_json: str, knobs: dict[str, Any], out_dir: str) -> tupl
     return "none", path, "", time.perf_counter() - t0
 
 
-def _data(task: Any, seed: int) -> tuple[list[Any], Any, list[Any], Any]:
+def _data(task: Task, seed: int) -> tuple[list[Any], Any, list[Any], Any]:
     """``(inputs, expected, args, out)`` of the task: numpy inputs and reference, and the
     TVM tensors every candidate of the task runs on.
 
@@ -181,7 +184,7 @@ def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]
 _NUMPY: dict[str, tuple[list[Any], Any, Any]] = {}
 
 
-def _numpy_data(task: Any, seed: int) -> tuple[list[Any], Any, Any]:
+def _numpy_data(task: Task, seed: int) -> tuple[list[Any], Any, Any]:
     """``(inputs, expected, sentinel output)`` of the task as numpy arrays (for a remote device)."""
     import numpy as np
 

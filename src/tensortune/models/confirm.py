@@ -43,7 +43,10 @@ import statistics
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Interleaved rounds, and inferences of each variant per round.
 DEFAULT_ROUNDS = 5
@@ -149,7 +152,7 @@ class ConfirmReport:
         return "\n".join(lines)
 
 
-def _candidates(task: Any, db: Any, alternatives: int) -> list[Candidate]:
+def _candidates(task: Task, db: Any, alternatives: int) -> list[Candidate]:
     """The task's best config (as compiling picks it), default and runners-up; [] when not tuned."""
     from ..database import top_configs
     from ..measure import MeasureOptions
@@ -280,7 +283,7 @@ def confirm_in_model(model: Any, db: Any, threads: int | None = None, rounds: in
     timing = MeasureOptions.in_model_timing_key(model.name)
     now = time.time()
 
-    def context(task: Any) -> Any:
+    def context(task: Task) -> Any:
         return measure_context(task, MeasureOptions.cold(threads=threads))._replace(timing=timing)
 
     def chosen(t: TaskCheck) -> str:

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from ..space import Config, ConfigSpace
 from ..utils.options import make_options
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Defaults: lambda (pool size as a multiple of the batch) and alpha (weight of a new knob value).
 DIVERSITY_LAMBDA = 2.0
@@ -95,7 +98,7 @@ class SelectContext:
     space: ConfigSpace
     rng: random.Random
     exclude: set[int] = field(default_factory=set)
-    task: Any = None
+    task: Task = None
     history: Any = None
 
 

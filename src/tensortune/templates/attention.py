@@ -21,6 +21,7 @@ from .generic import (_below, _expensive_shared, _fresh_vars, _is_reduction, _pe
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task.pattern import AttentionPattern
+    from ..task import Task
 
 #: Bytes of scores, exponentials and probabilities a row block may hold (a share of a core's L2).
 BLOCK_BYTES = 384 * 1024
@@ -47,13 +48,13 @@ class AttentionTemplate(Template):
     name = "attention"
     version = 2
 
-    def _pattern(self, task: Any) -> "AttentionPattern":
+    def _pattern(self, task: Task) -> "AttentionPattern":
         pat = task.attention
         if pat is None:
             raise TemplateError("not a fused attention")
         return pat
 
-    def space(self, task: Any) -> ConfigSpace:
+    def space(self, task: Task) -> ConfigSpace:
         pat = self._pattern(task)
         s = ConfigSpace()
         s.define_choice("tile_rows", _row_blocks(pat.args["M"]))
@@ -64,7 +65,7 @@ class AttentionTemplate(Template):
         s.define_unroll()
         return s
 
-    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         pat = self._pattern(task)
         lanes = vector_lanes(task)
         regs = vector_registers(task.target_json)
@@ -89,7 +90,7 @@ class AttentionTemplate(Template):
         return {"tile_rows": rows, "rows_s": rows_s, "rows_o": rows_o,
                 "auto_unroll_max_step": 16, "unroll_explicit": 1}
 
-    def apply(self, task: Any, config: Config) -> Any:
+    def apply(self, task: Task, config: Config) -> Any:
         pat = self._pattern(task)
         lanes = vector_lanes(task)
         rows, rows_o = config["tile_rows"], config["rows_o"]

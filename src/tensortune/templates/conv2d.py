@@ -11,11 +11,14 @@ cache-write stage.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, output_stage, pick_entity,
                    unroll_knobs, vector_lanes, vectorize_own_loop)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 MAX_ACCUMULATORS = 28
 #: auto_unroll_max_step choices: 512 unrolls whole reduction nests of big register tiles
@@ -40,7 +43,7 @@ class Conv2dTemplate(Template):
     parallel_splits = ("tile_f",)
     version = 2
 
-    def space(self, task: Any) -> ConfigSpace:
+    def space(self, task: Task) -> ConfigSpace:
         a = task.args
         OC, OH, OW, IC = a["OC"], task.out_shape[2], task.out_shape[3], a["IC"]
         lanes = vector_lanes(task)
@@ -56,7 +59,7 @@ class Conv2dTemplate(Template):
             s.add_constraint("vector_lanes", lambda c: c["tile_f"][2] % lanes == 0)
         return s
 
-    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         lanes = vector_lanes(task)
         OW, IC, OC = task.out_shape[3], task.args["IC"], task.args["OC"]
         rci = largest_divisor_le(IC, 16)
@@ -74,7 +77,7 @@ class Conv2dTemplate(Template):
             **unroll_knobs(16),
         }
 
-    def apply(self, task: Any, config: Config) -> Any:
+    def apply(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         n, f, y, x, rc, ry, rx = sch.get_loops(block)

@@ -10,12 +10,15 @@ fused epilogue (bias, residual add, relu, clip) is written out per register tile
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import (Template, anchored_schedule, annotate_unroll, output_stage, pick_entity, target_lanes,
                    unroll_knobs, vectorize_own_loop)
 from .conv2d import UNROLL_STEPS, schedule_padding
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 def vector_registers(target_json: dict[str, Any]) -> int:
@@ -29,7 +32,7 @@ def max_accumulators(target_json: dict[str, Any]) -> int:
     return vector_registers(target_json) - 4
 
 
-def block_vectors(task: Any, block: int) -> int:
+def block_vectors(task: Task, block: int) -> int:
     """Vector registers one channel block of ``block`` floats takes on the task's target."""
     return -(-block // target_lanes(task.target_json))
 
@@ -71,11 +74,11 @@ class Conv2dNCHWcTemplate(Template):
     parallel_splits = ("tile_f", "tile_y")
 
     @staticmethod
-    def in_blocks(task: Any) -> int:
+    def in_blocks(task: Task) -> int:
         """Input channel blocks each output block reads (the reduction's outer channel loop)."""
         return task.args["IC"] // task.args["IB"]
 
-    def space(self, task: Any) -> ConfigSpace:
+    def space(self, task: Task) -> ConfigSpace:
         a = task.args
         OCo, ICo, OH, OW = a["OC"] // a["OB"], self.in_blocks(task), task.out_shape[2], task.out_shape[3]
         vec = block_vectors(task, a["OB"])
@@ -90,7 +93,7 @@ class Conv2dNCHWcTemplate(Template):
         s.add_constraint("registers", lambda c: c["tile_x"][1] * c["tile_f"][1] * vec <= acc)
         return s
 
-    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         a = task.args
         OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], self.in_blocks(task)
         xi, fm = default_register_tile(OW, OCo, block_vectors(task, a["OB"]), max_accumulators(task.target_json))
@@ -103,7 +106,7 @@ class Conv2dNCHWcTemplate(Template):
             **unroll_knobs(16),
         }
 
-    def apply(self, task: Any, config: Config) -> Any:
+    def apply(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         n, f, y, x, fi, rc, ry, rx, rci = sch.get_loops(block)
@@ -135,6 +138,6 @@ class Conv2dNCHWcGeneralTemplate(Conv2dNCHWcTemplate):
     name = "conv2d_nchwc_general"
 
     @staticmethod
-    def in_blocks(task: Any) -> int:
+    def in_blocks(task: Task) -> int:
         """Input channel blocks of one group."""
         return task.args["IC"] // task.args["G"] // task.args["IB"]

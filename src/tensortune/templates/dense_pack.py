@@ -12,13 +12,16 @@ The row and column tiles run in parallel.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
 from .base import (Template, anchored_schedule, annotate_unroll, largest_divisor_le, output_stage, row_split_policy,
                    tail_row_tiles, unroll_knobs, vector_lanes, vectorize_own_loop)
 from .conv2d_nchwc import max_accumulators, vector_registers
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 #: Bytes between two addresses of one L1 set (32 KiB / 8 ways on Zen, 48 KiB / 12 ways on Intel: 4 KiB).
@@ -61,7 +64,7 @@ class DensePackTemplate(Template):
     name = "dense_pack"
     parallel_splits = ("tile_x", "tile_y")
 
-    def space(self, task: Any) -> ConfigSpace:
+    def space(self, task: Task) -> ConfigSpace:
         a = task.args
         M, K, blocks = a["M"], a["K"], a["N"] // a["NB"]
         vec = -(-a["NB"] // vector_lanes(task))
@@ -74,7 +77,7 @@ class DensePackTemplate(Template):
         s.add_constraint("registers", lambda c: c["tile_y"][2] * c["tile_x"][2] * vec <= acc)
         return s
 
-    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         a = task.args
         M, K, blocks = a["M"], a["K"], a["N"] // a["NB"]
         vec = -(-a["NB"] // vector_lanes(task))
@@ -84,7 +87,7 @@ class DensePackTemplate(Template):
         return {"tile_y": (-(-M // yi), 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K // ki, ki),
                 **unroll_knobs(64)}
 
-    def apply(self, task: Any, config: Config) -> Any:
+    def apply(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         NB = task.args["NB"]
         sch, block = anchored_schedule(task)

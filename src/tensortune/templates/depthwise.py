@@ -1,12 +1,15 @@
 """Depthwise conv2d NCHW template for CPU: channels tiled, output rows vectorised."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import (Template, anchored_schedule, annotate_unroll, output_stage, pick_entity, unroll_knobs,
                    vectorize_own_loop)
 from .conv2d import schedule_padding
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 class DepthwiseTemplate(Template):
@@ -15,7 +18,7 @@ class DepthwiseTemplate(Template):
     name = "depthwise_conv2d"
     parallel_splits = ("tile_c", "tile_y")
 
-    def space(self, task: Any) -> ConfigSpace:
+    def space(self, task: Task) -> ConfigSpace:
         C, OH, OW = task.args["C"], task.out_shape[2], task.out_shape[3]
         s = ConfigSpace()
         s.define_split("tile_c", C, 2, max_innermost=16)
@@ -25,7 +28,7 @@ class DepthwiseTemplate(Template):
         s.define_unroll()
         return s
 
-    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         return {
             "tile_c": pick_entity(space, "tile_c", lambda e: (e[1] == 1,)),
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
@@ -34,7 +37,7 @@ class DepthwiseTemplate(Template):
             **unroll_knobs(16),
         }
 
-    def apply(self, task: Any, config: Config) -> Any:
+    def apply(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         n, c, y, x, *red = sch.get_loops(block)  # a model's group conv has a unit rc loop too

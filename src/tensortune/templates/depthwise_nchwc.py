@@ -6,12 +6,15 @@ Parallel over channel blocks and row tiles; the fused epilogue (bias, clip) is w
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import Template, anchored_schedule, annotate_unroll, pick_entity, unroll_knobs
 from .conv2d import UNROLL_STEPS, schedule_padding
 from .conv2d_nchwc import block_vectors, max_accumulators, write_tile_and_parallelise
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 #: Where the zero-padded input is written: ``stage``, once for the whole input before the
@@ -35,11 +38,11 @@ class DepthwiseNCHWcTemplate(Template):
     version = 2  # knob pad_at
 
     @staticmethod
-    def padded(task: Any) -> bool:
+    def padded(task: Task) -> bool:
         """Whether the task has a padding stage."""
         return task.args["P"] > 0
 
-    def space(self, task: Any) -> ConfigSpace:
+    def space(self, task: Task) -> ConfigSpace:
         a = task.args
         Co, OH, OW = a["C"] // a["B"], task.out_shape[2], task.out_shape[3]
         vec = block_vectors(task, a["B"])
@@ -55,7 +58,7 @@ class DepthwiseNCHWcTemplate(Template):
         s.add_constraint("registers", lambda c: c["tile_x"][1] * vec <= acc)
         return s
 
-    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         OW = task.out_shape[3]
         vec = block_vectors(task, task.args["B"])
         xi = min(OW, max_accumulators(task.target_json) // vec, 8)
@@ -72,7 +75,7 @@ class DepthwiseNCHWcTemplate(Template):
             **unroll_knobs(16),
         }
 
-    def apply(self, task: Any, config: Config) -> Any:
+    def apply(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         n, c, y, x, ci, ry, rx = sch.get_loops(block)
@@ -103,7 +106,7 @@ class DepthwiseNCHWcGeneralTemplate(DepthwiseNCHWcTemplate):
     version = 1
 
     @staticmethod
-    def padded(task: Any) -> bool:
+    def padded(task: Task) -> bool:
         """Whether the task has a padding stage (any side)."""
         a = task.args
         return max(a["PT"], a["PL"], a["PB"], a["PR"]) > 0

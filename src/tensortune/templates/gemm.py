@@ -9,12 +9,15 @@ the register tile (rows unrolled, columns vectorised), accumulated over the whol
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import (Template, anchored_schedule, annotate_unroll, fuse_epilogue, largest_divisor_le,
                    largest_multiple_divisor, output_stage, pick_entity, row_split_policy, tail_row_tiles, unroll_knobs,
                    vector_lanes, vectorize_own_loop)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Register budget: yi * ceil(xi / lanes) accumulators at most.
 MAX_ACCUMULATORS = 28
@@ -52,7 +55,7 @@ class GemmTemplate(Template):
         1500 x 1500 ones 60-column tiles of 3.75 vectors)."""
         return "factors" if N % lanes == 0 else "any"
 
-    def space(self, task: Any) -> ConfigSpace:
+    def space(self, task: Task) -> ConfigSpace:
         M, N, K = task.args["M"], task.args["N"], task.args["K"]
         lanes = vector_lanes(task)
         s = ConfigSpace()
@@ -71,7 +74,7 @@ class GemmTemplate(Template):
             s.add_constraint("vector_lanes", lambda c: c["tile_x"][2] % lanes == 0)
         return s
 
-    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         M, N, K = task.args["M"], task.args["N"], task.args["K"]
         lanes = vector_lanes(task)
         if self.column_policy(N, lanes) == "factors":
@@ -91,7 +94,7 @@ class GemmTemplate(Template):
             **unroll_knobs(64),
         }
 
-    def apply(self, task: Any, config: Config) -> Any:
+    def apply(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         col_tile = config["tile_x"][1] * config["tile_x"][2]

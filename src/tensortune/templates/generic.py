@@ -14,10 +14,13 @@ off (a guarded vector loop is scalarised into gathers and scatters).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import Template, TemplateError, annotate_unroll, schedule_of, vector_lanes, vectorize_own_loop
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 def _main_block(sch: Any) -> Any:
@@ -299,7 +302,7 @@ class GenericTemplate(Template):
     name = "generic"
     version = 4
 
-    def _shape(self, task: Any) -> list[tuple[int, bool]]:
+    def _shape(self, task: Task) -> list[tuple[int, bool]]:
         sch = schedule_of(task)
         _inline_all(sch)
         block = _main_block(sch)
@@ -307,7 +310,7 @@ class GenericTemplate(Template):
             raise TemplateError("the output block's loops do not match its iteration variables")
         return [(e, r) for _, e, r in _loop_kinds(sch, block)]
 
-    def space(self, task: Any) -> ConfigSpace:
+    def space(self, task: Task) -> ConfigSpace:
         shape = self._shape(task)
         spatial = [e for e, r in shape if not r]
         s = ConfigSpace()
@@ -318,7 +321,7 @@ class GenericTemplate(Template):
         s.define_unroll()
         return s
 
-    def default_knobs(self, task: Any, space: ConfigSpace) -> dict[str, Any]:
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         knob = space.knob("tile_inner")
         depths = space.knob("parallel_depth").entities
         inner = max(knob.entities, key=lambda e: (e[1] <= 16, e[1]))
@@ -329,7 +332,7 @@ class GenericTemplate(Template):
             "unroll_explicit": 1,
         }
 
-    def apply(self, task: Any, config: Config) -> Any:
+    def apply(self, task: Task, config: Config) -> Any:
         sch = schedule_of(task)
         _inline_all(sch)
         block = _main_block(sch)

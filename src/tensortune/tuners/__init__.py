@@ -8,11 +8,14 @@ own ``Options`` defaults) added to :data:`TUNERS`; the contract test
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..registry import Registry
 from .base import DEFAULT_BATCH_SIZE, Tuner, TuneResult
 from .session import TuningSession
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: Tuners by name (``"module:Class"``, imported on first use).
 TUNERS: Registry = Registry("tuner", {
@@ -28,7 +31,7 @@ TUNERS: Registry = Registry("tuner", {
 })
 
 
-def get_tuner(name: str | type[Tuner], task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+def get_tuner(name: str | type[Tuner], task: Task, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
               start_from_default: bool = True, options: Mapping[str, Any] | Any = None, **overrides: Any) -> Tuner:
     """A tuner for ``task`` by short name (or class), with its options (a mapping, ``key=value``
     text allowed, or an instance of its ``Options``) and keyword overrides of them."""

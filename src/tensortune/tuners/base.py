@@ -23,6 +23,7 @@ from .session import CONFIRM_ROUNDS, CONFIRM_TOP, Callback
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure import Measurer
+    from ..task import Task
 
 #: Default batch size: candidates proposed, built and run per round.
 DEFAULT_BATCH_SIZE = 16
@@ -51,7 +52,7 @@ class Tuner(ABC):
     #: The tuner's settings: a frozen dataclass whose fields and defaults are declared once there.
     Options: type = NoOptions
 
-    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+    def __init__(self, task: Task, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
                  start_from_default: bool = True, options: Any = None, **overrides: Any) -> None:
         """``options``: an instance of :attr:`Options` or a mapping of its fields (``key=value``
         text allowed); keyword ``overrides`` of its fields go on top. Unknown keys raise

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..measure import MeasureResult
 from ..space import Config
 from .base import DEFAULT_BATCH_SIZE, Tuner
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 class RandomTuner(Tuner):
@@ -23,7 +26,7 @@ class GridTuner(Tuner):
 
     name = "grid"
 
-    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+    def __init__(self, task: Task, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
                  start_from_default: bool = True, options: Any = None, **overrides: Any) -> None:
         super().__init__(task, seed, batch_size, start_from_default, options, **overrides)
         self._cursor = 0
@@ -68,7 +71,7 @@ class GeneticTuner(Tuner):
     name = "genetic"
     Options = GeneticOptions
 
-    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+    def __init__(self, task: Task, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
                  start_from_default: bool = True, options: Any = None, **overrides: Any) -> None:
         super().__init__(task, seed, batch_size, start_from_default, options, **overrides)
         self.pop_size = min(self.options.pop_size, len(self.space))

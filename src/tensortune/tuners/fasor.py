@@ -38,7 +38,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -49,6 +49,9 @@ from ..utils.logs import warn_once
 from ..measure import MeasureResult
 from ..space import Config
 from .base import DEFAULT_BATCH_SIZE, Tuner
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +114,7 @@ class FasorTuner(Tuner):
     name = "fasor"
     Options = FasorOptions
 
-    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+    def __init__(self, task: Task, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
                  start_from_default: bool = True, options: Any = None, **overrides: Any) -> None:
         from ..costmodel.fasor import FasorCostModel
 

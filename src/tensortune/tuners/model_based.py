@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from ..measure import MeasureResult
 from ..select import EPSILON, SELECTOR_WRAPPERS, SELECTORS, SelectContext, Selector, make_selector, wrap_selector
 from ..space import Config
 from .base import DEFAULT_BATCH_SIZE, Tuner
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 #: AutoTVM's plan size (measurements between model refits).
 PLAN_SIZE = 64
@@ -106,7 +109,7 @@ class ModelBasedTuner(Tuner):
     name = "model-based"
     Options = ModelBasedOptions
 
-    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+    def __init__(self, task: Task, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
                  start_from_default: bool = True, options: Any = None, *,
                  cost_model: str | CostModel | None = None, explorer: str | Explorer | None = None,
                  selector: str | Selector | None = None, **overrides: Any) -> None:

@@ -29,13 +29,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..explore import EXPLORERS, make_explorer
 from ..measure import MeasureResult
 from ..space import Config
 from ..utils.logs import warn_once
 from .base import DEFAULT_BATCH_SIZE, Tuner
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,7 @@ class OneShotTuner(Tuner):
     name = "oneshot"
     Options = OneShotOptions
 
-    def __init__(self, task: Any, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
+    def __init__(self, task: Task, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE,
                  start_from_default: bool = True, options: Any = None, **overrides: Any) -> None:
         from ..costmodel.pretrained import PretrainedCostModel
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..space import Config
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
 
 
 @dataclass
 class TuneResult:
     """What one ``tune`` call produced."""
 
-    task: Any
+    task: Task
     best_config: Config | None
     best_cost: float
     trials_measured: int
