@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.suite import faults, soak  # noqa: E402
-from tensortune.measure import ErrorKind, MeasureOptions, MeasureResult  # noqa: E402
+from tensortune.measure import ErrorKind, MeasureOptions, MeasureResult, MeasurerBase  # noqa: E402
 from tensortune.task import Task  # noqa: E402
 from tensortune.tuners import get_tuner  # noqa: E402
 
@@ -44,7 +44,7 @@ def test_space_keeps_one_inject_value_per_gemm_config() -> None:
     assert task.space.is_valid(task.default_config())
 
 
-class _Replay:
+class _Replay(MeasurerBase):
     """A measurer that measures nothing: every candidate ok at once (to replay the tuner's choices)."""
 
     options = MeasureOptions()

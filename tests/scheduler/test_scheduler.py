@@ -7,7 +7,7 @@ import pytest
 
 import tensortune.scheduler as sched
 from tensortune.budget import Budget
-from tensortune.measure import MeasureOptions
+from tensortune.measure import MeasureOptions, MeasurerBase
 from tensortune.task import ModelTask
 from tensortune.scheduler import MIN_TASK_BUDGET_S, SequentialScheduler
 
@@ -116,7 +116,7 @@ def small_task(k: int) -> SimpleNamespace:
                            kernel_class="fake", target_json={"kind": "llvm"}, json_text='{"op": "fake"}')
 
 
-class StubMeasurer:
+class StubMeasurer(MeasurerBase):
     """Measures without building: a verified cost per config index (or a runtime error where
     ``fail`` says so); logs every measured (config index, round of the call) pair."""
 

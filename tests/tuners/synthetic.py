@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult
+from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult, MeasurerBase
 
 
 def conv_landscape(config: Any) -> float:
@@ -22,7 +22,7 @@ def conv_landscape(config: Any) -> float:
     return cost * 1e-3
 
 
-class FakeMeasurer:
+class FakeMeasurer(MeasurerBase):
     """Measures by evaluating ``landscape``; configs for which ``fails`` is true are compile errors."""
 
     def __init__(self, landscape: Callable[[Any], float], fails: Callable[[Any], bool] = lambda c: False) -> None:

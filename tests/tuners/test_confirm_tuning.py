@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from tensortune.database import Database
-from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult, Measurer
+from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult, Measurer, MeasurerBase
 from tensortune.space import ConfigSpace
 from tensortune.task import Task
 from tensortune.tuners import GridTuner, RandomTuner
@@ -30,7 +30,7 @@ def stub_task(n: int = 10) -> SimpleNamespace:
                            kernel_class="fake", target_json={"kind": "llvm"}, json_text='{"op": "fake"}')
 
 
-class StubMeasurer:
+class StubMeasurer(MeasurerBase):
     """Costs from ``cost`` (verified unless told otherwise) without building anything;
     ``fail(index, call)`` makes a runtime error (``call`` counts ``measure`` calls from 1).
     ``calls`` logs the config indices of every call."""

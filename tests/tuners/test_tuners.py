@@ -15,7 +15,7 @@ from tvm import te
 
 from tensortune.budget import Budget
 from tensortune.database import Database
-from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult, Measurer
+from tensortune.measure import ErrorKind, MeasureInput, MeasureOptions, MeasureResult, Measurer, MeasurerBase
 from tensortune.space import ConfigSpace
 from tensortune.task import Task
 from tensortune.tuners import TUNERS, GeneticTuner, GridTuner, RandomTuner, get_tuner
@@ -94,7 +94,7 @@ def make_tuner(name: str, task, seed: int = 0, **kw):
     return get_tuner(name, task, seed=seed, **kw)
 
 
-class FakeMeasurer:
+class FakeMeasurer(MeasurerBase):
     """Stands in for Measurer: costs come from ``cost_of(call_number, config)``; a fake clock
     advances by ``tick`` seconds per measured candidate."""
 

@@ -6,6 +6,7 @@ need TVM, and with it PyTorch) load on first use, so code that only handles resu
 """
 from typing import Any
 
+from .base import MeasurerBase
 from .options import MeasureOptions
 from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult, WorkerStartError
 
@@ -22,4 +23,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["BuildResult", "DeviceUnavailable", "ErrorKind", "LocalBuilder", "LocalRunner", "MeasureInput",
-           "MeasureOptions", "MeasureResult", "Measurer", "RPCRunner", "WorkerStartError"]
+           "MeasureOptions", "MeasureResult", "Measurer", "MeasurerBase", "RPCRunner", "WorkerStartError"]

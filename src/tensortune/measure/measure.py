@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from ..target import cpu_count
+from .base import MeasurerBase
 from .energy import EnergyMeter
 from .noise import QUIET_LOOK_S, QUIET_LOOKS, RECENT_S, NoiseLog, Sample
 from .options import MeasureOptions
@@ -286,7 +287,7 @@ def parse_rpc(text: str) -> tuple[str, int, str]:
     return parts[0], int(parts[1]), parts[2]
 
 
-class Measurer:
+class Measurer(MeasurerBase):
     """Builder + runner pair: ``measure(batch)`` builds all in parallel, then runs one by one.
 
     ``build_s`` and ``run_s`` add up the wall time it has spent building and running (every

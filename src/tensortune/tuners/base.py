@@ -22,7 +22,7 @@ from .result import TuneResult  # noqa: F401 - re-exported: tuners.base.TuneResu
 from .session import CONFIRM_ROUNDS, CONFIRM_TOP, Callback
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..measure import Measurer
+    from ..measure import MeasurerBase
     from ..task import Task
 
 #: Default batch size: candidates proposed, built and run per round.
@@ -136,7 +136,7 @@ class Tuner(ABC):
         return {}
 
     # ------------------------------------------------------------ the loop
-    def tune(self, budget: Budget | int, measurer: Measurer, callbacks: Sequence[Callback] = (),
+    def tune(self, budget: Budget | int, measurer: MeasurerBase, callbacks: Sequence[Callback] = (),
              database: Any = None) -> TuneResult:
         """Ask, measure and tell until ``budget`` (a :class:`~tensortune.budget.Budget`, or a number
         of trials) is spent: one :class:`~.session.TuningSession` (its ``run`` says what the budget,

@@ -34,7 +34,7 @@ from ..measure.noise import is_noisy
 from .result import TuneResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..measure import Measurer
+    from ..measure import MeasurerBase
     from .base import Tuner
 
 #: Configs confirmed at the end of a session that measured anything (0: no confirmation).
@@ -55,7 +55,7 @@ Callback = Callable[["Tuner", Sequence[MeasureInput], Sequence[MeasureResult]], 
 class TuningSession:
     """Runs ``tuner`` against ``measurer`` (and ``database``, when given) for one budget."""
 
-    def __init__(self, tuner: "Tuner", measurer: Measurer, database: Any = None,
+    def __init__(self, tuner: "Tuner", measurer: MeasurerBase, database: Any = None,
                  callbacks: Sequence[Callback] = ()) -> None:
         self.tuner = tuner
         self.measurer = measurer
@@ -217,11 +217,9 @@ class TuningSession:
             have.add(record_trial(database, tuner, inp, res, context, extra=mark))
 
         inputs = [MeasureInput(tuner.task, c) for c in configs]
-        wait_quiet = getattr(self.measurer, "wait_quiet", None)  # a measurer that probes contention
         measured = 0
         for attempt in range(1 + CONFIRM_RETRIES):
-            if wait_quiet is not None:
-                self.quiet = wait_quiet()
+            self.quiet = self.measurer.wait_quiet()  # None: a measurer that does not watch contention
             if attempt and not self.quiet:  # still busy: a new group would be as noisy
                 break
             if attempt:  # the previous group was timed while the machine was busy: a new group
@@ -234,11 +232,7 @@ class TuningSession:
                 quiet[index] = quiet.get(index, False) or not is_noisy(res.extra)
                 commit(r, inp, res)
 
-            if hasattr(self.measurer, "measure_rounds"):  # built once, run every round
-                self.measurer.measure_rounds(inputs, rounds, keep)
-            else:  # a measurer without it: build and run each round
-                for r in range(1, rounds + 1):
-                    self.measurer.measure(inputs, lambda inp, res, r=r: keep(r, inp, res))
+            self.measurer.measure_rounds(inputs, rounds, keep)  # the real one builds once, runs every round
             measured += rounds * len(configs)
             # a noisy round is set aside where its config has a quiet one (database.confirmed_best):
             # only a config timed busy in every round leaves the group without a verdict
