@@ -23,7 +23,8 @@ def run(tmp_path: Path, name: str, *args: str) -> str:
 
 
 def test_every_example_is_tested() -> None:
-    tested = {"tune_pytorch.py", "tune_onnx.py", "tune_huggingface.py", "tune_operator.py", "read_database.py"}
+    tested = {"tune_pytorch.py", "tune_onnx.py", "tune_huggingface.py", "tune_operator.py", "read_database.py",
+              "deploy_cpp.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -33,6 +34,9 @@ def test_tune_a_pytorch_module_export_and_deploy(tmp_path: Path) -> None:
     assert (tmp_path / "smallnet.so").is_file() and (tmp_path / "smallnet.so.json").is_file()
     rows = run(tmp_path, "read_database.py", "smallnet.db").splitlines()
     assert len(rows) >= 3 and all("best" in r and "ms of" in r for r in rows)
+    # the exported library run from C++ with TVM's runtime alone, its output that of Python's
+    out = run(tmp_path, "deploy_cpp.py", "smallnet.so", "1,3,32,32")
+    assert "output shape 1x10" in out and "C++ and Python outputs match" in out
 
 
 @pytest.mark.slow  # an ONNX file tuned, then benched beside ONNX Runtime and OpenVINO
