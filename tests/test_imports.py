@@ -27,31 +27,33 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def _targets(node: ast.AST, package: str) -> set[str]:
+    """Modules of tensortune that one import statement names (each imported name included)."""
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if target.startswith("tensortune"):
+            return {target} | {f"{target}.{a.name}" for a in node.names}
+    elif isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name.startswith("tensortune")}
+    return set()
+
+
+def _package(path: Path) -> str:
+    me = module_name(path)
+    return me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+
+
 def load_time_imports(path: Path) -> set[str]:
     """Modules of tensortune that ``path`` imports at module level."""
     tree = ast.parse(path.read_text())
-    me = module_name(path)
-    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
-    out: set[str] = set()
-    body = []
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        body.append(node)
-    for node in body:
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.startswith("tensortune"):
-                out.add(target)
-                out.update(f"{target}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("tensortune"))
-    return out
+    body = [node for node in tree.body
+            if not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))]
+    return {t for node in body for t in _targets(node, _package(path))}
 
 
 def layer_graph() -> dict[str, set[str]]:
@@ -112,20 +114,7 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 def every_import(path: Path) -> set[str]:
     """Modules of tensortune that ``path`` imports anywhere (deferred imports included)."""
-    tree = ast.parse(path.read_text())
-    me = module_name(path)
-    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
-            if target.startswith("tensortune"):
-                out.add(target)
-                out.update(f"{target}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("tensortune"))
-    return out
+    return {t for node in ast.walk(ast.parse(path.read_text())) for t in _targets(node, _package(path))}
 
 
 def importers(layer: str) -> set[str]:
