@@ -4,7 +4,8 @@ A :class:`Budget` is one frozen value: trials, wall time, CPU-seconds, energy an
 each optional, whichever is met first ending the run. A run makes one :class:`BudgetMeter` from it
 and asks :meth:`BudgetMeter.stop` before each batch; the answer is the stop reason ("" to go on),
 as Kernel Tuner's cost function raises its stop criterion. The reasons are the strings results and
-``--json`` output carry: :data:`STOP_REASONS`.
+``--json`` output carry: ``trials``, ``time_budget``, ``cpu_budget``, ``energy_budget``,
+``early_stopping`` (a tuner may also stop with ``space_exhausted`` or its own reason).
 """
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from .errors import TensortuneError
 if TYPE_CHECKING:  # pragma: no cover
     from .measure.cost import CostMeter
 
-#: Why a run stopped on its budget (a tuner may also stop with ``space_exhausted`` or its own reason).
-STOP_REASONS = ("trials", "time_budget", "cpu_budget", "energy_budget", "early_stopping")
 #: The trial count standing for "no trial limit" where a number is needed (a task's claims in a
 #: shared database, a scheduler's per-task target).
 UNBOUNDED_TRIALS = 2**40
@@ -73,11 +72,6 @@ class Budget:
     def replace(self, **changes: Any) -> Budget:
         """A copy with ``changes`` (checked again)."""
         return dataclasses.replace(self, **changes)
-
-    @property
-    def bounded(self) -> bool:
-        """Whether some limit ends the run before the search space does."""
-        return any(v is not None for v in (self.trials, self.wall_s, self.cpu_s, self.energy_j, self.early_stopping))
 
     def to_json(self) -> dict[str, Any]:
         """The limits that are set."""

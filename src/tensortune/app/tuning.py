@@ -134,25 +134,24 @@ class TunedModel:
     #: the survey scheduler's rounds and stop (None for the others)
     survey: dict[str, Any] | None = None
 
+    def estimate(self) -> tuple[float, int]:
+        """(milliseconds: weight x best latency summed over tasks with a measured schedule, those tasks)."""
+        from ..scheduler import estimated_total
+
+        total, n = estimated_total(self.outcomes)
+        return total * 1e3, n
+
     @property
     def estimated_total_ms(self) -> float:
-        """Sum over tasks with a measured schedule of weight x best latency, in milliseconds."""
-        from ..scheduler import estimated_total
-
-        return estimated_total(self.outcomes)[0] * 1e3
-
-    @property
-    def tasks_measured(self) -> int:
-        """Tasks with a measured schedule."""
-        from ..scheduler import estimated_total
-
-        return estimated_total(self.outcomes)[1]
+        """The estimated latency of the model, in milliseconds (:meth:`estimate`)."""
+        return self.estimate()[0]
 
     def to_json(self) -> dict[str, Any]:
         """The ``tensortune tune --json`` object."""
+        total_ms, measured = self.estimate()
         return {"model": self.model.name, "tuner": self.tuner, "scheduler": self.scheduler,
                 "budget": self.budget.to_json(), "tasks": [o.to_json() for o in self.outcomes],
-                "estimated_total_ms": self.estimated_total_ms, "tasks_measured": self.tasks_measured,
+                "estimated_total_ms": total_ms, "tasks_measured": measured,
                 "wall_s": self.wall_s, "cost": self.cost, "noise": self.noise or None,
                 **({"survey": self.survey} if self.survey else {}),
                 **({"confirm": self.check} if self.check is not None else {}),

@@ -114,7 +114,8 @@ def _print_outcomes(tuned: app.TunedModel) -> None:
         best = f"{r['best_latency_ms']:8.3f} ms" if r["best_latency_ms"] is not None else "-"
         wt = f"{r['weighted_ms']:8.3f} ms" if r["weighted_ms"] is not None else "-"
         print(f"{r['task'][:58]:58} {r['weight']:6d} {r['trials']:7d} {best:>11} {wt:>11}")
-    print(f"estimated total {tuned.estimated_total_ms:.2f} ms over {tuned.tasks_measured}/{len(rows)} tasks with a "
+    total_ms, measured = tuned.estimate()
+    print(f"estimated total {total_ms:.2f} ms over {measured}/{len(rows)} tasks with a "
           f"measured schedule; tuning wall time {tuned.wall_s:.0f} s")
 
 

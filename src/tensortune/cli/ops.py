@@ -8,7 +8,8 @@ import os
 import sys
 from typing import Any
 
-from ..app.checks import config_check
+from ..app.checks import config_check, tuner_options
+from ..app.tuning import DEFAULT_OP_TUNER
 from ..errors import UsageError
 from .args import (check_db, check_output, int_in, open_db, parse_shape, positive_float, positive_int, seed,
                    tuner_option_arg)
@@ -26,7 +27,7 @@ def add_parsers(sub: Any) -> None:
     t = sub.add_parser("tune-op", help="tune one operator")
     t.add_argument("op", help=f"one of {', '.join(OPS)}")
     t.add_argument("--shape", required=True, help="comma-separated shape values, e.g. matmul M,N,K; conv2d H,W,IC,OC,K,S,P")
-    t.add_argument("--tuner", default="random", help=f"one of {', '.join(TUNERS)}")
+    t.add_argument("--tuner", default=DEFAULT_OP_TUNER, help=f"one of {', '.join(TUNERS)} (default {DEFAULT_OP_TUNER})")
     t.add_argument("--trials", type=positive_int, required=True, help="trial budget for this task and tuner")
     t.add_argument("--time-budget", type=positive_float, default=None, help="stop after this many seconds")
     t.add_argument("--cpu-budget", type=positive_float, default=None,
@@ -79,8 +80,6 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
 
     model_options = {"cost_model": a.cost_model, "objective": a.objective, "feature": a.feature,
                      "acquisition": a.acquisition, "transfer": a.transfer}
-    from ..app.checks import tuner_options
-
     options = tuner_options(a.tuner, a.tuner_options, model_options)
     budget = Budget(trials=a.trials, wall_s=a.time_budget, cpu_s=a.cpu_budget, energy_j=a.energy_budget,
                     early_stopping=a.early_stopping)

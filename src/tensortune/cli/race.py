@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from ..app.checks import check_energy
 from ..errors import UsageError
 from .args import positive_float, positive_int, seed
 
@@ -63,13 +64,7 @@ def cmd_race(a: argparse.Namespace) -> int:
             raise UsageError(f"tuner {spec!r}: {e}") from None
     if a.time_budget is None and a.energy_budget is None and a.rounds is None:
         raise UsageError("give --time-budget SECONDS, --energy-budget JOULES or --rounds N")
-    if a.energy_budget is not None:
-        from ..measure.energy import EnergyUnavailable, require
-
-        try:
-            require()
-        except EnergyUnavailable as e:
-            raise UsageError(str(e)) from None
+    check_energy(a.energy_budget)
     for m in a.models:
         from ..models.zoo import MODELS
 

@@ -81,7 +81,7 @@ class TuningSession:
 
         tuner, measurer, database = self.tuner, self.measurer, self.database
         self.meter = meter = CostMeter()
-        self.budget_meter = limit = BudgetMeter(budget, meter)
+        limit = BudgetMeter(budget, meter)
         context = measure_context(tuner.task, measurer.options)
         have: set[int] = set()
         if database is not None:
@@ -210,9 +210,7 @@ class TuningSession:
         tuner._groups_made.add(group)
 
         def commit(r: int, inp: MeasureInput, res: MeasureResult) -> None:
-            meter = getattr(self, "meter", None)
-            if meter is not None:
-                meter.add(res)
+            self.meter.add(res)
             mark = {"confirm": {"group": group, "round": r, "of": rounds}}
             have.add(record_trial(database, tuner, inp, res, context, extra=mark))
 
