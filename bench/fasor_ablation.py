@@ -5,13 +5,13 @@ variant is the full system with one part switched off, in quality mode (efficien
 after one iteration, so there is no time to reach a latency to compare):
 
     python -m bench run --suite ops --workloads resnet18_conv2d --blocked --budget 200 --tuners \\
-fasor:mode=quality,fasor:mode=quality:start=false,fasor:mode=quality:search=sa,\\
+fasor:mode=quality,fasor:mode=quality:start=false,fasor:mode=quality:explorer=sa,\\
 fasor:mode=quality:roofline=false,fasor:mode=quality:primitives=random,fasor:mode=quality:n_p=5,\\
 fasor:mode=quality:n_p=6,fasor:mode=quality:n_p=8 --out RESULTS
 
 On a machine the shipped model was not trained on, "no transfer" is the shipped model beside the
 transferred one: ``tensortune fasor transfer`` first, then both ``fasor:mode=quality`` (the
-transferred model, the default once there is one) and ``fasor:mode=quality:model=shipped`` (the shipped weights by name).
+transferred model, the default once there is one) and ``fasor:mode=quality:cost_model.folder=shipped`` (the shipped weights by name).
 
 This script reads ``RESULTS/ops_batches.csv`` and ``ops_summary.json`` and writes
 ``RESULTS/fasor_ablation.md``, ``fasor_ablation.json`` and ``fasor_ablation.png``. Against the
@@ -94,7 +94,7 @@ def compare(summary: dict[str, Any], cv: dict[str, Any], full: str = FULL) -> di
 
 
 def label(variant: str, full: str) -> str:
-    """What ``variant`` changes of ``full``: its options that differ (``n_p=5``, ``model=shipped``),
+    """What ``variant`` changes of ``full``: its options that differ (``n_p=5``, ``cost_model.folder=shipped``),
     or the whole spec where the tuners differ."""
     (vn, vo), (fn, fo) = parse(variant), parse(full)
     if vn != fn:

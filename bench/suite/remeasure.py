@@ -52,7 +52,7 @@ STATE_SPREAD = 1.15
 
 def _artifact(task: Task, best: Any, tuner: str, out_dir: str, name: str) -> str | None:
     """Build a best kernel once into ``out_dir/NAME.so`` (None: it does not build). ``name`` is a
-    file name, not the tuner spec: a spec can hold a path (``fasor:model=DIR``)."""
+    file name, not the tuner spec: a spec can hold a path (``fasor:cost_model.folder=DIR``)."""
     from tensortune.measure.worker import build_candidate
     from tensortune.target import make_target
 

@@ -5,7 +5,10 @@ the same on any machine) labelled by the synthetic landscape of ``tests/tuners/s
 and must: score before fitting without failing, return one finite float64 score per config,
 rank held-out configs like the landscape (Spearman > 0.3), give the same scores after
 ``save`` / ``load`` into a fresh instance, and, where it offers the optional fast scorer over
-knob positions, agree with ``predict``.
+knob positions, agree with ``predict``. A frozen model (``learns = False``: the pre-trained
+predictors, shipped with the package) is not fitted to the landscape: its contract is that
+``fit`` changes none of its scores, that it covers the ops it has weights for, and that its fast
+scorer agrees with ``predict``.
 """
 from __future__ import annotations
 
@@ -35,7 +38,11 @@ def data() -> tuple[Task, TaskData, list]:
     return task, TaskData(task, train, [conv_landscape(c) for c in train]), held
 
 
-@pytest.fixture(scope="module", params=COST_MODELS.names())
+LEARNING = [n for n in COST_MODELS.names() if COST_MODELS.get(n).learns]
+FROZEN = [n for n in COST_MODELS.names() if not COST_MODELS.get(n).learns]
+
+
+@pytest.fixture(scope="module", params=LEARNING)
 def fitted(request, data) -> tuple[str, CostModel]:
     import torch
 
@@ -97,3 +104,26 @@ def test_settings_are_a_frozen_options_dataclass_checked_by_name(name) -> None:
     first = dataclasses.fields(cls.Options)[0]
     model = make_cost_model(name, feature="knob", options={first.name: str(first.default)})  # text converted
     assert type(model) is cls
+
+
+@pytest.mark.parametrize("name", FROZEN)
+def test_a_frozen_model_is_not_changed_by_fit_and_covers_its_ops(name, data, monkeypatch) -> None:
+    import torch
+
+    import tensortune.measure.hardware as hw
+    from test_fasor import fake_profile  # the made-up machine: no hardware measured here
+
+    torch.set_num_threads(1)
+    monkeypatch.setattr(hw, "profile_for", lambda target=None, threads=None, **kw: fake_profile())
+    _, td, _ = data
+    task = Task.from_op("conv2d_nchwc", (14, 14, 64, 64, 3, 1, 1, 16, 16), target=ZNVER4)  # shipped for both
+    model = make_cost_model(name, options={"workers": 1})
+    assert not model.learns and model.covers(task) and not model.covers(Task.from_op("matmul", (8, 8, 8)))
+    configs = task.space.sample(random.Random(0), 24)
+    before = model.predict(task, configs)
+    assert before.dtype == np.float64 and before.shape == (24,) and np.isfinite(before).all()
+    model.fit([TaskData(task, configs, [1.0] * len(configs))])
+    np.testing.assert_array_equal(model.predict(task, configs), before)
+    pos = np.array([task.space.positions(c) for c in configs], dtype=np.int64)
+    np.testing.assert_allclose(model.position_scorer(task)(pos), before, rtol=1e-5, atol=1e-6)
+    assert name in model.describe(task) or "predictor" in model.describe(task)

@@ -151,7 +151,7 @@ def test_ensemble_spread_and_acquisitions() -> None:
 
 
 def test_make_cost_model_by_name() -> None:
-    assert set(COST_MODELS) == {"xgb", "xgb-ensemble", "treegru"}
+    assert set(COST_MODELS) == {"xgb", "xgb-ensemble", "treegru", "pretrained", "fasor"}
     assert isinstance(make_cost_model("xgb", feature="knob"), XGBoostCostModel)
     ens = make_cost_model("xgb", feature="knob", acquisition="ucb")
     assert isinstance(ens, BootstrapEnsemble) and ens.acquisition == "ucb"

@@ -14,12 +14,18 @@ from tensortune.dataset.generate import DatasetSpec, export, generate
 from tensortune.learn import load_training
 from tensortune.task import Task
 from tensortune.tuners import get_tuner
+from tensortune.tuners.parts import Fallback
 
 from synthetic import FakeMeasurer, conv_landscape
 
 ZNVER4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2}
 SHAPES = ((28, 28, 32, 64, 3, 1, 1), (14, 14, 128, 64, 3, 1, 1))
-FAST = {"workers": 1, "search_options": {"n_walkers": 16, "max_steps": 12}}
+FAST = {"explorer_options": {"n_walkers": 16, "max_steps": 12}}
+
+
+def opts(folder, **more):
+    """:data:`FAST` with the model folder (and more options)."""
+    return {**FAST, "cost_model_options": {"workers": 1, "folder": str(folder)}, **more}
 
 
 def fake_profile():
@@ -33,7 +39,7 @@ def fake_profile():
 def no_hardware_measuring(monkeypatch, tmp_path):
     """The made-up machine's profile instead of measuring this one; caches in a tmp folder."""
     import tensortune.measure.hardware as hw
-    import tensortune.tuners.fasor as fasor
+    import tensortune.tuners.fasor_parts as fasor
     from tensortune.database.pretuned import PretunedTable
 
     monkeypatch.setenv("TENSORTUNE_CACHE", str(tmp_path / "cache"))
@@ -89,7 +95,7 @@ def test_pretraining_keeps_the_study_and_the_dqn_beside_the_model(made) -> None:
 def test_efficiency_mode_validates_the_top_few_once(made) -> None:
     folder, _, _ = made
     task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
-    tuner, res, m = measured_run(task, {"model": str(folder), "validate": 6, **FAST})
+    tuner, res, m = measured_run(task, opts(folder, plan_size=6))
     assert len(m.measured) == len(set(m.measured)) <= 1 + 6  # the default, then the top 6 (no pre-tuned table)
     assert m.measured[0] == task.default_config().index
     assert "efficiency mode" in tuner.finished and tuner.iterations == 1
@@ -101,26 +107,25 @@ def test_efficiency_mode_validates_the_top_few_once(made) -> None:
 def test_quality_mode_iterates_until_converged_or_the_budget(made) -> None:
     folder, _, _ = made
     task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
-    tuner, res, m = measured_run(task, {"model": str(folder), "mode": "quality", "validate": 4, "patience": 2,
-                                        **FAST}, budget=40)
+    tuner, res, m = measured_run(task, opts(folder, mode="quality", plan_size=4, patience=2), budget=40)
     assert tuner.iterations >= 2 and len(m.measured) == len(set(m.measured))
     assert len(m.measured) == 40 or "converged" in tuner.finished
-    eff, res_e, _ = measured_run(task, {"model": str(folder), "validate": 4, **FAST})
+    eff, res_e, _ = measured_run(task, opts(folder, plan_size=4))
     assert res.best_cost <= res_e.best_cost
 
 
 def test_n_p_fixes_the_least_sensitive_knobs_at_the_start(made) -> None:
     folder, _, _ = made
     task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
-    tuner, _, m = measured_run(task, {"model": str(folder), "n_p": 3, "validate": 8, **FAST})
-    fixed = tuner.shrunk.fixed
+    tuner, _, m = measured_run(task, opts(folder, n_p=3, plan_size=8))
+    fixed = tuner.view.fixed
     assert len(fixed) == len(task.space.knobs) - 3
     start = task.default_config()
     for idx in m.measured:
         c = task.space.get(idx)
         assert all(c[k] == start[k] for k in fixed)
     order = json.loads((folder / "conv2d" / "sensitivity.json").read_text())[tuner.sensitive]["ranking"]
-    assert sorted(tuner.shrunk.report["tuned"]) == sorted(order[:3])
+    assert sorted(tuner.view.report["tuned"]) == sorted(order[:3])
 
 
 def test_pretuned_start_exact_hit_is_measured_first(made, tmp_path) -> None:
@@ -131,37 +136,36 @@ def test_pretuned_start_exact_hit_is_measured_first(made, tmp_path) -> None:
         table = PretunedTable.from_database(db)
     table.save(tmp_path / "t.json")
     task = Task.from_op("conv2d", SHAPES[1], target=ZNVER4)
-    tuner, res, m = measured_run(task, {"model": str(folder), "pretuned": str(tmp_path / "t.json"), **FAST})
-    assert tuner.start_point.how == "exact"
-    assert m.measured[1] == tuner.start_point.config.index  # after the default
-    assert res.best_cost <= conv_landscape(tuner.start_point.config)
+    tuner, res, m = measured_run(task, opts(folder, pretuned=str(tmp_path / "t.json")))
+    assert tuner.start_part.point.how == "exact"
+    assert m.measured[1] == tuner.start_part.point.config.index  # after the default
+    assert res.best_cost <= conv_landscape(tuner.start_part.point.config)
 
 
 def test_ablation_switches(made) -> None:
     folder, _, _ = made
     task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
-    sa, _, m = measured_run(task, {"model": str(folder), "search": "sa", "workers": 1,
-                                   "search_options": {"n_chains": 16, "max_steps": 20}})
+    sa, _, m = measured_run(task, opts(folder, explorer="sa", explorer_options={"n_chains": 16, "max_steps": 20}))
     assert type(sa.explorer).__name__ == "SimulatedAnnealing" and len(m.measured) > 1
-    rnd, _, _ = measured_run(task, {"model": str(folder), "primitives": "random", "n_p": 2, **FAST})
-    assert len(rnd.shrunk.report["tuned"]) == 2
-    flat, _, _ = measured_run(task, {"model": str(folder), "roofline": False, **FAST})
+    rnd, _, _ = measured_run(task, opts(folder, primitives="random", n_p=2))
+    assert len(rnd.view.report["tuned"]) == 2
+    flat, _, _ = measured_run(task, opts(folder, roofline=False))
     assert flat.explorer.options.phi[1] == 0.0
-    q = get_tuner("fasor", task, options={"model": str(folder), "mode": "quality", **FAST})
+    q = get_tuner("fasor", task, options=opts(folder, mode="quality"))
     q.prepare()
     assert q.explorer.options.phi == pytest.approx((0.45, 0.35, 0.2))
 
 
 def test_an_op_without_a_model_falls_back(made, tmp_path) -> None:
     task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
-    tuner, res, m = measured_run(task, {"model": str(tmp_path), "validate": 4}, budget=24)
-    assert tuner.delegate is not None and "autotvm" in tuner.status and len(m.measured) == 1 + 4
-    tuner, res, m = measured_run(task, {"model": str(tmp_path), "mode": "quality"}, budget=24)
+    tuner, res, m = measured_run(task, {"cost_model_options": {"folder": str(tmp_path)}, "plan_size": 4}, budget=24)
+    assert isinstance(tuner, Fallback) and "autotvm" in tuner.status and len(m.measured) == 1 + 4
+    tuner, res, m = measured_run(task, {"cost_model_options": {"folder": str(tmp_path)}, "mode": "quality"}, budget=24)
     assert len(m.measured) == 24
     from tensortune.learn import PredictorError
 
     with pytest.raises(PredictorError, match="no Fasor model"):
-        get_tuner("fasor", task, options={"model": str(tmp_path), "fallback": ""}).ask(4)
+        get_tuner("fasor", task, options={"cost_model_options": {"folder": str(tmp_path)}, "fallback": ""}).ask(4)
 
 
 def test_quality_mode_fallback_stops_when_its_rounds_bring_nothing_better(tmp_path) -> None:
@@ -171,14 +175,14 @@ def test_quality_mode_fallback_stops_when_its_rounds_bring_nothing_better(tmp_pa
     finds the first costs, the next two nothing better)."""
     task = Task.from_op("conv2d", (14, 14, 64, 64, 3, 1, 1), target=ZNVER4)
     m = FakeMeasurer(lambda c: 1e-3)
-    tuner = get_tuner("fasor", task, options={"model": str(tmp_path), "mode": "quality", "candidates": 8,
-                                              "validate": 4, "patience": 2})
+    tuner = get_tuner("fasor", task, options={"cost_model_options": {"folder": str(tmp_path)}, "mode": "quality",
+                                              "n_finalists": 8, "plan_size": 4, "patience": 2})
     tuner.tune(400, m)
     assert len(m.measured) == len(set(m.measured)) == 1 + 3 * 8
     assert "converged" in tuner.finished and tuner.iterations == 3
     # a landscape that keeps improving is tuned to the budget
     m2 = FakeMeasurer(lambda c: 1.0 / (1 + len(m2.measured)))
-    tuner = get_tuner("fasor", task, options={"model": str(tmp_path), "mode": "quality", "candidates": 8,
+    tuner = get_tuner("fasor", task, options={"cost_model_options": {"folder": str(tmp_path)}, "mode": "quality", "n_finalists": 8,
                                               "patience": 2})
     tuner.tune(40, m2)
     assert len(m2.measured) == 40 and not tuner.finished
@@ -188,10 +192,10 @@ def test_options_are_checked() -> None:
     from tensortune.utils.options import OptionError
 
     task = Task.from_op("conv2d", SHAPES[0], target=ZNVER4)
-    for bad in ({"mode": "fast"}, {"validate": 100}, {"primitives": "some"}, {"search": "nope"}, {"tau": 2}):
+    for bad in ({"mode": "fast"}, {"plan_size": 100}, {"primitives": "some"}, {"explorer": "nope"}, {"tau": 2}):
         with pytest.raises((OptionError, ValueError)):
             get_tuner("fasor", task, options=bad)
-    assert np.isclose(get_tuner("fasor", task, options={"model": "/nonexistent"}).options.tau, 0.6)
+    assert np.isclose(get_tuner("fasor", task, options={"cost_model_options": {"folder": "/nonexistent"}}).options.tau, 0.6)
 
 
 def test_transfer_reads_the_pretraining_tasks_from_the_model_alone(made, tmp_path) -> None:
@@ -224,4 +228,4 @@ def test_model_shipped_names_the_shipped_weights_beside_a_transferred_model(made
     monkeypatch.setattr(cf, "transferred_folder", lambda key: moved)
     assert cf.FasorCostModel().folder_for(task) == (moved / "conv2d_nchwc", "transferred")
     assert cf.FasorCostModel("shipped").folder_for(task) == (cf.FASOR_SHIPPED / "conv2d_nchwc", "shipped")
-    assert get_tuner("fasor", task, options={"model": "shipped"}).options.model == "shipped"
+    assert get_tuner("fasor", task, options={"cost_model.folder": "shipped"}).options.cost_model_options["folder"] == "shipped"

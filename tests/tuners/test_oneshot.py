@@ -19,12 +19,18 @@ from tensortune.learn import PredictorError, load_training
 from tensortune.learn.trainer import TrainOptions, train_predictor
 from tensortune.task import Task
 from tensortune.tuners import get_tuner
+from tensortune.tuners.parts import Fallback
 
 from synthetic import FakeMeasurer, conv_landscape
 
 ZNVER4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2}
-FAST = {"search_options": {"n_chains": 32, "max_steps": 25, "early_stop": 10}, "top_k": 12, "workers": 1,
-        "distill": 200, "finalists": 48}
+FAST = {"explorer_options": {"n_chains": 32, "max_steps": 25, "early_stop": 10}, "plan_size": 12,
+        "cost_model_options": {"workers": 1}, "distill": 200, "n_finalists": 48}
+
+
+def opts(predictor, **more):
+    """:data:`FAST` with the predictor folder (and more options)."""
+    return {**FAST, "cost_model_options": {"workers": 1, "folder": str(predictor)}, **more}
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +57,12 @@ def task() -> Task:
 
 def test_one_search_one_validation_then_done(predictor_dir, task, tmp_path) -> None:
     m = FakeMeasurer(conv_landscape)
-    tuner = get_tuner("oneshot", task, seed=0, options={**FAST, "predictor": str(predictor_dir)})
+    tuner = get_tuner("oneshot", task, seed=0, options=opts(predictor_dir))
     with Database(tmp_path / "t.db") as db:
         res = tuner.tune(1000, m, database=db)
     default = task.default_config().index
-    top12 = {c.index for c in tuner.candidates}
-    assert len(tuner.candidates) == 12 and res.stop_reason == "validated the top 12"
+    top12 = {c.index for c in tuner.last_plan}
+    assert len(tuner.last_plan) == 12 and tuner.plan_sizes == [12] and res.stop_reason == "validated the top 12"
     # the default first, then the top 12 (one trial fewer where the default is among them)
     assert m.measured[0] == default and set(m.measured) == top12 | {default}
     assert res.trials_measured == len(set(m.measured)) == len(top12 | {default})  # (confirmation re-measures)
@@ -67,10 +73,8 @@ def test_one_search_one_validation_then_done(predictor_dir, task, tmp_path) -> N
 
 
 def test_a_rerun_resumes_and_measures_nothing_again(predictor_dir, task, tmp_path) -> None:
-    opts = {**FAST, "predictor": str(predictor_dir)}
-
     def tuner():
-        t = get_tuner("oneshot", task, seed=0, options=opts)
+        t = get_tuner("oneshot", task, seed=0, options=opts(predictor_dir))
         t.confirm_top = 0  # trials only, no confirmation rounds
         return t
 
@@ -86,19 +90,18 @@ def test_a_rerun_resumes_and_measures_nothing_again(predictor_dir, task, tmp_pat
 
 
 def test_search_on_the_predictor_itself(predictor_dir, task) -> None:
-    opts = {**FAST, "distill": 0, "predictor": str(predictor_dir)}
     m = FakeMeasurer(conv_landscape)
-    res = get_tuner("oneshot", task, seed=0, options=opts).tune(100, m)
+    res = get_tuner("oneshot", task, seed=0, options=opts(predictor_dir, distill=0)).tune(100, m)
     top = [conv_landscape(task.space.get(i)) for i in m.measured[1:13]]
     rand = [conv_landscape(c) for c in task.space.sample(random.Random(1), 300)]
     assert res.trials_measured == 13 and np.mean(top) < np.percentile(rand, 25)
 
 
 def test_genetic_search(predictor_dir, task) -> None:
-    opts = {"search": "ga", "search_options": {"population": 32, "steps": 10, "elites": 8}, "top_k": 8,
-            "workers": 1, "predictor": str(predictor_dir), "distill": 100, "finalists": 16}
+    ga = opts(predictor_dir, explorer="ga", explorer_options={"population": 32, "steps": 10, "elites": 8},
+              plan_size=8, distill=100, n_finalists=16)
     m = FakeMeasurer(conv_landscape)
-    tuner = get_tuner("oneshot", task, seed=0, options=opts)
+    tuner = get_tuner("oneshot", task, seed=0, options=ga)
     res = tuner.tune(100, m)
     assert res.trials_measured == 9 and "ga search" in tuner.status
 
@@ -106,10 +109,11 @@ def test_genetic_search(predictor_dir, task) -> None:
 def test_an_op_without_predictor_gets_the_fallback_or_a_clear_error(predictor_dir) -> None:
     dense = Task.from_op("dense", (16, 64, 64), target=ZNVER4)
     m = FakeMeasurer(lambda c: 1e-4)
-    tuner = get_tuner("oneshot", dense, options={**FAST, "predictor": str(predictor_dir)})
+    tuner = get_tuner("oneshot", dense, options=opts(predictor_dir))
     res = tuner.tune(100, m)
-    assert res.trials_measured == 13 and "no dense predictor" in res.stop_reason  # the default + 12 and "autotvm" in tuner.status
-    strict = get_tuner("oneshot", dense, options={**FAST, "predictor": str(predictor_dir), "fallback": ""})
+    assert isinstance(tuner, Fallback) and tuner.name == "oneshot" and "autotvm" in tuner.status
+    assert res.trials_measured == 13 and "no dense pretrained model" in res.stop_reason  # the default + 12
+    strict = get_tuner("oneshot", dense, options=opts(predictor_dir, fallback=""))
     with pytest.raises(PredictorError, match=r"no pre-trained predictor for dense tasks .* \(it has: conv2d\)"):
         strict.tune(100, FakeMeasurer(lambda c: 1e-4))
 
@@ -120,7 +124,7 @@ def test_a_predictor_of_another_cpu_is_named_in_one_line(predictor_dir, task, tm
     schema = json.loads((other / "predictor.json").read_text())
     schema["dataset"]["machines"][0]["target"] = json.dumps({"kind": "llvm", "mcpu": "znver5"})
     (other / "predictor.json").write_text(json.dumps(schema))
-    res = get_tuner("oneshot", task, options={**FAST, "predictor": str(other)}).tune(100, FakeMeasurer(conv_landscape))
+    res = get_tuner("oneshot", task, options=opts(other)).tune(100, FakeMeasurer(conv_landscape))
     said = [r.getMessage() for r in caplog.records if r.name == "tensortune.tuners.oneshot"]  # logged, not printed
     assert res.trials_measured == 13 and len(said) == 1 and "was trained on" in said[0] and "znver5" in said[0]
     assert "\n" not in said[0]

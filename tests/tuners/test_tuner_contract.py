@@ -31,12 +31,15 @@ def task() -> Task:
 def small(name: str) -> dict:
     """Options that make a model-based tuner plan (and refit) within :data:`BUDGET` trials."""
     if name == "oneshot":  # a short search (its predictor, or its fallback's model, as shipped)
-        return {"search_options": {"n_chains": 16, "max_steps": 20}, "workers": 1, "distill": 96,
-                "finalists": 64}  # top_k 64 > the budget: the budget ends the run
+        return {"explorer_options": {"n_chains": 16, "max_steps": 20}, "cost_model_options": {"workers": 1},
+                "distill": 96, "n_finalists": 64}  # plan_size 64 > the budget: the budget ends the run
     if name == "fasor":  # quality mode runs to the budget (efficiency mode ends after one validation)
-        return {"mode": "quality", "workers": 1, "search_options": {"n_walkers": 16, "max_steps": 12}}
+        return {"mode": "quality", "cost_model_options": {"workers": 1},
+                "explorer_options": {"n_walkers": 16, "max_steps": 12}}
     if not issubclass(TUNERS.get(name).Options, ModelBasedOptions):
         return {}
+    if not TUNERS.get(name).Options().cost_model in ("xgb", "treegru"):
+        raise AssertionError(f"{name}: a frozen-model composition needs its own small options here")
     opts = {"feature": "knob", "plan_size": 16, "warmup": 8, "n_finalists": 32, "n_random_pool": 16}
     explorer = TUNERS.get(name).Options().explorer
     if explorer == "sa":

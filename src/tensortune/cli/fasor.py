@@ -168,7 +168,7 @@ def _transfer(a: argparse.Namespace) -> int:
 
 def _pretuned(a: argparse.Namespace) -> int:
     from ..database.pretuned import PretunedError, PretunedTable
-    from ..tuners.fasor import user_table_path
+    from ..tuners.fasor_parts import user_table_path
 
     path = Path(a.output) if a.output else user_table_path()
     try:
@@ -214,7 +214,7 @@ def _model_line(folder: Path) -> str:
 def _show(a: argparse.Namespace) -> int:
     from ..costmodel.fasor import FASOR_SHIPPED, fasor_home
     from ..costmodel.pretrained import available_ops
-    from ..tuners.fasor import load_table, user_table_path
+    from ..tuners.fasor_parts import load_table, user_table_path
 
     ops = available_ops(FASOR_SHIPPED)
     print(f"shipped Fasor models ({FASOR_SHIPPED}): {', '.join(ops) or 'none'}")

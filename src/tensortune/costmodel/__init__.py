@@ -1,6 +1,8 @@
-"""Cost models: XGBoost (rank / regression, bootstrap ensembles) and a TreeGRU over the loop AST.
+"""Cost models: XGBoost (rank / regression, bootstrap ensembles), a TreeGRU over the loop AST,
+and the frozen pre-trained ones (One-Shot's predictor, Fasor's transferable model).
 
-``make_cost_model("xgb" | "xgb-ensemble" | "treegru", ...)`` builds one by short name.
+``make_cost_model("xgb" | "xgb-ensemble" | "treegru" | "pretrained" | "fasor", ...)`` builds one
+by short name.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ COST_MODELS: Registry = Registry("cost model", {
     "xgb": "tensortune.costmodel.xgb:XGBoostCostModel",
     "xgb-ensemble": "tensortune.costmodel.xgb:BootstrapEnsemble",
     "treegru": "tensortune.costmodel.treegru:TreeGRUCostModel",
+    "pretrained": "tensortune.costmodel.pretrained:PretrainedCostModel",
+    "fasor": "tensortune.costmodel.fasor:FasorCostModel",
 })
 
 

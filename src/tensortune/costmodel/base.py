@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..space import Config
+from ..space import Config, ConfigSpace
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
@@ -52,6 +52,9 @@ class CostModel(ABC):
     """
 
     name: str = ""
+    #: whether :meth:`fit` learns from measurements; a frozen model (pre-trained, never refitted)
+    #: says False, and a tuner then plans without refitting it
+    learns: bool = True
     #: the model's settings; the tuner's choices (features, objective, seed, acquisition, the
     #: transfer model to learn on top of) are not among them
     Options: type = NoOptions
@@ -80,11 +83,28 @@ class CostModel(ABC):
         """True once :meth:`fit` has seen enough data to predict."""
         return True
 
-    def position_scorer(self, task: Task) -> Callable[[np.ndarray], np.ndarray] | None:
+    def position_scorer(self, task: Task, space: ConfigSpace | None = None
+                        ) -> Callable[[np.ndarray], np.ndarray] | None:
         """An optional fast scorer of ``task``'s configs given as knob positions ``[n, n_knobs]``
         (no Config objects built), for explorers that score tens of thousands of configs; None
-        when the model has none (a tuner then explores with a knob-feature model of its own)."""
+        when the model has none (a tuner then explores with a knob-feature model of its own).
+        ``space``: a view of ``task.space`` (Fasor's shrunk space) whose positions are scored
+        instead; a model that cannot score a view returns None for it."""
         return None
+
+    def roofline_scorer(self, task: Task, space: ConfigSpace | None = None
+                        ) -> Callable[[np.ndarray], np.ndarray] | None:
+        """An optional second score over positions: the predicted compute-over-memory ratio that
+        a roofline-shaped reward reads (Fasor's DQN); None when the model predicts none."""
+        return None
+
+    def covers(self, task: Task) -> bool:
+        """Whether the model can score ``task`` (a pre-trained model has models of some ops only)."""
+        return True
+
+    def describe(self, task: Task) -> str:
+        """One line on the model as it scores ``task``, for progress output."""
+        return self.name
 
     def save(self, path: str | Path) -> None:
         """Write the model to ``path`` (JSON / safetensors-style formats, never pickle)."""

@@ -4,7 +4,7 @@ It is the shared pre-trained predictor machinery (:class:`~.pretrained.Pretraine
 with the machine's hardware features (:mod:`tensortune.measure.hardware`) appended to every
 input row. Which weights it loads, first found:
 
-1. the folder given (``model=``): one predictor, or one sub-folder per op (``model=shipped``
+1. the folder given (``folder=``): one predictor, or one sub-folder per op (``folder=shipped``
    names the shipped weights even where a transferred model exists: Fasor's "no transfer");
 2. the model transferred to this machine by ``tensortune fasor transfer``, kept under
    :func:`fasor_home` by the machine's hardware key (CPU model, target, threads);
@@ -16,20 +16,26 @@ Like One-Shot's predictor it is used for inference only: measurements never refi
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..space import Config
-from .pretrained import SHIPPED, PretrainedCostModel, predictor_folder
+from .base import CostModel
+from .pretrained import SHIPPED, PretrainedCostModel, PretrainedOptions, machine_mismatch, predictor_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
 
 #: Where the package keeps Fasor's pre-trained models, one folder per op.
 FASOR_SHIPPED = SHIPPED / "fasor"
-#: ``model=`` value naming the shipped weights.
+log = logging.getLogger(__name__)
+
+#: ``folder=`` value naming the shipped weights.
 SHIPPED_NAME = "shipped"
 #: Files of a Fasor model folder beside the predictor: the knobs' sensitivity study, the DQN agent.
 SENSITIVITY_FILE, DQN_FILE = "sensitivity.json", "dqn.pt"
@@ -52,10 +58,36 @@ def task_threads(task: Task) -> int:
     return int(task.target_json.get("num-cores") or 1)
 
 
+def read_sensitivity(predictor: Any) -> dict[str, list[str]]:
+    """The sensitivity study kept with a Fasor model: ``{"compute": [knobs], "memory": [knobs]}``
+    (most sensitive first); {} when there is none."""
+    folder = predictor.folder
+    if folder is None or not (folder / SENSITIVITY_FILE).is_file():
+        return {}
+    try:
+        d = json.loads((folder / SENSITIVITY_FILE).read_text())
+        return {k: [str(n) for n in d[k]["ranking"]] for k in ("compute", "memory") if k in d}
+    except (json.JSONDecodeError, KeyError, TypeError):
+        log.warning("%s cannot be read; every knob is tuned", folder / SENSITIVITY_FILE)
+        return {}
+
+
+@dataclass(frozen=True)
+class FasorModelOptions(PretrainedOptions):
+    """``folder``: a Fasor model folder (default: the transferred model, else the shipped one;
+    ``shipped`` names the shipped weights); ``workers``: processes extracting features."""
+
+
 class FasorCostModel(PretrainedCostModel):
     """Scores candidates with Fasor's transferable model (see the module)."""
 
     name = "fasor"
+    Options = FasorModelOptions
+
+    @classmethod
+    def create(cls, options: Any, *, feature: str = "", objective: str = "", seed: int = 0,
+               acquisition: str | None = None, base: CostModel | None = None) -> CostModel:
+        return cls(options.folder, workers=options.workers)
 
     def __init__(self, model: str | Path | None = None, workers: int | None = None,
                  profile: Any = None) -> None:
@@ -67,6 +99,7 @@ class FasorCostModel(PretrainedCostModel):
         self.profile = profile
         self._profiles: dict[tuple[str, int], Any] = {}
         self.origin: dict[str, str] = {}  # op -> "given" | "transferred" | "shipped"
+        self._memos: dict[tuple[str, int], tuple[Any, Callable[[np.ndarray], np.ndarray]]] = {}
 
     def profile_for(self, task: Task) -> Any:
         """The hardware profile a task's candidates are scored with."""
@@ -136,8 +169,24 @@ class FasorCostModel(PretrainedCostModel):
         """Predicted seconds of ``configs``."""
         return np.exp(-self.predict(task, configs))
 
-    def _position_outputs(self, task: Task, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
+    def describe(self, task: Task) -> str:
+        """Where the model for ``task`` comes from, and a note where it was trained elsewhere
+        (shipped weights only: a transferred or given model is this machine's)."""
+        p = self.predictor_for(task)
+        origin = self.origin.get(task.op, "")
+        line = f"{origin} Fasor model of {task.op}"
+        note = machine_mismatch(p, task.target_json) if origin == "shipped" else ""
+        return f"{line}; {note}; transfer it with `tensortune fasor transfer`" if note else line
+
+    def _position_outputs(self, task: Task, space: Any = None, fresh: bool = True
+                          ) -> Callable[[np.ndarray], np.ndarray]:
+        """The model's three outputs over positions of ``space``, memoised per config: a new memo
+        (``fresh``), or the latest one of this task and space (the roofline ratio shares the
+        score's, so one search predicts each config once)."""
         space = space if space is not None else task.space
+        key = (task.workload_key, id(space))
+        if not fresh and key in self._memos and self._memos[key][0] is space:
+            return self._memos[key][1]
         cache: dict[int, np.ndarray] = {}
 
         def outputs(positions: np.ndarray) -> np.ndarray:
@@ -148,18 +197,19 @@ class FasorCostModel(PretrainedCostModel):
                     cache[i] = row
             return np.stack([cache[int(i)] for i in idx]) if len(idx) else np.zeros((0, 3))
 
+        self._memos[key] = (space, outputs)
         return outputs
 
     def position_scorer(self, task: Task, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
         """Scores rows of knob positions of ``space`` (default ``task.space``; a shrunken view of
-        it works too), memoised per config."""
+        it works too), memoised per config in a new memo."""
         out = self._position_outputs(task, space)
         return lambda positions: out(positions)[:, 0]
 
-    def position_scorers(self, task: Task, space: Any = None
-                         ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
-        """``(score, roofline)`` over knob positions of ``space``, sharing one memo: the ranking
-        score and the compute-over-memory score ratio CS/MS (DQN's roofline reward term)."""
-        out = self._position_outputs(task, space)
-        return (lambda p: out(p)[:, 0],
-                lambda p: (lambda o: np.maximum(o[:, 1], 0.0) / np.maximum(o[:, 2], 1e-3))(out(p)))
+    def roofline_scorer(self, task: Task, space: Any = None) -> Callable[[np.ndarray], np.ndarray]:
+        """The compute-over-memory score ratio CS/MS over positions of ``space`` (DQN's roofline
+        reward term), sharing the memo of the latest :meth:`position_scorer` of this task and space."""
+        out = self._position_outputs(task, space, fresh=False)
+        return lambda p: (lambda o: np.maximum(o[:, 1], 0.0) / np.maximum(o[:, 2], 1e-3))(out(p))
+
+

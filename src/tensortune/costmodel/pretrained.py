@@ -6,12 +6,13 @@ predictor folder or a folder holding one sub-folder per op. Curve features are e
 worker processes (:class:`~tensortune.features.parallel.ParallelExtractor`), since a search asks
 for tens of thousands.
 
-It is not in :data:`~tensortune.costmodel.COST_MODELS`: that registry holds models that learn
-from measurements, and this one, by design, does not (:meth:`fit` changes nothing).
+It is registered as ``pretrained`` with ``learns = False``: by design measurements do not
+change it (:meth:`fit` does nothing), and a tuner plans with it without refitting.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -74,10 +75,31 @@ def machine_mismatch(predictor: Any, target_json: dict[str, Any]) -> str:
             f"this CPU is {here_model} ({here_cpu or '?'}); its ranking may be less accurate here")
 
 
+@dataclass(frozen=True)
+class PretrainedOptions:
+    """``folder``: a predictor folder, or a folder of per-op predictor folders (default: the
+    package's); ``workers``: processes extracting curve features (default: one per core)."""
+
+    folder: str | None = None
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and self.workers < 1:
+            raise ValueError("workers must be at least 1")
+
+
 class PretrainedCostModel(CostModel):
     """Scores candidates with pre-trained predictors, one per op (see the module)."""
 
     name = "pretrained"
+    learns = False
+    Options = PretrainedOptions
+
+    @classmethod
+    def create(cls, options: Any, *, feature: str = "", objective: str = "", seed: int = 0,
+               acquisition: str | None = None, base: CostModel | None = None) -> CostModel:
+        """The model from its options (a tuner's feature, objective and seed do not apply)."""
+        return cls(options.folder, workers=options.workers)
 
     def __init__(self, predictor: str | Path | None = None, workers: int | None = None) -> None:
         """``predictor``: a predictor folder or a folder of per-op folders (default: the packaged
@@ -108,6 +130,17 @@ class PretrainedCostModel(CostModel):
         """True when a predictor for ``task``'s op is available."""
         return task.op in self._loaded or predictor_folder(task.op, self.source) is not None
 
+    def covers(self, task: Task) -> bool:
+        return self.has_predictor(task)
+
+    def describe(self, task: Task) -> str:
+        """The predictor's kind, op and training tasks, and a note where it was trained on
+        another CPU."""
+        p = self.predictor_for(task)
+        line = f"{p.kind} predictor of {p.op} ({p.schema.get('dataset', {}).get('tasks', '?')} tasks)"
+        note = machine_mismatch(p, task.target_json)
+        return f"{line}; {note}" if note else line
+
     def fit(self, data: Sequence[TaskData]) -> None:
         """Nothing: a pre-trained model is not updated by measurements (One-Shot Tuner)."""
 
@@ -117,9 +150,10 @@ class PretrainedCostModel(CostModel):
         p = self.predictor_for(task)
         return p.predict(task, configs, self.extractor.extract(task, configs))
 
-    def position_scorer(self, task: Task) -> Callable[[np.ndarray], np.ndarray] | None:
-        """Scores rows of knob positions (the configs are built for their curve features)."""
-        space = task.space
+    def position_scorer(self, task: Task, space: Any = None) -> Callable[[np.ndarray], np.ndarray] | None:
+        """Scores rows of knob positions of ``space`` (default ``task.space``; the configs are
+        built for their curve features)."""
+        space = space if space is not None else task.space
 
         def score(positions: np.ndarray) -> np.ndarray:
             idx = space.indices(positions)

@@ -193,10 +193,11 @@ class XGBoostCostModel(CostModel):
         d = self._dmatrix(x, margin)
         return np.asarray(self.booster.predict(d, iteration_range=(0, self.rounds)), dtype=np.float64)
 
-    def position_scorer(self, task: Task) -> Callable[[np.ndarray], np.ndarray] | None:
-        """With knob features and no base model: positions -> scores through a per-task lookup
-        table of knob encodings (:class:`~tensortune.features.knob.KnobTable`)."""
-        if self.feature != "knob" or self.base is not None:
+    def position_scorer(self, task: Task, space: Any = None) -> Callable[[np.ndarray], np.ndarray] | None:
+        """With knob features and no base model: positions of ``task.space`` -> scores through a
+        per-task lookup table of knob encodings (:class:`~tensortune.features.knob.KnobTable`);
+        None for a view of the space."""
+        if self.feature != "knob" or self.base is not None or (space is not None and space is not task.space):
             return None
         key = getattr(task, "workload_key", id(task))
         table = self._tables.get(key)

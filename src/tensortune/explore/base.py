@@ -33,6 +33,11 @@ class Explorer(Protocol):
         first); an explorer may use them or not."""
         ...
 
+    def set_roofline(self, fn: ScoreFn | None) -> None:
+        """A second score over positions (the cost model's compute-over-memory ratio) for a
+        reward that has a roofline term (DQN's); explorers without one ignore it."""
+        ...
+
 
 def make_explorer(name: str, space: Any, seed: int = 0, options: Mapping[str, Any] | Any = None) -> Explorer:
     """The explorer registered as ``name`` over ``space`` (options checked against its ``Options``)."""
@@ -63,6 +68,9 @@ class PositionSearch:
         self.radix = np.concatenate([[1], np.cumprod(self.dims)[:-1]]).astype(np.int64)
         self.stats: dict[str, float] = {"calls": 0, "steps": 0.0, "scored": 0}
         self._valid: dict[int, bool] = {}
+
+    def set_roofline(self, fn: ScoreFn | None) -> None:
+        """Ignored: no roofline term in this explorer's search (see :class:`Explorer`)."""
 
     def indices(self, pos: np.ndarray) -> np.ndarray:
         """Config indices of rows of positions."""

@@ -38,6 +38,10 @@ class RandomSearch:
         self.space = space
         self.options = make_options(RandomSearchOptions, options, owner="explorer 'random'")
         self.rng = random.Random(seed)
+        self.stats: dict[str, float] = {"calls": 0, "steps": 0.0, "scored": 0}
+
+    def set_roofline(self, fn: ScoreFn | None) -> None:
+        """Ignored: a random search has no reward."""
 
     def find_maximums(self, score: ScoreFn, n: int, exclude: set[int] | None = None,
                       seeds: Sequence[int] = ()) -> list[int]:
@@ -51,5 +55,8 @@ class RandomSearch:
             return []
         pos = np.array([self.space.positions(c) for c in pool], dtype=np.int64).reshape(len(pool), -1)
         scores = np.asarray(score(pos), dtype=np.float64)
+        self.stats["calls"] += 1
+        self.stats["steps"] += 1
+        self.stats["scored"] += len(pool)
         order = np.argsort(-scores, kind="stable")[:n]
         return [pool[k].index for k in order]

@@ -36,8 +36,8 @@ def get_tuner(name: str | type[Tuner], task: Task, seed: int = 0, batch_size: in
     """A tuner for ``task`` by short name (or class), with its options (a mapping, ``key=value``
     text allowed, or an instance of its ``Options``) and keyword overrides of them."""
     cls = TUNERS.get(name) if isinstance(name, str) else name
-    return cls(task, seed=seed, batch_size=batch_size, start_from_default=start_from_default, options=options,
-               **overrides)
+    return cls.create(task, seed=seed, batch_size=batch_size, start_from_default=start_from_default, options=options,
+                      **overrides)
 
 
 def tuner_options(name: str) -> type:

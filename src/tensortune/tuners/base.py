@@ -81,6 +81,13 @@ class Tuner(ABC):
         self.finished = ""
 
     @classmethod
+    def create(cls, task: Task, seed: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, start_from_default: bool = True,
+               options: Any = None, **overrides: Any) -> Tuner:
+        """The tuner for ``task`` (the registry's constructor; a composition may return another
+        tuner for a task its parts do not cover, see :class:`~.parts.Fallback`)."""
+        return cls(task, seed, batch_size, start_from_default, options, **overrides)
+
+    @classmethod
     def check_options(cls, values: Any) -> Any:
         """``values`` as this tuner's :attr:`Options`, every key and value checked (the CLI calls
         this before measuring anything); raises :class:`~tensortune.utils.options.OptionError`."""
@@ -145,15 +152,21 @@ class Tuner(ABC):
 
         return TuningSession(self, measurer, database, callbacks).run(Budget.of(budget))
 
-    def _unmeasured_default(self) -> Config | None:
-        """The template's default config, if asked for and not measured yet."""
+    def template_default(self) -> Config | None:
+        """The template's default config (None where the template has no usable one)."""
         make = getattr(self.task, "default_config", None)
-        if not self.start_from_default or make is None:
+        if make is None:
             return None
         if self._default is False:
             try:
                 self._default = make()
             except Exception:  # noqa: BLE001 - a template without a usable default: plain search
                 self._default = None
-        default = self._default
+        return self._default  # type: ignore[return-value]
+
+    def _unmeasured_default(self) -> Config | None:
+        """The template's default config, if asked for and not measured yet."""
+        if not self.start_from_default:
+            return None
+        default = self.template_default()
         return None if default is None or default.index in self.visited else default
