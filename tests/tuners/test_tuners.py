@@ -20,6 +20,7 @@ from tensortune.space import ConfigSpace
 from tensortune.task import Task
 from tensortune.tuners import TUNERS, GeneticTuner, GridTuner, RandomTuner, get_tuner
 from tensortune.tuners.baselines import GA_ELITE_NUM, GA_MUTATION_PROB, GA_POP_SIZE
+from tensortune.tuners.session import CONFIRM_RETRIES
 
 
 
@@ -374,8 +375,10 @@ def test_resume_from_database(name: str, measurer, matmul_task, tmp_path) -> Non
 
     with Database(tmp_path / "tune.db") as db:
         first = get_tuner(name, matmul_task, seed=0, batch_size=4).tune(4, measurer, database=db)
-        # its top 3, and the default when not among them, 3 rounds each
-        assert first.trials_measured == 4 and first.confirm_measured in (9, 12)
+        # its top 3, and the default when not among them, 3 rounds each (once more, after a quiet
+        # spell, where a config was timed while the machine was busy in every round)
+        groups = [n * (1 + retry) for n in (9, 12) for retry in range(1 + CONFIRM_RETRIES)]
+        assert first.trials_measured == 4 and first.confirm_measured in groups
         before = searched()
         assert len(before) == 4
 
