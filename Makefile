@@ -44,7 +44,7 @@ bench-quick: setup
 # Chameleon's PPO explorer against stable-baselines3 (installs the rl extra into the venv).
 bench-ppo: setup
 	$(PY) -m pip install -q -e ".[dev,bench,rl]"
-	$(PY) -m bench.ppo_overhead
+	$(PY) -m bench run --study ppo-overhead
 
 # One-Shot Tuner's datasets (hours each; every command resumes where it stopped; nothing else
 # should run meanwhile). Each finished task is also written to datasets/OP/ (one gzip JSON-lines

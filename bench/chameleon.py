@@ -1,4 +1,4 @@
-"""Chameleon's evidence from an operator-suite run: ``python -m bench.chameleon RESULTS``.
+"""Chameleon's evidence from an operator-suite run: ``python -m bench run --study chameleon RESULTS``.
 
 The run itself is the suite's (one run, every tuner on every workload, the order rotated):
 
@@ -412,8 +412,9 @@ def _natural(name: str) -> list[Any]:
     return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.chameleon", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study chameleon", description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+",
                    help="an operator-suite results folder, or several (one per kind of machine, each workload in one)")
     p.add_argument("--out", help="where chameleon.md/.json/.png go (default: the results folder; needed with several)")
@@ -421,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"a whole-model suite folder with {MODEL_BASELINE} and {CHAMELEON} systems (repeatable: one "
                         "per kind of machine): adds the whole-model section")
     p.add_argument("--models", help="these models only (default: each model of a --suite folder that has both systems)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     a = p.parse_args(argv)
     if len(a.results) > 1 and not a.out:
         p.error("several results folders need --out DIR")

@@ -1,7 +1,7 @@
 """The Hugging Face corpus: models nobody here wrote, untuned tensortune against the CPU runtimes.
 
-``python -m bench.corpus --out bench/results/corpus-CPU-DATE [--models hf:vit hf:gpt2:seq_len=64 ...] [--rounds 5]``
-``python -m bench.corpus --out DIR --tune fasor -O mode=efficiency --budget 300``: each model tuned first
+``python -m bench run --study corpus --out bench/results/corpus-CPU-DATE [--models hf:vit hf:gpt2:seq_len=64 ...] [--rounds 5]``
+``python -m bench run --study corpus --out DIR --tune fasor -O mode=efficiency --budget 300``: each model tuned first
 (``tensortune tune --time-budget``, its database in ``DIR/dbs``, never committed; the whole command,
 the in-model check included, within ``--budget`` seconds), then timed tuned and
 untuned beside the runtimes into ``tuned-TUNER.json`` / ``tuned-TUNER.md``.
@@ -230,9 +230,9 @@ def report_md(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run (or resume) the corpus into ``--out``."""
-    ap = argparse.ArgumentParser(prog="python -m bench.corpus", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    ap = argparse.ArgumentParser(prog="python -m bench run --study corpus", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="results folder (resumed when it holds corpus.json)")
     ap.add_argument("--models", nargs="+", default=list(CORPUS), help="hf: specs (space-separated)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -241,7 +241,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="a tuner option (repeatable)")
     ap.add_argument("--budget", type=float, default=300.0,
                     help="seconds of the whole tune command a model, the in-model check included (default 300)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run (or resume) the corpus into ``--out``."""
+    a = parser().parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / (f"tuned-{a.tune}.json" if a.tune else "corpus.json")

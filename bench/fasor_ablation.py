@@ -1,4 +1,4 @@
-"""Fasor's ablations (the paper's Fig. 8) from an operator-suite run: ``python -m bench.fasor_ablation RESULTS``.
+"""Fasor's ablations (the paper's Fig. 8) from an operator-suite run: ``python -m bench run --study fasor-ablation RESULTS``.
 
 The run itself is the suite's (one run, every variant on every workload, the order rotated). Each
 variant is the full system with one part switched off, in quality mode (efficiency mode stops
@@ -148,11 +148,16 @@ def plot(cmp: dict[str, Any], out: Path, full: str = FULL) -> Path | None:
     return save_figure(fig, out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.fasor_ablation", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study fasor-ablation", description=__doc__.splitlines()[0])
     p.add_argument("results", help="an operator-suite results folder")
     p.add_argument("--full", default=FULL, help=f"the full system's tuner name in the folder (default {FULL})")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     run = RunDir(a.results)
     summary = run.ops_summary()
     if not summary:

@@ -1,9 +1,9 @@
-"""Fasor's cost-model accuracy before and after transfer (its Tables 8 and 9): ``python -m bench.fasor_accuracy``.
+"""Fasor's cost-model accuracy before and after transfer (its Tables 8 and 9): ``python -m bench run --study fasor-accuracy``.
 
-    python -m bench.fasor_accuracy --data data/train/conv2d_nchwc-88.npz --db data/fasor-transfer.db
+    python -m bench run --study fasor-accuracy --data data/train/conv2d_nchwc-88.npz --db data/fasor-transfer.db
         [--target generic --threads 1] [--k 10] [--eval-tasks 10] [--samples 64] [--holdout 0.2]
         [--out bench/results/fasor-accuracy]
-    python -m bench.fasor_accuracy --db data/fasor-shipped.db --target native --threads 2   # no --data
+    python -m bench run --study fasor-accuracy --db data/fasor-shipped.db --target native --threads 2   # no --data
 
 Without ``--data`` the shipped (or ``--model``) Fasor model is transferred as it is, to the
 machine the bench runs on: its pre-training tasks and held-out tasks come from its schema, the
@@ -228,8 +228,9 @@ def report(results: dict[str, Any], out: Path) -> None:
     save_figure(fig, out / "accuracy.png")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study fasor-accuracy", description=__doc__.splitlines()[0])
     p.add_argument("--data", default=None, help="pre-training file (default: transfer the shipped model as it is)")
     p.add_argument("--model", default=None, help="without --data: Fasor model folder (default: the shipped one)")
     p.add_argument("--op", default="conv2d_nchwc", help="without --data: the model's op")
@@ -242,7 +243,11 @@ def main() -> None:
     p.add_argument("--holdout", type=float, default=0.2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench/results/fasor-accuracy")
-    a = p.parse_args()
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parser().parse_args(argv)
     (run if a.data else run_shipped)(a)
 
 

@@ -5,7 +5,7 @@ and one ``tensortune: error:`` line on stderr, no traceback), accepted where it 
 hang, and no stored data changed. Cases that need a mount (a full disk, a read-only database) are
 skipped where mounting is not allowed.
 
-    python -m bench.hostile [-o bench/results/hostile.md] [--only WORD]
+    python -m bench run --study hostile [-o bench/results/hostile.md] [--only WORD]
 """
 from __future__ import annotations
 
@@ -391,18 +391,23 @@ def report(outcomes: list[Outcome], cpu: str) -> str:
         detail.append(f"| {o.case.kind} | {o.case.name.replace('|', '/')} | {o.verdict}{' (' + '; '.join(o.notes) + ')' if o.notes else ''} "
                       f"| {o.rc} | `{line}` | {o.seconds:.1f} |")
     return (f"# Bad inputs and faults, run again ({time.strftime('%Y-%m-%d')}, {cpu})\n\n"
-            "`python -m bench.hostile`: each case is a `tensortune` process in a scratch folder; *refused cleanly* is "
+            "`python -m bench run --study hostile`: each case is a `tensortune` process in a scratch folder; *refused cleanly* is "
             "a non-zero exit with one `tensortune: error:` line (or argparse's usage error) and no traceback; "
             "failures are tracebacks, hangs, accepted bad input, changed files.\n\n"
             + "\n".join(rows) + "\n\n" + "\n".join(detail) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    global BASE
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study hostile", description=__doc__.splitlines()[0])
     p.add_argument("-o", "--output", default=None)
     p.add_argument("--only", default=None, help="run the cases whose name contains this")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    global BASE
+    a = parser().parse_args(argv)
     from tensortune.target import cpu_model
 
     with tempfile.TemporaryDirectory(prefix="tensortune-hostile-") as tmp:

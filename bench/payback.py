@@ -1,6 +1,6 @@
-"""One-Shot Tuner's one-time cost, and after how many compilations it pays back: ``python -m bench.payback``.
+"""One-Shot Tuner's one-time cost, and after how many compilations it pays back: ``python -m bench run --study payback``.
 
-    python -m bench.payback --dataset data/conv2d-model.db [--dataset DB ...] [--predictor DIR ...]
+    python -m bench run --study payback --dataset data/conv2d-model.db [--dataset DB ...] [--predictor DIR ...]
                             --models RESULTS/models.json [--baseline autotvm] [--tuner oneshot]
                             [--out bench/results/payback]
 
@@ -71,15 +71,20 @@ def _models_machine(models_json: Path) -> str:
     return "; ".join(f"{cpu} ({llvm})" for cpu, llvm in sorted(ids)) or "not recorded"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.payback", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study payback", description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", action="append", required=True, help="dataset database (repeatable)")
     p.add_argument("--predictor", action="append", default=[], help="predictor folder (default: the packaged ones)")
     p.add_argument("--models", required=True, help="models.json of a suite run with both tuners")
     p.add_argument("--baseline", default="autotvm")
     p.add_argument("--tuner", default="oneshot")
     p.add_argument("--out", default="bench/results/payback")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     from tensortune.costmodel.pretrained import available_ops, predictor_folder
 
     folders = [Path(f) for f in a.predictor] or [predictor_folder(op) for op in available_ops()]

@@ -1,6 +1,6 @@
-"""The PPO explorer's cost, ours against stable-baselines3: ``python -m bench.ppo_overhead``.
+"""The PPO explorer's cost, ours against stable-baselines3: ``python -m bench run --study ppo-overhead``.
 
-    python -m bench.ppo_overhead [--workload C6] [--iterations 5] [--out bench/results/ppo_overhead]
+    python -m bench run --study ppo-overhead [--workload C6] [--iterations 5] [--out bench/results/ppo_overhead]
 
 (``make bench-ppo`` installs stable-baselines3, the ``rl`` extra, and runs it.)
 
@@ -172,12 +172,17 @@ def run_sb3(task: Any, score: Timed, iterations: int, steps: int) -> dict[str, A
             "transitions": steps * o.n_episodes}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.ppo_overhead", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study ppo-overhead", description=__doc__.splitlines()[0])
     p.add_argument("--workload", default="C6", help="a resnet18_conv2d workload of bench/workloads.json")
     p.add_argument("--iterations", type=int, default=5)
     p.add_argument("--out", default="bench/results/ppo_overhead")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     from tensortune.models.layout import blocked_workload
     from tensortune.target import host_target_json
     from tensortune.task import Task

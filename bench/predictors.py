@@ -1,6 +1,6 @@
-"""Predictor accuracy and the dataset ablation: ``python -m bench.predictors``.
+"""Predictor accuracy and the dataset ablation: ``python -m bench run --study predictors``.
 
-    python -m bench.predictors --train pgs-ebs=data/train/conv2d_nchwc.npz [--train random-ebs=FILE ...]
+    python -m bench run --study predictors --train pgs-ebs=data/train/conv2d_nchwc.npz [--train random-ebs=FILE ...]
                                [--kinds transformer,mlp,lstm,xgb] [--holdout 0.2] [--eval resnet18=FILE ...]
                                [--epochs 200] [--time-budget 900] [--seed 0 | --seeds 0,1,2]
                                [--out bench/results/predictors]
@@ -253,8 +253,9 @@ def _seeds_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.predictors", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study predictors", description=__doc__.split("\n\n")[0])
     p.add_argument("--train", action="append", default=[], help="NAME=FILE (repeatable: the ablation's datasets)")
     p.add_argument("--predictor", action="append", default=[], help="NAME=DIR: a predictor already trained (e.g. "
                    "the shipped src/tensortune/learn/pretrained/OP), scored on the --eval files of its op (repeatable)")
@@ -268,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default=None, help="comma-separated seeds: one run each (seed S in OUT/seed-S, "
                    "seed 0 in OUT), then OUT/seeds.md over them")
     p.add_argument("--out", default="bench/results/predictors")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     a = p.parse_args(argv)
     if not a.train and not a.predictor:
         p.error("give --train NAME=FILE or --predictor NAME=DIR")

@@ -1,6 +1,6 @@
-"""The race with and without suspension: ``python -m bench.race``.
+"""The race with and without suspension: ``python -m bench run --study race``.
 
-    python -m bench.race [--models mobilenet_v2] [--tuners trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy]
+    python -m bench run --study race [--models mobilenet_v2] [--tuners trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy]
                          [--rounds 8] [--batch 64] [--out bench/results/race] [--stop-after MINUTES]
 
 ``tensortune race`` on the same models and tuners twice, each into databases of its own: once
@@ -131,7 +131,7 @@ def race_system(out: Path, model: str, tuner: str) -> tuple[dict[str, Any], Path
     part, final = part_json(out, tuner), out / "final.json"
     if not part.exists() or not final.exists():
         raise SystemExit(f"{out}: no finished race with {tuner} to completion there (no {part.name} or final.json "
-                         f"yet); the race's own command goes on: python -m bench.race --out {out}")
+                         f"yet); the race's own command goes on: python -m bench run --study race --out {out}")
     entry = next((e for e in json.loads(part.read_text())["entries"] if e["model"] == model), None)
     rows = json.loads(final.read_text()).get(model, {})
     db = pair_db(out / "all", model, tuner)
@@ -262,8 +262,9 @@ def report(runs: dict[str, dict[str, Any]], models: list[str], tuners: str, roun
     return result, "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.race", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study race", description=__doc__.splitlines()[0])
     p.add_argument("--models", default="mobilenet_v2")
     p.add_argument("--tuners", default="trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy")
     p.add_argument("--rounds", type=int, default=8, help="rounds of a tuner run to completion")
@@ -272,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-after", type=float, metavar="MINUTES",
                    help="stop before a part (or the final benchmark) that would not finish within MINUTES; "
                         "the same command goes on")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     if a.stop_after is not None and a.stop_after <= 0:
         raise SystemExit("--stop-after must be positive")
     from tensortune.cluster.race import pair_db
@@ -283,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     tuners = [t.strip() for t in a.tuners.split(",") if t.strip()]
     refusal = check_folder(out, {"models": models, "tuners": a.tuners, "rounds": a.rounds, "batch": a.batch})
     if refusal:
-        print(f"python -m bench.race: {refusal}", file=sys.stderr)
+        print(f"python -m bench run --study race: {refusal}", file=sys.stderr)
         return 2
     deadline = Deadline(a.stop_after)
     t0 = time.perf_counter()

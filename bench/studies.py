@@ -76,9 +76,9 @@ def _record(folder: Path, entry: dict[str, Any]) -> None:
 
     run = RunDir(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    meta = run.read_json("meta.json", {}) or {}
+    meta = run.read_json("meta", {}) or {}
     meta.setdefault("studies", []).append(entry)
-    run.write_json("meta.json", meta)
+    run.write_json("meta", meta)
 
 
 def run_study(name: str, argv: list[str]) -> int:

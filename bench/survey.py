@@ -1,6 +1,6 @@
-"""Survey tuning against sequential tuning: ``python -m bench.survey``.
+"""Survey tuning against sequential tuning: ``python -m bench run --study survey``.
 
-    python -m bench.survey [--models resnet18,mobilenet_v2] [--tuner autotvm] [--time-budget 3600]
+    python -m bench run --study survey [--models resnet18,mobilenet_v2] [--tuner autotvm] [--time-budget 3600]
                            [--out bench/results/survey]
 
 For each model: ``tensortune tune MODEL --scheduler sequential --time-budget B`` (the full-budget
@@ -46,8 +46,9 @@ def ratios(row: dict) -> str:
     return f"{row['sequential_wall_s'] / row['survey_wall_s']:.2f}x | {fmt(cpu, '.2f')}x"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.survey", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study survey", description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet18,mobilenet_v2")
     p.add_argument("--tuner", default="autotvm")
     p.add_argument("--time-budget", type=float, default=3600.0)
@@ -55,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="take the sequential reference from a whole-model suite folder (its TUNER system: "
                         "database and kept tune output; --time-budget is the folder's) instead of tuning it")
     p.add_argument("--out", default="bench/results/survey")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

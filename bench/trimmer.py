@@ -1,6 +1,6 @@
-"""Trimmer's cold-candidate filter on whole models: ``python -m bench.trimmer``.
+"""Trimmer's cold-candidate filter on whole models: ``python -m bench run --study trimmer``.
 
-    python -m bench.trimmer [--models resnet18,mobilenet_v2] [--tuners autotvm,trimmer]
+    python -m bench run --study trimmer [--models resnet18,mobilenet_v2] [--tuners autotvm,trimmer]
                             [--time-budget 1800] [--out bench/results/trimmer]
 
 For each model and tuner, ``tensortune tune MODEL --tuner T --time-budget S`` runs into a
@@ -18,7 +18,7 @@ With ``--suite RESULTS`` nothing is tuned: the systems come from a whole-model s
 (``python -m bench run --suite models --models resnet18,mobilenet_v2 --model-tuners
 autotvm,trimmer``, or ``trimmer`` added to a folder that has autotvm), whose interleaved
 benchmark timed them all in one run. With ``--race RESULTS`` nothing is tuned either: the systems
-are the tuners of a finished race's run to completion (``python -m bench.race``: every tuner the
+are the tuners of a finished race's run to completion (``python -m bench run --study race``: every tuner the
 same budget of survey rounds, so the filter's effect is the only difference between ``trimmer``
 and ``autotvm`` there), their latencies from the race's final benchmark (after the in-model
 check, one interleaved benchmark per model).
@@ -119,8 +119,9 @@ def tune(model: str, tuner: str, budget: float, out: Path) -> dict[str, Any]:
                     out / f"{model}-{tuner}.tune.json", fresh=[db])
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.trimmer", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study trimmer", description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet18,mobilenet_v2")
     p.add_argument("--tuners", default="autotvm,trimmer")
     p.add_argument("--time-budget", type=float, default=1800.0, help="tuning seconds per model and tuner")
@@ -131,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="tune nothing: read each (model, tuner) from a finished race folder's run to completion "
                         "(its databases, costs and final benchmark; every tuner the race's rounds)")
     p.add_argument("--out", default="bench/results/trimmer")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     a = p.parse_args(argv)
     if a.suite and a.race:
         p.error("--suite and --race are two sources of the systems: give one")

@@ -1,6 +1,6 @@
-"""One tuner against a baseline in an operator-suite run: ``python -m bench.versus RESULTS``.
+"""One tuner against a baseline in an operator-suite run: ``python -m bench run --study versus RESULTS``.
 
-    python -m bench.versus RESULTS --tuner oneshot --baseline autotvm [--within 0.02] [--less-wall 10]
+    python -m bench run --study versus RESULTS --tuner oneshot --baseline autotvm [--within 0.02] [--less-wall 10]
 
 Per workload of ``RESULTS/ops_summary.json``: each side's final GFLOP/s (the suite's re-measured,
 checked median of its interleaved rounds), trials and tuning wall time, the GFLOP/s ratio tuner /
@@ -78,14 +78,19 @@ def markdown(cmp: dict[str, Any], provenance: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The study's command line."""
+    p = argparse.ArgumentParser(prog="python -m bench run --study versus", description=__doc__.splitlines()[0])
     p.add_argument("results", help="an operator-suite results folder")
     p.add_argument("--tuner", default="oneshot")
     p.add_argument("--baseline", default="autotvm")
     p.add_argument("--within", type=float, default=0.02, help="GFLOP/s target: at most this fraction below")
     p.add_argument("--less-wall", type=float, default=10.0, help="wall-time target: at least this many times less")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     run = RunDir(a.results)
     summary = run.ops_summary()
     cmp = compare(summary, a.tuner, a.baseline, a.within, a.less_wall)

@@ -6,6 +6,9 @@
                         [--no-default-start] [--no-library] [--blocked] [--early-stopping N]
                         [--seed 0] [--threads N] [--quick] [--out RESULTS] [--stop-after MINUTES]
                         [--confirm-tuned]
+    python -m bench run --study NAME [ARGS]   (a registered study, e.g. chameleon, race, payback;
+                                          its own arguments: --study NAME --help)
+    python -m bench studies                   (the studies, a line each: bench/studies.py)
     python -m bench report RESULTS
     python -m bench drop RESULTS MODEL:TUNER --why "..."   (tune one whole-model system again)
     python -m bench remeasure RESULTS [--workloads C1,...] [--rounds 9] [--no-library]
@@ -62,7 +65,9 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="measure (resumes a results folder)")
+    r = sub.add_parser("run", help="measure (resumes a results folder); --study NAME runs a registered study")
+    r.add_argument("--study", metavar="NAME", help="run this study of bench/studies.py with the arguments that follow "
+                                                   "(default: the suite itself)")
     r.add_argument("--quick", action="store_true", help="smoke run: a few workloads, small budgets (< 10 min)")
     r.add_argument("--suite", type=_csv, help=f"comma-separated parts: {','.join(SUITES)} (default: all)")
     r.add_argument("--tuners", type=_csv, help="operator suite tuners (tensortune names and 'metaschedule')")
@@ -90,6 +95,7 @@ def parser() -> argparse.ArgumentParser:
                    help="end cleanly before a step (a tuner on a workload, a model's system or benchmark) that "
                         "would not finish within MINUTES; the same command resumes")
     r.add_argument("--no-progress", action="store_true")
+    sub.add_parser("studies", help="list the registered studies")
     p = sub.add_parser("report", help="plots and report.md from a results folder")
     p.add_argument("results")
     d = sub.add_parser("drop", help="discard a whole-model system so that the next run tunes it again")
@@ -307,7 +313,20 @@ def main(argv: list[str] | None = None) -> int:
     from tensortune.utils.quiet import quiet_third_party_warnings
 
     quiet_third_party_warnings()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"] and "--study" in argv:  # a study parses its own arguments
+        from .. import studies
+
+        at = argv.index("--study")
+        if at + 1 >= len(argv):
+            raise SystemExit("--study needs a NAME (python -m bench studies lists them)")
+        return studies.run_study(argv[at + 1], argv[1:at] + argv[at + 2:])
     a = parser().parse_args(argv)
+    if a.cmd == "studies":
+        from .. import studies
+
+        print(studies.listing())
+        return 0
     if a.cmd == "soak":
         from .soak import cmd_soak
 

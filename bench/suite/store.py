@@ -84,10 +84,8 @@ class RunDir:
         ``meta.json``; its time is ``None`` when that run was stopped before writing it.
         """
         meta = self.read_json("meta", {}) or {}
-        if not meta:
-            return []
-        if "runs" in meta:
-            return list(meta["runs"])
+        if "runs" in meta or not set(meta) - {"studies"}:  # (a study's invocations are not the suite's runs)
+            return list(meta.get("runs", []))
         return [{"date": meta.get("started"), "commit": meta.get("machine", {}).get("git_commit"),
                  "settings": meta.get("settings", {}), "wall_s": meta.get("wall_s")}]
 

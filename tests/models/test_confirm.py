@@ -161,7 +161,7 @@ def test_a_confirmed_model_slower_than_a_whole_variant_keeps_that_variant(model,
     def fake(fns, rounds=0, min_time_s=0.0):
         return {k: times[k] for k in fns}
 
-    monkeypatch.setattr("tensortune.models.reference.interleaved_rounds", fake)
+    monkeypatch.setattr("tensortune.measure.timing.interleaved_rounds", fake)
     rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=1)
     # 2.0: the confirmed model (runners-up) was timed on its own; the kept variant's configs now stand
     assert rep.kept == fastest and rep.paired_ratio == pytest.approx(2.0)
@@ -176,7 +176,7 @@ def test_the_whole_model_verdict_is_on_paired_rounds_not_on_medians(model, tuned
     # The confirmed model's rounds 3-5 fell in a slow spell that hit the tuned model only in 4-5:
     # by medians it is 3x slower, but round by round it is as fast, so it stands.
     times = {"tuned": [1.0, 1.0, 1.0, 3.0, 3.0], "untuned": [4.0] * 5, "confirmed": [1.0, 1.0, 3.0, 3.0, 3.0]}
-    monkeypatch.setattr("tensortune.models.reference.interleaved_rounds", lambda fns, **kw: {k: times[k] for k in fns})
+    monkeypatch.setattr("tensortune.measure.timing.interleaved_rounds", lambda fns, **kw: {k: times[k] for k in fns})
     rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=1)  # a runner-up: a new confirmed model
     assert rep.latency_ms["confirmed"] == pytest.approx(3000.0) and rep.latency_ms["tuned"] == pytest.approx(1000.0)
     assert rep.paired_ratio == pytest.approx(1.0) and rep.kept == "confirmed"
@@ -192,7 +192,7 @@ def test_a_model_whose_tasks_all_keep_their_best_is_the_tuned_model_timed_once(m
         timed.append(list(fns))
         return {k: {"tuned": [1.05] * 3, "untuned": [1.0] * 3}[k] for k in fns}
 
-    monkeypatch.setattr("tensortune.models.reference.interleaved_rounds", fake)
+    monkeypatch.setattr("tensortune.measure.timing.interleaved_rounds", fake)
     rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
     assert not rep.changed and timed == [["tuned", "untuned"]]
     assert rep.latency_ms["confirmed"] == rep.latency_ms["tuned"]

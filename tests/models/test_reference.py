@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
+from tensortune.measure.timing import Latency, interleaved_latency, interleaved_rounds, time_callable
+from tensortune.measure import timing
 from tensortune.models import reference
-from tensortune.models.reference import (
-    DEFAULT_RTOL, DEFAULT_THREADS, Latency, OrtRunner, OutputCheck, ReferenceRunError, TorchRunner,
-    compare_outputs, export_onnx, interleaved_latency, interleaved_rounds, set_threads, time_callable,
-)
+from tensortune.models.reference import (DEFAULT_RTOL, DEFAULT_THREADS, OrtRunner, OutputCheck, ReferenceRunError, TorchRunner,
+                                         compare_outputs, export_onnx, set_threads)
 
 THREADS = min(2, DEFAULT_THREADS)
 
@@ -362,7 +362,7 @@ def test_warm_up_lasts_warmup_s_before_the_rounds(clock):
     assert len(calls) == 1 + 2
     calls.clear()
     interleaved_rounds({"x": clock.work(0.0, calls)}, rounds=1, min_time_s=0.0, warmup_s=0.3)
-    assert len(calls) == reference.DEFAULT_MAX_RUNS + 2  # a clock that never moves: capped
+    assert len(calls) == timing.DEFAULT_MAX_RUNS + 2  # a clock that never moves: capped
 
 
 def test_paired_timing_gives_each_build_its_change_against_the_one_before(monkeypatch):
@@ -381,8 +381,8 @@ def test_paired_timing_gives_each_build_its_change_against_the_one_before(monkey
         fn.__name__ = name
         return fn
 
-    monkeypatch.setattr(reference, "interleaved_rounds", fake)
-    timing = reference.PairedTiming(rounds=3)
+    monkeypatch.setattr(timing, "interleaved_rounds", fake)
+    timing = timing.PairedTiming(rounds=3)
     assert timing.time(build("u")) == (3.0, None, None)
     lat, change, vs_first = timing.time(build("r1"))
     assert lat == 2.79 and change == pytest.approx(3.0 / 3.3 - 1)  # ratios 0.9, 0.909, 0.93
@@ -404,13 +404,13 @@ def test_interleaved_latency_rotates_order(monkeypatch):
     fns = {n: recorder(n) for n in "abc"}
     name_of = {fn: n for n, fn in fns.items()}
     timed: list[str] = []
-    real = reference.time_callable
+    real = timing.time_callable
 
     def spy(fn, min_time_s=0.2, max_runs=1000):
         timed.append(name_of[fn])
         return real(fn, min_time_s, max_runs)
 
-    monkeypatch.setattr(reference, "time_callable", spy)
+    monkeypatch.setattr(timing, "time_callable", spy)
     res = interleaved_latency(fns, rounds=4, min_time_s=0.0, warmup_s=0.0)
     assert log[:3] == ["a", "b", "c"]  # warm-up of every system first
     assert timed == list("abc" "bca" "cab" "abc")  # each round starts with the next system

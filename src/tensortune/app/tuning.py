@@ -184,9 +184,10 @@ class TunedModel:
 def model_latency_fn(model: Model, db: Any) -> Callable[[bool], Any]:
     """``f(tuned) -> Timed(seconds, change, vs_first)``: the model compiled with ``db``'s bests (or
     untuned), timed beside the build timed before it and the first (the untuned one, which the
-    survey times first: :class:`~.models.reference.PairedTiming`; compiled once)."""
+    survey times first: :class:`~tensortune.measure.timing.PairedTiming`; compiled once)."""
     from ..models.compile import compile_model
-    from ..models.reference import PairedTiming, set_threads
+    from ..measure.timing import PairedTiming
+    from ..models.reference import set_threads
     from ..target import cpu_count
 
     untuned: list[Any] = []

@@ -176,9 +176,9 @@ class Competitor:
         node; by default nothing is held)."""
         from ..database import Database
         from ..measure import MeasureOptions, Measurer
+        from ..measure.timing import PairedTiming
         from ..models.compile import model_tasks
         from ..models.importer import load_model
-        from ..models.reference import PairedTiming
         from ..tuners import get_tuner
         from ..utils.options import parse_assignments
 
@@ -200,7 +200,7 @@ class Competitor:
     def latency(self) -> tuple[float, float | None]:
         """The model compiled with this database's bests, timed (seconds; the host held), and its
         change against the model the round before left (``now / before - 1``; None in the first
-        round), the two timed in interleaved rounds (:class:`~tensortune.models.reference.PairedTiming`):
+        round), the two timed in interleaved rounds (:class:`~tensortune.measure.timing.PairedTiming`):
         the suspension ranks by the change, and timed alone the host's drift between rounds is
         larger than a late round's gain."""
         from ..models.compile import compile_model

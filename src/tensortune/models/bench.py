@@ -7,7 +7,7 @@ PyTorch model exported to ONNX) and OpenVINO (the same ONNX file and threads; op
 row's outputs are compared with the reference (PyTorch, else ONNX Runtime) on the same inputs
 before it is timed; a row whose outputs do not match is reported as a failure and gets no latency.
 Latencies are medians over interleaved rounds at one fixed thread count
-(:func:`.reference.interleaved_latency`).
+(:func:`~tensortune.measure.timing.interleaved_latency`).
 """
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..measure.timing import interleaved_latency
 from .compile import CompiledModel, compile_model
 from .importer import Model
 from .reference import (DEFAULT_RTOL, OpenVinoRunner, OrtRunner, ReferenceRunError, TorchRunner, compare_outputs,
-                        export_onnx, interleaved_latency, set_threads)
+                        export_onnx, set_threads)
 
 #: Interleaved timing rounds of ``tensortune bench``.
 BENCH_ROUNDS = 5
@@ -37,7 +38,7 @@ class BenchRow:
     name: str
     check: str  # one-line output check message (or why the system is unavailable)
     ok: bool
-    latency: Any = None  # reference.Latency when timed
+    latency: Any = None  # measure.timing.Latency when timed
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""

@@ -27,7 +27,7 @@ candidates are timed where they will run:
    model. Nothing else changes: the records the tuners learn from and resume with stay as they
    were, and the group counts against no trial budget.
 5. **The whole model**: the model compiled with the confirmed configs is timed against
-   variants 0 and 1 in many short interleaved rounds (:func:`.reference.interleaved_rounds`).
+   variants 0 and 1 in many short interleaved rounds (:func:`~tensortune.measure.timing.interleaved_rounds`).
    Per-task choices assume a function's time hardly depends on its neighbours' configs; where the
    confirmed model is still slower than the faster of the two (by medians) by more than
    ``tolerance``, judged by the median of the per-round ratios (pairs timed moments apart, so a
@@ -220,7 +220,8 @@ def confirm_in_model(model: Any, db: Any, threads: int | None = None, rounds: in
     from ..database.trials import ensure_task, measure_context, tvm_version
     from .compile import compile_model, model_tasks
     from .profile import function_times
-    from .reference import compare_outputs, interleaved_rounds, set_threads
+    from ..measure.timing import interleaved_rounds
+    from .reference import compare_outputs, set_threads
 
     t0 = time.perf_counter()
     say = log or (lambda _msg: None)

@@ -7,7 +7,7 @@ not pay.
 * **Rounds.** Each round gives every active task one batch of ``batch`` (64) measurements,
   through the task's own tuner, kept across rounds. After the round the model is compiled with
   the best configs so far and its latency ``x_t`` measured (``model_latency``), in interleaved
-  rounds beside the model timed before it (:class:`~tensortune.models.reference.PairedTiming`),
+  rounds beside the model timed before it (:class:`~tensortune.measure.timing.PairedTiming`),
   which gives the round's change. Timed alone, one reading per round, the host's drift decided:
   the first survey of mobilenet_v2 (rocketlake, 2026-11-27) read 3.36 ms untuned (3.15 in the
   benchmark), 3.06 after round 1, 3.31 after round 2, and the rate rule stopped it after 12 of
@@ -93,7 +93,7 @@ class SurveyScheduler(TaskScheduler):
         True) or untuned (False): its seconds, its change against the model timed before it
         (``now / before - 1``) and its latency over the first model timed (the untuned one), None
         for the first; both measured in pairs, so the host's drift between rounds cancels
-        (:class:`~tensortune.models.reference.PairedTiming`). Without trials or time the rounds end by themselves
+        (:class:`~tensortune.measure.timing.PairedTiming`). Without trials or time the rounds end by themselves
         (``max_trials`` per task at most)."""
         options = options or SurveyOptions()
         if budget.trials is None and budget.wall_s is None:
