@@ -270,7 +270,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch) -> FakeClock:
     c = FakeClock()
-    monkeypatch.setattr(reference, "time", c)
+    monkeypatch.setattr(timing, "time", c)
     return c
 
 
@@ -382,12 +382,12 @@ def test_paired_timing_gives_each_build_its_change_against_the_one_before(monkey
         return fn
 
     monkeypatch.setattr(timing, "interleaved_rounds", fake)
-    timing = timing.PairedTiming(rounds=3)
-    assert timing.time(build("u")) == (3.0, None, None)
-    lat, change, vs_first = timing.time(build("r1"))
+    paired = timing.PairedTiming(rounds=3)
+    assert paired.time(build("u")) == (3.0, None, None)
+    lat, change, vs_first = paired.time(build("r1"))
     assert lat == 2.79 and change == pytest.approx(3.0 / 3.3 - 1)  # ratios 0.9, 0.909, 0.93
     assert vs_first == pytest.approx(3.0 / 3.3)  # the one before is the first
-    t = timing.time(build("r2"))  # beside r1 (its change) and u (its ratio to the first)
+    t = paired.time(build("r2"))  # beside r1 (its change) and u (its ratio to the first)
     assert t.change == pytest.approx(2.6 / 2.7 - 1)  # ratios 0.963, 0.933, 1.0036
     assert t.vs_first == pytest.approx(2.6 / 3.0)  # ratios 0.867, 0.848, 0.933
     assert seen == [["now"], ["before", "now"], ["before", "first", "now"]]
