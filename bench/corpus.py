@@ -9,7 +9,7 @@ untuned beside the runtimes into ``tuned-TUNER.json`` / ``tuned-TUNER.md``.
 Each model is built from its default config with random weights (``hf:MODEL_TYPE``, nothing
 downloaded), compiled untuned, its outputs checked against PyTorch, then timed in interleaved
 rounds with ONNX Runtime, OpenVINO (f32) and PyTorch eager at the machine's thread count
-(:func:`tensortune.models.bench.bench_model`). ``corpus.json`` holds one entry per model, written
+(:func:`tensortune.models.comparison.bench_model`). ``corpus.json`` holds one entry per model, written
 as soon as the model is done, so a stopped run goes on from the next model; ``report.md`` is the
 table: GFLOPs, each system's median, untuned tensortune over the faster runtime, and every
 function that did not get its template's schedule (the fallbacks, with why).
@@ -52,7 +52,7 @@ def _over(ms: float | None, fastest: Any) -> float | None:
 def run_model(spec: str, rounds: int, peak: dict[str, Any]) -> dict[str, Any]:
     """Compile ``spec`` untuned, check and time it against the runtimes, profile it against the
     machine's ``peak`` (:func:`tensortune.measure.peak.measure_peak`); one JSON entry."""
-    from tensortune.models.bench import bench_model
+    from tensortune.models.comparison import bench_model
     from tensortune.models.compile import compile_model
     from tensortune.models.importer import load_model
     from tensortune.models.profile import profile_compiled
@@ -102,7 +102,7 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
     included (:func:`tuning_seconds`; kept: a rerun reads the tuning run back), then check and
     time it tuned and untuned against the runtimes; one JSON entry."""
     from tensortune.database import Database
-    from tensortune.models.bench import bench_model
+    from tensortune.models.comparison import bench_model
     from tensortune.models.compile import compile_model
     from tensortune.models.importer import load_model
 

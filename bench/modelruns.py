@@ -69,7 +69,7 @@ def paired_latency(model: str, dbs: dict[str, Path], rounds: int | None = None) 
     from contextlib import ExitStack
 
     from tensortune.database import Database
-    from tensortune.models.bench import BENCH_ROUNDS, bench_model
+    from tensortune.models.comparison import BENCH_ROUNDS, bench_model
     from tensortune.models.compile import compile_model
     from tensortune.models.importer import load_model
 

@@ -155,7 +155,7 @@ def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Pat
     minutes to hours apart, and on 2 cores one and the same mobilenet_v2 was timed 2.90-3.23 ms
     by one actor over five such rounds (rocketlake, 2026-11-27): they do not compare across tuners.
 
-    Each pair's database first gets the in-model check (:func:`tensortune.models.confirm.confirm_in_model`),
+    Each pair's database first gets the in-model check (:func:`tensortune.models.in_model.check_in_model`),
     as ``tensortune tune`` runs it at its end, so each final model is the one a user of that tuner
     gets: a round compiles every task's best measured alone, and those lose inside the model
     often enough to matter (in the race with suspension on rocketlake, 2026-11-27, six of
@@ -168,9 +168,9 @@ def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Pat
 
     from tensortune.cluster.race import pair_db
     from tensortune.database import Database
-    from tensortune.models.bench import bench_model
+    from tensortune.models.comparison import bench_model
     from tensortune.models.compile import compile_model
-    from tensortune.models.confirm import confirm_in_model
+    from tensortune.models.in_model import check_in_model
     from tensortune.models.importer import _first_line, load_model
 
     result: dict[str, dict[str, dict[str, Any]]] = {}
@@ -182,7 +182,7 @@ def final_benchmark(runs: dict[str, dict[str, Any]], models: list[str], out: Pat
         for name, path in pairs.items():
             try:
                 with Database(path) as db:
-                    report = confirm_in_model(model, db)
+                    report = check_in_model(model, db)
             except Exception as exc:  # noqa: BLE001 - a failed check is a result; the bests alone stand
                 why = _first_line(exc)
                 print(f"{name}: the in-model check failed ({why}); benchmarked with its bests measured alone", flush=True)

@@ -152,7 +152,11 @@ def test_tune_op_json_summary(tuned) -> None:
         from tensortune.database import top_configs
 
         group = set(top_configs(trials, 3)) | {task.default_config().index}
-        assert summary["confirm_measured"] == 3 * len(group) == d.count(confirmations=True) - d.count()
+        # (once more after a quiet spell, where a config was timed while the machine was busy in every round)
+        from tensortune.tuners.session import CONFIRM_RETRIES
+
+        assert summary["confirm_measured"] == d.count(confirmations=True) - d.count()
+        assert summary["confirm_measured"] in [3 * len(group) * (1 + r) for r in range(1 + CONFIRM_RETRIES)]
 
 
 def test_best_json(tuned, capfd) -> None:

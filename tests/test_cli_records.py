@@ -119,7 +119,7 @@ def test_a_rerun_reports_the_stored_best_and_how_it_was_measured(db_copy: Path, 
         stored = db.trials(key)
         # a faster trial measured cold (another timing mode) and a faster unverified import
         cold = TrialRecord(**{**hot_best.to_json(), "id": None, "config_index": stored[0].config_index,
-                              "costs": [hot_best.cost / 10], "timing": MeasureOptions.cold().timing_key(),
+                              "costs": [hot_best.cost / 10], "timing": MeasureOptions.flushed().timing_key(),
                               "timestamp": 1.0})
         unverified = TrialRecord(**{**hot_best.to_json(), "id": None, "costs": [hot_best.cost / 20],
                                     "verified": False, "timestamp": 2.0})

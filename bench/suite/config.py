@@ -43,7 +43,7 @@ class Settings:
     blocked: bool = False
     #: a tuner stops after this many trials without improvement (None: the whole budget)
     early_stopping: int | None = None
-    #: whole models: give the in-model check (``tensortune confirm``) to the tensortune systems
+    #: whole models: give the in-model check (``tensortune check``) to the tensortune systems
     #: tuned before ``tune`` ran it at its end, and benchmark their models again
     confirm_tuned: bool = False
 

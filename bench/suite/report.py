@@ -51,7 +51,7 @@ def _split(v: dict[str, Any]) -> tuple[float, float]:
 
 
 def in_model_check(models: dict[str, Any]) -> list[str]:
-    """Markdown: each system's in-model check (``tensortune confirm``): its time, the tasks it
+    """Markdown: each system's in-model check (``tensortune check``): its time, the tasks it
     switched to another config, its own timing of the model before and after, and, where the
     model was benchmarked before the check too, both benchmarks' medians. Empty without any."""
     rows = []
@@ -73,7 +73,7 @@ def in_model_check(models: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     return ["### In-model check", "",
-            "Each tuned task's best, default and runner-up timed inside the model (`tensortune confirm`); its time "
+            "Each tuned task's best, default and runner-up timed inside the model (`tensortune check`); its time "
             "is part of the system's tuning wall. `switched`: tasks whose model config is no longer their best "
             "measured alone. Then its own timing of the whole model (interleaved medians) untuned, tuned (best "
             "alone) and confirmed, which configs stand (`confirmed`, or a whole variant when the confirmed model "
@@ -503,7 +503,7 @@ def write_report(path: Path) -> Path:
             md += ["### Where each system's tuning time went", "",
                    "Building and running: wall time in the measurer (MetaSchedule: in its builder and runner); "
                    "search/model: the rest (search, cost-model updates, bookkeeping); in-model check: "
-                   "`tensortune confirm` after tuning.", "",
+                   "`tensortune check` after tuning.", "",
                    "| model | system | tuning wall (min) | search/model | building | running | in-model check |",
                    "|---|---|---:|---:|---:|---:|---:|"]
             for m, name, v in timed:

@@ -43,7 +43,7 @@ from .store import RunDir
 MS_MAX_TRIALS = 100_000
 #: Seconds a model's final benchmark (compiling every system's model, interleaved rounds) may take.
 BENCH_ESTIMATE_S = 1200.0
-#: Seconds one system's in-model check (``tensortune confirm``: three compiles, timed rounds) may take.
+#: Seconds one system's in-model check (``tensortune check``: three compiles, timed rounds) may take.
 CONFIRM_ESTIMATE_S = 600.0
 
 
@@ -72,8 +72,10 @@ def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     write_text(tune_json_path(db), json.dumps(out, indent=1))
     cost = out.get("cost", {})
-    split = {k: cost[k] for k in ("build_s", "run_s", "search_s", "cpu_s", "confirm_s") if k in cost}
-    conf = out.get("confirm") or {}
+    split = {k: cost[k] for k in ("build_s", "run_s", "search_s", "cpu_s") if k in cost}
+    if "check_s" in cost:  # the in-model check's time (models.json keeps it as confirm_s, as before)
+        split["confirm_s"] = cost["check_s"]
+    conf = out.get("in_model_check") or {}
     checked = {"confirm": _confirm_summary(conf)} if "changed" in conf else {}
     return {"ok": True, "wall_s": wall, "tune_wall_s": out["wall_s"], "trials": sum(t["trials"] for t in out["tasks"]),
             "tasks": len(out["tasks"]), "tasks_measured": out["tasks_measured"], "measure": out.get("measure", ""),
@@ -89,18 +91,18 @@ def _confirm_summary(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def confirm_system(run: RunDir, out_dir: Path, model: str, source: str, tuner: str, v: dict[str, Any]) -> bool:
-    """The in-model check (``tensortune confirm``, which ``tune`` runs at its end) on one system
+    """The in-model check (``tensortune check``, which ``tune`` runs at its end) on one system
     tuned before it existed, so that every system of a model is compared alike. Its ``--json``
     output is kept beside the database (``DB.confirm.json``); its time is added to the system's
     ``tune_wall_s`` (the time before it is kept in ``tune_wall_s_before_confirm``). Returns
     whether it ran (``v`` is updated; the caller saves it)."""
     db = _db_path(out_dir, model, tuner)
-    print(f"{model}: tensortune confirm on {tuner}'s database", flush=True)
-    cmd = [_tensortune_exe(), "confirm", source, "--db", str(db), "--json"]
+    print(f"{model}: tensortune check on {tuner}'s database", flush=True)
+    cmd = [_tensortune_exe(), "check", source, "--db", str(db), "--json"]
     with open(out_dir / f"{model}.log", "a") as err:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
     if proc.returncode != 0:
-        print(f"{model}: {tuner}: tensortune confirm exited {proc.returncode} (see {model}.log)", flush=True)
+        print(f"{model}: {tuner}: tensortune check exited {proc.returncode} (see {model}.log)", flush=True)
         return False
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     write_text(db.with_name(db.name + ".confirm.json"), json.dumps(out, indent=1))
@@ -196,7 +198,7 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
     benchmark when ``BENCH_ESTIMATE_S`` is."""
     from tensortune.database import Database
     from tensortune.measure import MeasureOptions
-    from tensortune.models.bench import bench_model
+    from tensortune.models.comparison import bench_model
     from tensortune.models.compile import CompiledModel, compile_model
     from tensortune.models.importer import load_model
     from tensortune.target import host_target_json, make_target

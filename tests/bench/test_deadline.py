@@ -117,7 +117,7 @@ def test_a_model_that_gains_a_system_is_tuned_for_it_and_benchmarked_again(tmp_p
     """The tuning, compiling and timing are stand-ins: what is checked is which systems are tuned,
     which are compiled, and that the benchmark covers every system the model has."""
     import tensortune.database as database
-    import tensortune.models.bench as mbench
+    import tensortune.models.comparison as mbench
     import tensortune.models.compile as mcompile
     import tensortune.models.importer as importer
     from bench.suite import metaschedule as msa

@@ -83,7 +83,7 @@ def test_paired_latency_times_every_database_in_one_benchmark(tmp_path: Path, mo
             rows.append(type("R", (), {"name": "tensortune failed", "ok": False, "latency": None})())
         return type("Report", (), {"rows": rows})()
 
-    monkeypatch.setattr("tensortune.models.bench.bench_model", fake_bench)
+    monkeypatch.setattr("tensortune.models.comparison.bench_model", fake_bench)
     monkeypatch.setattr("tensortune.models.importer.load_model", lambda name: f"model:{name}")
     monkeypatch.setattr("tensortune.models.compile.compile_model", lambda m, db: ("compiled", m, db.path))
     dbs = {}

@@ -165,17 +165,17 @@ def test_parts_and_estimates() -> None:
 def test_the_final_benchmark_checks_and_times_every_raced_pair_together(tmp_path, monkeypatch) -> None:
     import sys
 
-    import tensortune.models.confirm as confirm
+    import tensortune.models.in_model as in_model
     from tensortune.database import Database
     from tensortune.models.reference import export_onnx
 
-    checked, real = [], confirm.confirm_in_model
+    checked, real = [], in_model.check_in_model
 
-    def confirm_in_model(model, db, *args, **kwargs):  # the real check, its database seen
+    def check_in_model(model, db, *args, **kwargs):  # the real check, its database seen
         checked.append((Path(db.path).relative_to(tmp_path).as_posix(), db.readonly))
         return real(model, db, *args, **kwargs)
 
-    monkeypatch.setattr(confirm, "confirm_in_model", confirm_in_model)
+    monkeypatch.setattr(in_model, "check_in_model", check_in_model)
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
     from tiny import tiny
@@ -200,6 +200,6 @@ def test_the_final_benchmark_checks_and_times_every_raced_pair_together(tmp_path
     def failing(model, db, *args, **kwargs):
         raise RuntimeError("no reference\nmore")
 
-    monkeypatch.setattr(confirm, "confirm_in_model", failing)  # a failed check is a result: benchmarked all the same
+    monkeypatch.setattr(in_model, "check_in_model", failing)  # a failed check is a result: benchmarked all the same
     rows = race.final_benchmark(runs, [onnx], tmp_path)[onnx]
     assert rows["all random"]["in_model"] == {"skipped": "failed: no reference"} and rows["all random"]["ok"]

@@ -197,7 +197,7 @@ def test_a_worker_that_cannot_start_raises_instead_of_failing_every_candidate():
 
 
 def test_cold_options_time_single_runs_with_flushed_weights():
-    cold = MeasureOptions.cold(repeat=4)
+    cold = MeasureOptions.flushed(repeat=4)
     assert (cold.flush_cache, cold.number, cold.min_repeat_ms, cold.repeat) == (True, 1, 0, 4)
     assert MeasureOptions().flush_cache is False  # operator tuning keeps hot caches
 

@@ -29,16 +29,16 @@ def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     assert out["tasks_measured"] == len(out["tasks"]) and all(t["trials"] == 2 for t in out["tasks"])
     assert out["estimated_total_ms"] > 0
     # the in-model check ran at the end, inside the reported wall time
-    conf = out["confirm"]
+    conf = out["in_model_check"]
     assert conf["variants"][0]["ok"] and conf["tasks"] and 0 < conf["wall_s"] <= out["wall_s"]
-    assert out["cost"]["confirm_s"] == conf["wall_s"]
+    assert out["cost"]["check_s"] == conf["wall_s"]
     # rerun: resumes, nothing measured again
     assert main(["tune", onnx_path, "--tuner", "random", "--trials-per-task", "2", "--db", db, "--json",
-                 "--scheduler", "round-robin", "--no-confirm"]) == 0
+                 "--scheduler", "round-robin", "--no-check"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert sum(t["measured_this_run"] for t in again["tasks"]) == 0
-    assert again["confirm"] == {"skipped": "--no-confirm"}
-    assert main(["confirm", onnx_path, "--db", db, "--rounds", "1", "--runs", "1", "--json"]) == 0
+    assert again["in_model_check"] == {"skipped": "--no-check"}
+    assert main(["check", onnx_path, "--db", db, "--rounds", "1", "--runs", "1", "--json"]) == 0
     conf = json.loads(capsys.readouterr().out)
     assert conf["model"] == "tiny" and len(conf["tasks"]) == len(tasks) and conf["latency_ms"]["confirmed"] > 0
     lib = str(tmp_path / "tiny.so")

@@ -13,7 +13,6 @@ from torch import nn
 
 from tensortune.measure.timing import Latency, interleaved_latency, interleaved_rounds, time_callable
 from tensortune.measure import timing
-from tensortune.models import reference
 from tensortune.models.reference import (DEFAULT_RTOL, DEFAULT_THREADS, OrtRunner, OutputCheck, ReferenceRunError, TorchRunner,
                                          compare_outputs, export_onnx, set_threads)
 

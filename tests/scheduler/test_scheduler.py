@@ -62,7 +62,7 @@ def clock(monkeypatch):
 def run(clock: Clock, n: int, budget: float, overrun: float, light: int = 0) -> list[tuple[str, float]]:
     log: list = []
     s = SequentialScheduler(tasks(n, light), lambda task, r: FakeTuner(task, clock, overrun, log),
-                            SimpleNamespace(options=MeasureOptions.cold()), FakeDB(),
+                            SimpleNamespace(options=MeasureOptions.flushed()), FakeDB(),
                             Budget(wall_s=budget))
     s.run()
     return log
@@ -240,14 +240,14 @@ def test_cpu_budget_caps_the_whole_run(tmp_path) -> None:
         def search_report(self):
             return {}
 
-    s = SequentialScheduler(tasks(5), lambda task, r: CpuTuner(task), SimpleNamespace(options=MeasureOptions.cold()),
+    s = SequentialScheduler(tasks(5), lambda task, r: CpuTuner(task), SimpleNamespace(options=MeasureOptions.flushed()),
                             FakeDB(), Budget(trials=100, cpu_s=10.0))
     s.run()
     assert seen == pytest.approx([10.0, 6.0, 2.0])  # the third call spends past 10: no fourth
     cost = s.cost()
     assert cost["cpu_s"] == pytest.approx(12.0) and cost["stopped_by"] == "cpu_budget" and cost["energy_j"] is None
     assert "build_s" not in cost  # a measurer that keeps no split: none is reported
-    s.measurer = SimpleNamespace(options=MeasureOptions.cold(), build_s=0.0, run_s=0.0)
+    s.measurer = SimpleNamespace(options=MeasureOptions.flushed(), build_s=0.0, run_s=0.0)
     cost = s.cost()  # one that does: the rest of the wall time is the search's
     assert cost["build_s"] == cost["run_s"] == 0.0 and cost["search_s"] == pytest.approx(cost["wall_s"], abs=1e-3)
 

@@ -61,7 +61,7 @@ def survey(n_tasks: int, latencies: list[float], improving=lambda name, n: True,
         return latencies[k], change, None if k == 0 else latencies[k] / latencies[0]
 
     s = SurveyScheduler(tasks(n_tasks), lambda task, r: Tuner(task, db, improving, log),
-                        SimpleNamespace(options=MeasureOptions.cold()), db, Budget(), model_latency=model_latency,
+                        SimpleNamespace(options=MeasureOptions.flushed()), db, Budget(), model_latency=model_latency,
                         options=SurveyOptions(**opts))
     s.run()
     return s, log, timed

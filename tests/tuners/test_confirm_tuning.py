@@ -136,7 +136,7 @@ def test_confirmation_runs_again_only_when_the_top_configs_change(tmp_path) -> N
         assert db.count(key) == 15 and db.count(key, confirmations=True) == 33
 
 
-def test_no_confirmation_without_a_database_measurements_or_top(tmp_path) -> None:
+def test_no_checkation_without_a_database_measurements_or_top(tmp_path) -> None:
     task = stub_task()
     m = StubMeasurer()
     res = GridTuner(task, batch_size=4).tune(6, m)

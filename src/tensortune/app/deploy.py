@@ -13,9 +13,9 @@ from ..errors import UsageError
 from .checks import check_db_path, open_db, readonly_db
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..models.bench import BenchReport
+    from ..models.comparison import BenchReport
     from ..models.compile import CompiledModel
-    from ..models.confirm import ConfirmReport
+    from ..models.in_model import InModelReport
     from ..models.importer import Model
     from ..models.profile import ModelProfile
 
@@ -70,7 +70,7 @@ def bench(model: Any, database: str | None = None, threads: int | None = None,
           with_onnxruntime: bool = True) -> BenchReport:
     """``model`` compiled tuned (``database``) and untuned, checked against PyTorch / ONNX Runtime /
     OpenVINO and timed beside them."""
-    from ..models.bench import bench_model
+    from ..models.comparison import bench_model
 
     n = use_threads(threads)
     with readonly_db(database) as db:
@@ -94,12 +94,12 @@ def profile(model: Any, database: str | None = None, threads: int | None = None,
                             bandwidth_gbs=measured.get("bandwidth_gbs"))
 
 
-def confirm(model: Any, database: str, threads: int | None = None, rounds: int | None = None,
+def check_in_model(model: Any, database: str, threads: int | None = None, rounds: int | None = None,
             runs: int | None = None, alternatives: int | None = None,
-            say: Callable[[str], None] | None = None) -> ConfirmReport:
+            say: Callable[[str], None] | None = None) -> InModelReport:
     """The in-model check: each tuned task's best, default and runner-up timed inside ``model``,
     the fastest there kept (the verdict is written to ``database``); ``say`` gets progress lines."""
-    from ..models.confirm import confirm_in_model
+    from ..models.in_model import check_in_model
 
     check_db_path(database, must_exist=True)
     if alternatives is not None and alternatives < 0:
@@ -110,7 +110,7 @@ def confirm(model: Any, database: str, threads: int | None = None, rounds: int |
     try:
         options = {k: v for k, v in (("rounds", rounds), ("runs", runs), ("alternatives", alternatives))
                    if v is not None}
-        return confirm_in_model(m, db, threads=n, log=say, **options)
+        return check_in_model(m, db, threads=n, log=say, **options)
     finally:
         db.close()
 
@@ -126,7 +126,7 @@ def check_after_tuning(model: Model, database: str, threads: int | None = None,
 
     t0 = time.perf_counter()
     try:
-        report = confirm(model, database, threads=threads, say=say)
+        report = check_in_model(model, database, threads=threads, say=say)
     except Exception as e:  # noqa: BLE001 - the check failing is reported, not fatal
         log.warning("the in-model check failed (%s); the tuned records stand as measured alone", _first_line(e))
         return {"skipped": f"failed: {_first_line(e)}", "wall_s": time.perf_counter() - t0}

@@ -17,9 +17,9 @@ from . import deploy
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure import MeasureOptions, Measurer
-    from ..models.bench import BenchReport
+    from ..models.comparison import BenchReport
     from ..models.compile import CompiledModel
-    from ..models.confirm import ConfirmReport
+    from ..models.in_model import InModelReport
     from ..models.importer import Model
     from ..models.profile import ModelProfile
     from ..scheduler import TaskOutcome
@@ -38,10 +38,10 @@ DEFAULT_MODEL_TUNER, DEFAULT_OP_TUNER = "autotvm", "random"
 
 
 def model_measure_options() -> MeasureOptions:
-    """How model tuning times candidates: cold, since a model's weights come from memory, not the caches."""
+    """How model tuning times candidates: cache-flushed, since a model's weights come from memory, not the caches."""
     from ..measure import MeasureOptions
 
-    return MeasureOptions.cold()
+    return MeasureOptions.flushed()
 
 
 def make_measurer(options: MeasureOptions, rpc: str | None = None) -> Measurer:
@@ -114,7 +114,7 @@ def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_OP_TUNER, budget
 @dataclass
 class TunedModel:
     """What :func:`tune_model` did, and the deploy steps on its result: :meth:`compile`,
-    :meth:`export`, :meth:`bench`, :meth:`profile` and :meth:`confirm` use the model's best records
+    :meth:`export`, :meth:`bench`, :meth:`profile` and :meth:`check_in_model` use the model's best records
     in :attr:`database`."""
 
     model: Model
@@ -154,7 +154,7 @@ class TunedModel:
                 "estimated_total_ms": total_ms, "tasks_measured": measured,
                 "wall_s": self.wall_s, "cost": self.cost, "noise": self.noise or None,
                 **({"survey": self.survey} if self.survey else {}),
-                **({"confirm": self.check} if self.check is not None else {}),
+                **({"in_model_check": self.check} if self.check is not None else {}),
                 "measure": model_measure_options().timing()}
 
     def compile(self, layout: str | None = None) -> CompiledModel:
@@ -176,9 +176,9 @@ class TunedModel:
         """Every fused function of the tuned model timed."""
         return deploy.profile(self.model, self.database, threads, runs, peak)
 
-    def confirm(self, threads: int | None = None, say: Callable[[str], None] | None = None) -> ConfirmReport:
+    def check_in_model(self, threads: int | None = None, say: Callable[[str], None] | None = None) -> InModelReport:
         """The in-model check again (each tuned task's candidates timed inside the model)."""
-        return deploy.confirm(self.model, self.database, threads, say=say)
+        return deploy.check_in_model(self.model, self.database, threads, say=say)
 
 
 def model_latency_fn(model: Model, db: Any) -> Callable[[bool], Any]:
@@ -288,5 +288,5 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
         out.check = check_after_tuning(m, database, threads, say=say)
         out.wall_s += out.check["wall_s"]
         out.cost["wall_s"] = out.cost.get("wall_s", 0.0) + out.check["wall_s"]
-        out.cost["confirm_s"] = out.check["wall_s"]
+        out.cost["check_s"] = out.check["wall_s"]
     return out

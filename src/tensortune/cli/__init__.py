@@ -2,7 +2,7 @@
 :mod:`tensortune.app` with an ``add_parsers(sub)`` and a ``COMMANDS`` table.
 
 - :mod:`.models`: the deploy flow on a model (``tune``, ``tasks``, ``compile``, ``bench``, ``profile``,
-  ``confirm``, ``demo``);
+  ``check``, ``demo``);
 - :mod:`.ops`: ``tune-op`` and the database commands (``best``, ``export``, ``import``, ``upgrade-db``);
 - research tools: :mod:`.dataset`, :mod:`.predictor`, :mod:`.fasor` (``hardware``, ``fasor``), :mod:`.race`.
 """

@@ -1,4 +1,4 @@
-"""The deploy flow on a model: ``tune``, ``tasks``, ``compile``, ``bench``, ``profile``, ``confirm``
+"""The deploy flow on a model: ``tune``, ``tasks``, ``compile``, ``bench``, ``profile``, ``check``
 and ``demo`` (the main job on defaults), each a client of :mod:`tensortune.app`."""
 from __future__ import annotations
 
@@ -47,9 +47,9 @@ def add_parsers(sub: Any) -> None:
     tm.add_argument("--seed", type=seed, default=0)
     tm.add_argument("--json", action="store_true", help="print one JSON object")
     tm.add_argument("--no-progress", action="store_true")
-    tm.add_argument("--no-confirm", action="store_true",
+    tm.add_argument("--no-check", action="store_true",
                     help="skip the in-model check at the end (each tuned task's best, default and runner-up "
-                         "timed inside the model; see `tensortune confirm`)")
+                         "timed inside the model; see `tensortune check`)")
     tuner_option_arg(tm)
 
     ts = sub.add_parser("tasks", help="list the tasks of a model")
@@ -80,7 +80,7 @@ def add_parsers(sub: Any) -> None:
     pr.add_argument("--layout", default=None, help="layout mode: blocked (default) or nchw")
     pr.add_argument("--json", action="store_true")
 
-    cf = sub.add_parser("confirm", help="time each tuned task's best, default and runner-up inside the model "
+    cf = sub.add_parser("check", help="time each tuned task's best, default and runner-up inside the model "
                                         "and keep the fastest there (tune runs this at its end)")
     model_args(cf)
     cf.add_argument("--db", required=True, help="database of tuning records (the verdict is stored in it)")
@@ -139,9 +139,9 @@ def cmd_tune(a: argparse.Namespace) -> int:
     quiet = a.no_progress or a.json
     tuned = app.tune_model(model, tuner=a.tuner, budget=budget, database=a.db, scheduler=a.scheduler,
                            options=a.tuner_options, seed=a.seed, batch_size=a.batch_size, rpc=a.rpc, survey=survey,
-                           check=not a.no_confirm, progress=not quiet, say=None if quiet else _say)
-    if a.no_confirm and not a.rpc:
-        tuned.check = {"skipped": "--no-confirm"}
+                           check=not a.no_check, progress=not quiet, say=None if quiet else _say)
+    if a.no_check and not a.rpc:
+        tuned.check = {"skipped": "--no-check"}
     if a.json:
         print(json.dumps(tuned.to_json()))
         return 0
@@ -166,14 +166,14 @@ def cmd_tune(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_confirm(a: argparse.Namespace) -> int:
-    """``tensortune confirm``."""
+def cmd_check(a: argparse.Namespace) -> int:
+    """``tensortune check``."""
     check_db(a.db, must_exist=True)
     if a.alternatives is not None and a.alternatives < 0:
         raise UsageError("--alternatives must be >= 0")
     app.use_threads(a.threads)
     model = load_model(a)
-    report = app.confirm(model, a.db, threads=a.threads, rounds=a.rounds, runs=a.runs, alternatives=a.alternatives,
+    report = app.check_in_model(model, a.db, threads=a.threads, rounds=a.rounds, runs=a.runs, alternatives=a.alternatives,
                          say=None if a.json else _say)
     print(json.dumps(report.to_json()) if a.json else report.table())
     return 1 if any(not v["ok"] for v in report.variants[:1]) else 0
@@ -271,4 +271,4 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 COMMANDS = {"tune": cmd_tune, "tasks": cmd_tasks, "compile": cmd_compile, "bench": cmd_bench,
-            "profile": cmd_profile, "confirm": cmd_confirm, "demo": cmd_demo}
+            "profile": cmd_profile, "check": cmd_check, "demo": cmd_demo}

@@ -188,7 +188,7 @@ class Competitor:
         self.model = load_model(model)
         self.tasks = [t for t in model_tasks(self.model) if t.tunable]
         self.db = Database(db_path)
-        self.measurer = Measurer(MeasureOptions.cold())
+        self.measurer = Measurer(MeasureOptions.flushed())
         self.turn = turn
         self.tuners = {t.task.workload_key: get_tuner(name, t.task, seed=seed, options=opts) for t in self.tasks}
         self.rounds = 0

@@ -311,7 +311,7 @@ class MeasureContext(NamedTuple):
 
     @property
     def in_model(self) -> bool:
-        """Whether the costs were measured inside a running model (``tensortune confirm``), not alone."""
+        """Whether the costs were measured inside a running model (``tensortune check``), not alone."""
         if '"in-model"' not in self.timing:
             return False
         try:

@@ -106,7 +106,7 @@ def pick_context(db: Database, task: Task, preferred: MeasureContext) -> tuple[M
 
     In order: ``preferred`` itself; else, on this machine (same target and CPU model), the
     context with the most verified trials (never an in-model one: those only rank a model's
-    candidates, see :mod:`tensortune.models.confirm`); else trials whose CPU model was not recorded but whose
+    candidates, see :mod:`tensortune.models.in_model`); else trials whose CPU model was not recorded but whose
     target matches (schema-1 records). Trials of other machines are never used: their costs
     say nothing about this one. Returns (None, reason) when no context qualifies.
     """

@@ -10,6 +10,9 @@ from .noise import QUIET_WAIT_S
 
 #: The timing mode of costs measured inside a running model (not by the runner).
 IN_MODEL = "in-model"
+#: The stored timing mode of cache-flushed timing (:meth:`MeasureOptions.flushed`): "cold" in every
+#: trial's timing key, so records written before the name changed stay comparable.
+FLUSHED_MODE = "cold"
 
 
 @dataclass
@@ -55,30 +58,30 @@ class MeasureOptions:
     quiet_wait_s: float = QUIET_WAIT_S
 
     @classmethod
-    def cold(cls, **overrides: Any) -> "MeasureOptions":
-        """Options that time a kernel as it runs inside a whole model: every run starts with its
+    def flushed(cls, **overrides: Any) -> "MeasureOptions":
+        """Cache-flushed timing: options that time a kernel as it runs inside a whole model: every run starts with its
         weights (every argument but the first) flushed from the caches, one run per repeat, 10
         repeats. A model's weights do not fit the caches (ResNet-18 47 MB, BERT-base 440 MB), so
         a config tuned on hot caches can lose to the default in the model (bert_base tuned hot
-        ran slower than untuned; tuned cold, faster: bench/results/models.md). ``tensortune tune MODEL``
+        ran slower than untuned; tuned flushed, faster: bench/results/models.md). ``tensortune tune MODEL``
         measures this way; ``tune-op`` keeps the hot defaults."""
         return cls(**{"flush_cache": True, "number": 1, "repeat": 10, "min_repeat_ms": 0, **overrides})
 
     def timing(self) -> str:
         """How candidates are timed, in words (recorded with model tuning results)."""
-        return "cold (caches flushed before every run)" if self.flush_cache else "hot (caches warm)"
+        return "flushed (caches flushed before every run)" if self.flush_cache else "hot (caches warm)"
 
     def timing_key(self) -> str:
         """The timing settings that make two costs comparable, as canonical JSON (stored with
-        every trial): mode (``hot``, or ``cold`` when caches are flushed), number, repeat and
-        min_repeat_ms."""
-        spec = {"mode": "cold" if self.flush_cache else "hot", "number": self.number, "repeat": self.repeat,
+        every trial): mode (``hot``, or :data:`FLUSHED_MODE` when caches are flushed), number, repeat
+        and min_repeat_ms."""
+        spec = {"mode": FLUSHED_MODE if self.flush_cache else "hot", "number": self.number, "repeat": self.repeat,
                 "min_repeat_ms": self.min_repeat_ms}
         return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
     def in_model_timing_key(model: str) -> str:
-        """The timing key of costs measured inside ``model`` (:mod:`tensortune.models.confirm`): a
+        """The timing key of costs measured inside ``model`` (:mod:`tensortune.models.in_model`): a
         function's time per call while the whole compiled model runs, which compares only with
         other costs measured inside the same model."""
         return json.dumps({"mode": IN_MODEL, "model": model}, sort_keys=True, separators=(",", ":"))

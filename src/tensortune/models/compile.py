@@ -162,7 +162,7 @@ def _best_config(task: Task, database: Any, model: str = "") -> tuple[Any | None
     if database is None:
         return None, 0, None, ""
     n = database.count(task.workload_key)
-    preferred = measure_context(task, MeasureOptions.cold())
+    preferred = measure_context(task, MeasureOptions.flushed())
     context, note = pick_context(database, task, preferred)
     best = database.best(task.workload_key, context) if context is not None else None
     if best is None:
@@ -177,7 +177,7 @@ def _best_config(task: Task, database: Any, model: str = "") -> tuple[Any | None
             except Exception:  # noqa: BLE001 - a record of another space version: the best alone
                 pass
         elif pick is not None:
-            note = "; ".join(x for x in (note, "the in-model check predates the best: run `tensortune confirm`") if x)
+            note = "; ".join(x for x in (note, "the in-model check predates the best: run `tensortune check`") if x)
     try:
         return task.space.config_from_json({"knobs": best.config}), n, best.cost * 1e3, note
     except Exception:  # noqa: BLE001 - a record of another space version

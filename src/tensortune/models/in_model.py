@@ -1,7 +1,7 @@
 """Confirm each task's schedule inside the model: the in-model check after tuning.
 
 Tuning times every candidate alone, with its weights flushed from the caches
-(:meth:`~tensortune.measure.MeasureOptions.cold`). Inside a model a kernel runs between its
+(:meth:`~tensortune.measure.MeasureOptions.flushed`). Inside a model a kernel runs between its
 neighbours, on data they left in the caches, and a config that won alone can lose there: on
 znver4, mobilenet_v2 tuned by ``oneshot`` ran 1% slower than untuned (4.12 against 4.08 ms),
 although every tuned kernel had beaten its default alone. So after tuning, each tuned task's
@@ -34,8 +34,8 @@ candidates are timed where they will run:
    slow spell of the machine hits both), that variant's configs are recorded as a last group
    (one config per task), so they stand.
 
-``tensortune tune MODEL`` runs this at the end (``--no-confirm`` skips it; its time is part of
-the tuning wall time) and ``tensortune confirm MODEL --db DB`` runs it on any database.
+``tensortune tune MODEL`` runs this at the end (``--no-check`` skips it; its time is part of
+the tuning wall time) and ``tensortune check MODEL --db DB`` runs it on any database.
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ class TaskCheck:
 
 
 @dataclass
-class ConfirmReport:
+class InModelReport:
     """What the in-model check timed and decided."""
 
     model: str
@@ -120,7 +120,7 @@ class ConfirmReport:
         return [t for t in self.tasks if t.chosen and t.chosen != "best"]
 
     def to_json(self) -> dict[str, Any]:
-        """JSON form (``tensortune confirm --json``, and ``confirm`` in ``tune --json``)."""
+        """JSON form (``tensortune check --json``, and ``confirm`` in ``tune --json``)."""
         return {"model": self.model, "threads": self.threads, "rounds": self.rounds, "runs": self.runs,
                 "variants": self.variants, "latency_ms": self.latency_ms,
                 "paired_ratio": self.paired_ratio, "kept": self.kept, "group": self.group,
@@ -158,7 +158,7 @@ def _candidates(task: Task, db: Any, alternatives: int) -> list[Candidate]:
     from ..measure import MeasureOptions
     from ..database.trials import measure_context, pick_context
 
-    context, _ = pick_context(db, task, measure_context(task, MeasureOptions.cold()))
+    context, _ = pick_context(db, task, measure_context(task, MeasureOptions.flushed()))
     best = db.best(task.workload_key, context) if context is not None else None
     if best is None:
         return []
@@ -207,10 +207,10 @@ def _reference_outputs(model: Any, threads: int) -> tuple[str, list[Any]]:
     raise ReferenceRunError(f"{model.name}: no reference to check the in-model variants against")
 
 
-def confirm_in_model(model: Any, db: Any, threads: int | None = None, rounds: int = DEFAULT_ROUNDS,
+def check_in_model(model: Any, db: Any, threads: int | None = None, rounds: int = DEFAULT_ROUNDS,
                      runs: int = DEFAULT_RUNS, alternatives: int = DEFAULT_ALTERNATIVES,
                      tolerance: float = DEFAULT_TOLERANCE,
-                     log: Callable[[str], None] | None = None) -> ConfirmReport:
+                     log: Callable[[str], None] | None = None) -> InModelReport:
     """Time each tuned task's candidates inside ``model`` and record the verdict in ``db`` (a
     writable :class:`~tensortune.database.Database`). TVM_NUM_THREADS must already be ``threads``
     (default: every core) in this process. See the module for the procedure."""
@@ -236,7 +236,7 @@ def confirm_in_model(model: Any, db: Any, threads: int | None = None, rounds: in
             checks.append(TaskCheck(mt.task.name, mt.task.workload_key, mt.weight, cands))
             tasks[mt.task.workload_key] = mt.task
             funcs[mt.task.workload_key] = list(mt.funcs)
-    report = ConfirmReport(model.name, threads, rounds, runs, checks, [])
+    report = InModelReport(model.name, threads, rounds, runs, checks, [])
     if not checks:
         report.wall_s = time.perf_counter() - t0
         return report
@@ -285,7 +285,7 @@ def confirm_in_model(model: Any, db: Any, threads: int | None = None, rounds: in
     now = time.time()
 
     def context(task: Task) -> Any:
-        return measure_context(task, MeasureOptions.cold(threads=threads))._replace(timing=timing)
+        return measure_context(task, MeasureOptions.flushed(threads=threads))._replace(timing=timing)
 
     def chosen(t: TaskCheck) -> str:
         """The label of the config the database now gives ``t`` inside the model."""

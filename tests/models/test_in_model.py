@@ -11,9 +11,9 @@ from tensortune.budget import Budget
 from tensortune.database import Database, describe_timing
 from tensortune.measure import MeasureOptions, Measurer
 from tensortune.models import compile as compile_mod
-from tensortune.models import confirm as confirm_mod
+from tensortune.models import in_model as confirm_mod
 from tensortune.models.compile import compile_model, model_tasks
-from tensortune.models.confirm import confirm_in_model
+from tensortune.models.in_model import check_in_model
 from tensortune.models.importer import load_model
 from tensortune.models.reference import TorchRunner, compare_outputs
 from tensortune.scheduler import SequentialScheduler
@@ -33,7 +33,7 @@ def tuned_file(model, tmp_path_factory):
     """The tiny model tuned by random search, 4 trials a task (the default first), once."""
     path = tmp_path_factory.mktemp("confirm") / "tuned.db"
     make = lambda task, r: get_tuner("random", task, seed=r, batch_size=4)  # noqa: E731
-    with Database(str(path)) as db, Measurer(MeasureOptions.cold(build_timeout=300.0, run_timeout=300.0)) as m:
+    with Database(str(path)) as db, Measurer(MeasureOptions.flushed(build_timeout=300.0, run_timeout=300.0)) as m:
         SequentialScheduler(model_tasks(model), make, m, db, Budget(trials=4)).run()
     return path
 
@@ -51,7 +51,7 @@ def ctx_of(model, wk):
     from tensortune.database.trials import measure_context
 
     task = next(t.task for t in model_tasks(model) if t.task.workload_key == wk)
-    return measure_context(task, MeasureOptions.cold())
+    return measure_context(task, MeasureOptions.flushed())
 
 
 def _in_model(db, model, wk):
@@ -61,7 +61,7 @@ def _in_model(db, model, wk):
 def test_confirm_records_an_in_model_group_that_compile_prefers(model, tuned_db):
     db = tuned_db
     counts = {t.task.workload_key: db.count(t.task.workload_key) for t in model_tasks(model)}
-    rep = confirm_in_model(model, db, rounds=2, runs=2, alternatives=1, tolerance=10.0)  # no whole-variant fallback
+    rep = check_in_model(model, db, rounds=2, runs=2, alternatives=1, tolerance=10.0)  # no whole-variant fallback
     assert rep.tasks and all(v["ok"] for v in rep.variants), rep.variants
     assert [v["label"] for v in rep.variants][:2] == ["tuned", "untuned"]
     assert set(rep.latency_ms) == {"tuned", "untuned", "confirmed"} and all(x > 0 for x in rep.latency_ms.values())
@@ -105,7 +105,7 @@ def test_confirm_records_an_in_model_group_that_compile_prefers(model, tuned_db)
     from tensortune.database.trials import measure_context
 
     task = model_tasks(model)[0].task
-    ctx = measure_context(task, MeasureOptions.cold())
+    ctx = measure_context(task, MeasureOptions.flushed())
     assert not [t for t in db.trials(task.workload_key) if t.context == ctx and t.tuner == "in-model"]
 
 
@@ -120,7 +120,7 @@ def test_a_variant_that_fails_becomes_recorded_errors(model, tuned_db, monkeypat
         return real(m, database, *args, overrides=overrides, **kw)
 
     monkeypatch.setattr(compile_mod, "compile_model", flaky)
-    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
+    rep = check_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
     assert rep.variants[1]["ok"] is False and "simulated build failure" in rep.variants[1]["check"]
     with_default = [t for t in rep.tasks if any(c.label == "default" for c in t.candidates)]
     for t in with_default:
@@ -162,7 +162,7 @@ def test_a_confirmed_model_slower_than_a_whole_variant_keeps_that_variant(model,
         return {k: times[k] for k in fns}
 
     monkeypatch.setattr("tensortune.measure.timing.interleaved_rounds", fake)
-    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=1)
+    rep = check_in_model(model, tuned_db, rounds=1, runs=1, alternatives=1)
     # 2.0: the confirmed model (runners-up) was timed on its own; the kept variant's configs now stand
     assert rep.kept == fastest and rep.paired_ratio == pytest.approx(2.0)
     want = "best" if fastest == "tuned" else "default"
@@ -177,7 +177,7 @@ def test_the_whole_model_verdict_is_on_paired_rounds_not_on_medians(model, tuned
     # by medians it is 3x slower, but round by round it is as fast, so it stands.
     times = {"tuned": [1.0, 1.0, 1.0, 3.0, 3.0], "untuned": [4.0] * 5, "confirmed": [1.0, 1.0, 3.0, 3.0, 3.0]}
     monkeypatch.setattr("tensortune.measure.timing.interleaved_rounds", lambda fns, **kw: {k: times[k] for k in fns})
-    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=1)  # a runner-up: a new confirmed model
+    rep = check_in_model(model, tuned_db, rounds=1, runs=1, alternatives=1)  # a runner-up: a new confirmed model
     assert rep.latency_ms["confirmed"] == pytest.approx(3000.0) and rep.latency_ms["tuned"] == pytest.approx(1000.0)
     assert rep.paired_ratio == pytest.approx(1.0) and rep.kept == "confirmed"
     assert rep.to_json()["paired_ratio"] == pytest.approx(1.0)
@@ -193,7 +193,7 @@ def test_a_model_whose_tasks_all_keep_their_best_is_the_tuned_model_timed_once(m
         return {k: {"tuned": [1.05] * 3, "untuned": [1.0] * 3}[k] for k in fns}
 
     monkeypatch.setattr("tensortune.measure.timing.interleaved_rounds", fake)
-    rep = confirm_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
+    rep = check_in_model(model, tuned_db, rounds=1, runs=1, alternatives=0)
     assert not rep.changed and timed == [["tuned", "untuned"]]
     assert rep.latency_ms["confirmed"] == rep.latency_ms["tuned"]
     assert rep.paired_ratio == pytest.approx(1.05) and rep.kept == "untuned"
@@ -201,7 +201,7 @@ def test_a_model_whose_tasks_all_keep_their_best_is_the_tuned_model_timed_once(m
 
 def test_nothing_tuned_means_nothing_to_confirm(model, tmp_path):
     db = Database(str(tmp_path / "empty.db"))
-    rep = confirm_in_model(model, db, rounds=1, runs=1)
+    rep = check_in_model(model, db, rounds=1, runs=1)
     assert rep.tasks == [] and rep.variants == [] and db.count() == 0
     db.close()
 
