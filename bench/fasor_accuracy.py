@@ -77,7 +77,7 @@ def _measure_other(a: argparse.Namespace, tasks: list[Any], op: str, op_class: s
     Fasor's targets, and the seconds measured this run."""
     from tensortune.app.fasor import measure_tasks
     from tensortune.database import Database
-    from tensortune.dataset.generate import export
+    from tensortune.app.dataset import export
     from tensortune.learn import load_training
     from tensortune.learn.fasor import fasor_data
     from tensortune.measure import MeasureOptions, Measurer

@@ -26,7 +26,7 @@ from .common import write_text
 def dataset_hours(db_path: str) -> dict[str, Any]:
     """``tensortune dataset status`` of one dataset database."""
     from tensortune.database import Database
-    from tensortune.dataset import generate as G
+    from tensortune.app import dataset as G
 
     spec = G.read_spec(db_path)
     if spec is None:

@@ -33,7 +33,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("chameleon", "bench.chameleon", "Chameleon's tables and figures from operator-suite folders", False),
     Study("trimmer", "bench.trimmer", "Trimmer's cold-candidate filter on whole models", True),
     Study("survey", "bench.survey", "survey tuning against sequential tuning", True),
-    Study("race", "bench.race", "the race of (model, tuner) pairs with and without suspension", True),
+    Study("race", "bench.race_study", "the race of (model, tuner) pairs with and without suspension", True),
     Study("predictors", "bench.predictors", "predictor accuracy and One-Shot's dataset ablation", False),
     Study("payback", "bench.payback", "One-Shot's one-time cost and after how many compilations it pays back", False),
     Study("fasor-ablation", "bench.fasor_ablation", "Fasor's ablations (Fig. 8) from an operator-suite folder", False),

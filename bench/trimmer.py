@@ -33,7 +33,7 @@ from typing import Any
 
 from .common import fmt, machine_info, machine_line, write_text
 from .modelruns import latency, run_json, suite_system
-from .race import race_system
+from .race_study import race_system
 
 
 def filtered_count(run: dict[str, Any]) -> int | None:

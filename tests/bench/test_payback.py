@@ -25,7 +25,7 @@ def test_payback_arithmetic() -> None:
 
 def test_command_line(tmp_path) -> None:
     from tensortune.database import Database
-    from tensortune.dataset.generate import DatasetSpec, check_spec, frozen_tasks, generate
+    from tensortune.app.dataset import DatasetSpec, check_spec, frozen_tasks, generate
 
     spec = DatasetSpec("dense", n_tasks=1, samples=5, code_sampler="random", blocked=False)
     db_path = tmp_path / "d.db"

@@ -1,4 +1,4 @@
-"""``python -m bench.race``: a stopped race folder goes on only on the same kind of machine
+"""``python -m bench run --study race``: a stopped race folder goes on only on the same kind of machine
 with the same settings."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import bench.race as race
+import bench.race_study as race
 import tensortune.target as target
 from tensortune.cluster.race import db_slug
 

@@ -58,7 +58,7 @@ def test_each_task_batch_and_the_model_timing_hold_the_host(onnx_path, tmp_path,
     its turn on the host, not only its measurements."""
     from contextlib import contextmanager
 
-    import tensortune.models.reference as reference
+    import tensortune.measure.timing as timing_mod
     from tensortune.cluster.race import Competitor
 
     held, seen = [False], []
@@ -78,8 +78,8 @@ def test_each_task_batch_and_the_model_timing_hold_the_host(onnx_path, tmp_path,
             seen.append(("tune", held[0]))
             return _tune(*args, **kwargs)
         tuner.tune = tune
-    timing, timed = reference.interleaved_rounds, []
-    monkeypatch.setattr(reference, "interleaved_rounds",
+    timing, timed = timing_mod.interleaved_rounds, []
+    monkeypatch.setattr(timing_mod, "interleaved_rounds",
                         lambda fns, *a, **k: (seen.append(("timing", held[0])), timed.append(list(fns)),
                                               timing(fns, *a, **k))[2])
     first, second = c.round(), c.round()

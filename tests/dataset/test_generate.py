@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tensortune.database import Database
-from tensortune.dataset.generate import DatasetSpec, check_spec, dataset_tasks, export, generate
+from tensortune.app.dataset import DatasetSpec, check_spec, dataset_tasks, export, generate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuners"))
 import synthetic  # noqa: E402
@@ -49,7 +49,7 @@ def test_generate_stores_each_task_resumes_and_exports(tasks, tmp_path) -> None:
         again = generate(SPEC, db, m2, tasks)  # the rerun measures only the second task
         assert [p.stored for p in again] == [12, 12] and len(m2.measured) == 12
         assert {t.tuner for t in db.trials()} == {"autotvm"}
-        from tensortune.dataset.generate import status
+        from tensortune.app.dataset import status
 
         st = status(SPEC, db, tasks)
         assert (st["tasks"], st["complete"], st["samples"]) == (2, 2, 24) and st["measuring_hours"] >= 0
@@ -88,7 +88,7 @@ def test_generate_stores_each_task_resumes_and_exports(tasks, tmp_path) -> None:
 
 
 def test_a_space_smaller_than_the_samples_completes_when_every_config_is_measured(tmp_path) -> None:
-    from tensortune.dataset.generate import space_measured, status
+    from tensortune.app.dataset import space_measured, status
     from tensortune.task import Task
 
     spec = DatasetSpec("depthwise_conv2d", n_tasks=1, samples=20, seed=0)
@@ -163,7 +163,7 @@ def test_a_real_run_through_the_command_line(tmp_path, capfd) -> None:
 
 
 def test_model_form_is_what_a_compiled_model_runs() -> None:
-    from tensortune.dataset.generate import model_form
+    from tensortune.app.dataset import model_form
 
     op, args = model_form("conv2d", {"H": 28, "W": 28, "IC": 128, "OC": 256, "K": 3, "S": 1, "P": 1}, ZNVER4)
     assert op == "conv2d_nchwc" and (args["IB"], args["OB"]) == (16, 16)
@@ -186,7 +186,7 @@ def test_a_dataset_made_before_blocked_forms_resumes_unblocked(tmp_path) -> None
 
 
 def test_the_task_list_is_kept_beside_the_dataset(tmp_path) -> None:
-    from tensortune.dataset.generate import frozen_tasks, tasks_path, top_up
+    from tensortune.app.dataset import frozen_tasks, tasks_path, top_up
 
     path = tmp_path / "d.db"
     first = frozen_tasks(SPEC, path, target=ZNVER4)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tensortune.database import Database, DatabaseError
-from tensortune.dataset.generate import DatasetSpec, check_spec, dataset_tasks, generate, read_spec, tasks_path
+from tensortune.app.dataset import DatasetSpec, check_spec, dataset_tasks, generate, read_spec, tasks_path
 from tensortune.dataset.shards import restore, save_sidecars, save_task, shard_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuners"))

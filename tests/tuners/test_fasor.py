@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tensortune.database import Database
-from tensortune.dataset.generate import DatasetSpec, export, generate
+from tensortune.app.dataset import DatasetSpec, export, generate
 from tensortune.learn import load_training
 from tensortune.task import Task
 from tensortune.tuners import get_tuner

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tensortune.database import Database
-from tensortune.dataset.generate import DatasetSpec, export, generate
+from tensortune.app.dataset import DatasetSpec, export, generate
 from tensortune.learn import PredictorError, load_training
 from tensortune.learn.trainer import TrainOptions, train_predictor
 from tensortune.task import Task

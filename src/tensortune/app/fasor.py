@@ -219,7 +219,7 @@ def measure_tasks(tasks: Sequence[Any], db: Any, measurer: Any, samples: int, op
                   log: Callable[[str], None] = print) -> tuple[list[Any], float]:
     """Measure ``samples`` configs of each task into ``db`` along the dataset generator's
     trajectory sampler (resumes: stored samples count); ``(progress per task, seconds)``."""
-    from ..dataset.generate import DatasetSpec, generate
+    from .dataset import DatasetSpec, generate
 
     spec = DatasetSpec(op=op_class, n_tasks=len(tasks), samples=samples, seed=seed)
     t0 = time.perf_counter()
@@ -307,7 +307,7 @@ def transfer(pretrained: str | Path, pretrain: PretrainingTasks | None, db: Any,
     """Few-shot transfer of the ``op`` model in ``pretrained`` (a folder with ``<op>/``) to the
     machine ``measurer`` times on (see the module); ``pretrain``: its pre-training tasks (None:
     read from the model). Resumes: samples already in ``db`` are kept."""
-    from ..dataset.generate import export
+    from .dataset import export
     from ..learn.data import load_training
     from ..learn.fasor import FEWSHOT_TRAIN, fasor_data
     from ..learn.predictor import load_predictor

@@ -103,7 +103,7 @@ def cmd_dataset(a: argparse.Namespace) -> int:
 
 def _dataset_db(a: argparse.Namespace) -> int:
     """``tensortune dataset generate|export``."""
-    from ..dataset import generate as G
+    from ..app import dataset as G
 
     if a.shards:
         _restore_shards(a)

@@ -51,7 +51,7 @@ def save_task(db: Any, folder: str | Path, workload_key: str) -> Path | None:
 
 def save_sidecars(db_path: str | Path, folder: str | Path) -> None:
     """Copy the database's settings and task list into the shard folder (where missing, or
-    changed: a task list grown by :func:`~tensortune.dataset.generate.top_up`)."""
+    changed: a task list grown by :func:`~tensortune.app.dataset.top_up`)."""
     from . import generate as G
 
     Path(folder).mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..space import Config
     from ..task import Task
 
 #: §IV-B's settings.
@@ -51,7 +52,7 @@ def _value_key(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
 
-def sample_of(task: Task, config: Any, cost: float = math.nan) -> Sample:
+def sample_of(task: Task, config: Config, cost: float = math.nan) -> Sample:
     """A :class:`Sample` of a tensortune task and config."""
     target = task.target_json
     return Sample(task.op, dict(task.args), float(task.flops), str(target.get("mcpu", "")),

@@ -1,6 +1,6 @@
 """Training data of the pre-trained cost models: a dataset export read back, split by task.
 
-A training file is what ``tensortune dataset export`` writes (:func:`tensortune.dataset.generate.export`):
+A training file is what ``tensortune dataset export`` writes (:func:`tensortune.app.dataset.export`):
 an ``.npz`` of numbers (read with ``allow_pickle=False``) and a JSON summary beside it. Each row
 is one measured candidate: its context-relation ("curve") features, its raw knob values, its
 task's features and its label, the task's normalised throughput on the machine that measured it.

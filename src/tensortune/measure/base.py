@@ -17,6 +17,10 @@ class MeasurerBase(ABC):
     """Measures candidates under :attr:`options`; subclasses implement :meth:`measure`."""
 
     options: MeasureOptions
+    #: seconds spent building and running candidates so far, where the measurer keeps them (None:
+    #: it does not; a run's cost then has no build / run split)
+    build_s: float | None = None
+    run_s: float | None = None
 
     @abstractmethod
     def measure(self, inputs: Sequence[MeasureInput],

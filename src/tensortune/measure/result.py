@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import TensortuneError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..space import Config
     from ..task import Task
 
 
@@ -105,4 +106,4 @@ class MeasureInput:
     """A candidate: a task and one config of its space."""
 
     task: Task
-    config: Any
+    config: Config

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..space import Config
     from ..task import Task
 
 #: Interleaved rounds, and inferences of each variant per round.
@@ -70,7 +71,7 @@ class Candidate:
     """One config of a task to time inside the model."""
 
     label: str  # "best", "default" or "runner-up N"
-    config: Any  # tensortune.space.Config
+    config: Config
     seconds: list[list[float]] = field(default_factory=list)  # per round: per-call seconds per inference
     failed: str = ""  # why the variants with this config failed (none passed)
 

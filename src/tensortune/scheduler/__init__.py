@@ -36,10 +36,14 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..budget import UNBOUNDED_TRIALS, Budget, BudgetError
 from ..task.model_task import ModelTask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..measure import MeasureInput, MeasureResult, MeasurerBase
+    from ..tuners import Tuner
 
 #: The smallest time share of a task, as a fraction of an even split of the budget.
 MIN_SHARE = 0.25
@@ -86,7 +90,7 @@ class TaskScheduler:
 
     name = ""
 
-    def __init__(self, tasks: Sequence[ModelTask], make_tuner: Callable[[Any, int], Any], measurer: Any, database: Any,
+    def __init__(self, tasks: Sequence[ModelTask], make_tuner: Callable[[Any, int], Any], measurer: MeasurerBase, database: Any,
                  budget: Budget, callbacks: Sequence[Callable[..., None]] = (), batch_size: int = 16) -> None:
         """``budget``: ``trials`` per task, ``wall_s``, ``cpu_s`` and ``energy_j`` for the whole run,
         ``early_stopping`` per task; trials, wall time or both are needed."""
@@ -138,7 +142,7 @@ class TaskScheduler:
         wall = time.perf_counter() - self._start if self._start else 0.0
         out = {"wall_s": round(wall, 3), "cpu_s": round(self.cpu_s, 3),
                "energy_j": None if self.energy_j is None else round(self.energy_j, 3)}
-        build, run = getattr(self.measurer, "build_s", None), getattr(self.measurer, "run_s", None)
+        build, run = self.measurer.build_s, self.measurer.run_s
         if build is not None and run is not None:
             out.update(build_s=round(build, 3), run_s=round(run, 3), search_s=round(max(0.0, wall - build - run), 3))
         if self.energy_j is None and self.energy_note:
@@ -186,7 +190,7 @@ class TaskScheduler:
         out.search = self.tuner_for(mt).search_report()
         return res.trials_measured
 
-    def _callback(self, tuner: Any, inputs: Any, results: Any) -> None:
+    def _callback(self, tuner: Tuner, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """After each batch: the task's best so far (progress only; :meth:`_tune` sets the final one)."""
         out = self.outcomes[tuner.task.workload_key]
         out.best_s = min(out.best_s, tuner.best_cost)

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..budget import Budget
-from .layers import OP_ARGS, ZOO_LAYERS, load
-from .tasks import TASK_SAMPLERS, sample_tasks
+from ..dataset.layers import OP_ARGS, ZOO_LAYERS, load
+from ..dataset.tasks import TASK_SAMPLERS, sample_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
