@@ -240,8 +240,8 @@ def test_cpu_budget_caps_the_whole_run(tmp_path) -> None:
         def search_report(self):
             return {}
 
-    s = SequentialScheduler(tasks(5), lambda task, r: CpuTuner(task), SimpleNamespace(options=MeasureOptions.flushed()),
-                            FakeDB(), Budget(trials=100, cpu_s=10.0))
+    untimed = SimpleNamespace(options=MeasureOptions.flushed(), build_s=None, run_s=None)  # as MeasurerBase's defaults
+    s = SequentialScheduler(tasks(5), lambda task, r: CpuTuner(task), untimed, FakeDB(), Budget(trials=100, cpu_s=10.0))
     s.run()
     assert seen == pytest.approx([10.0, 6.0, 2.0])  # the third call spends past 10: no fourth
     cost = s.cost()

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..budget import Budget
 from ..dataset.layers import OP_ARGS, ZOO_LAYERS, load
+from ..dataset.shards import spec_path, tasks_path
 from ..dataset.tasks import TASK_SAMPLERS, sample_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,11 +94,6 @@ class TaskProgress:
     stored: int  # samples of this dataset's code sampler stored for the task on this machine
     measured: int  # measured by this run
     note: str = ""
-
-
-def spec_path(db_path: str | Path) -> Path:
-    """The sidecar that keeps a dataset's settings."""
-    return Path(str(db_path) + ".dataset.json")
 
 
 #: Settings added after datasets were first made, with the values those datasets were made with.
@@ -164,11 +160,6 @@ def dataset_tasks(spec: DatasetSpec, layers: str | Path | None = None, target: d
         op, args = model_form(t.op, t.shape, target) if spec.blocked else (t.op, t.shape)
         out.append(Task.from_op(op, args, target=target))
     return out
-
-
-def tasks_path(db_path: str | Path) -> Path:
-    """The sidecar that keeps a dataset's task list."""
-    return Path(str(db_path) + ".tasks.json")
 
 
 def frozen_tasks(spec: DatasetSpec, db_path: str | Path, target: dict[str, Any] | None = None) -> list[Any]:

@@ -4,7 +4,7 @@ control, so that a dataset measured over many sessions (and machines) survives e
 A working dataset is a SQLite database (:mod:`.generate`); a shard folder is its durable copy:
 
 - ``dataset.json`` and ``tasks.json``: the dataset's settings and frozen task list (the
-  database's sidecars, see :func:`.generate.spec_path` and :func:`.generate.tasks_path`);
+  database's sidecars, see :func:`spec_path` and :func:`tasks_path`);
 - ``<hash>.jsonl.gz``: one task's task line and trial lines (the records of
   :func:`tensortune.database.jsonl.export_jsonl`), each trial with the machine it was measured
   on, written again each time the generator finishes the task.
@@ -25,8 +25,21 @@ from pathlib import Path
 from typing import Any
 
 #: The sidecar files a shard folder keeps, by the name of the database's sidecar function.
-SIDECARS = {"spec_path": "dataset.json", "tasks_path": "tasks.json"}
 SUFFIX = ".jsonl.gz"
+
+
+def spec_path(db_path: str | Path) -> Path:
+    """The sidecar that keeps a dataset's settings beside its database."""
+    return Path(str(db_path) + ".dataset.json")
+
+
+def tasks_path(db_path: str | Path) -> Path:
+    """The sidecar that keeps a dataset's task list beside its database."""
+    return Path(str(db_path) + ".tasks.json")
+
+
+#: The sidecar files a shard folder keeps, by the function that names each beside a database.
+SIDECAR_PATHS = {"dataset.json": spec_path, "tasks.json": tasks_path}
 
 
 def shard_path(folder: str | Path, workload_key: str) -> Path:
@@ -52,11 +65,9 @@ def save_task(db: Any, folder: str | Path, workload_key: str) -> Path | None:
 def save_sidecars(db_path: str | Path, folder: str | Path) -> None:
     """Copy the database's settings and task list into the shard folder (where missing, or
     changed: a task list grown by :func:`~tensortune.app.dataset.top_up`)."""
-    from . import generate as G
-
     Path(folder).mkdir(parents=True, exist_ok=True)
-    for fn, name in SIDECARS.items():
-        src, dst = getattr(G, fn)(db_path), Path(folder) / name
+    for name, path_of in SIDECAR_PATHS.items():
+        src, dst = path_of(db_path), Path(folder) / name
         if src.exists() and (not dst.exists() or dst.read_bytes() != src.read_bytes()):
             shutil.copyfile(src, dst)
 
@@ -83,13 +94,12 @@ def restore(db_path: str | Path, db: Any, folder: str | Path) -> tuple[int, int]
     database does not hold yet. Returns (shards imported, trials added); raises
     :class:`~tensortune.database.DatabaseError` naming the shard and line of a bad record."""
     from ..database.jsonl import import_jsonl
-    from . import generate as G
 
     folder = Path(folder)
     if not folder.is_dir():
         return 0, 0
-    for fn, name in SIDECARS.items():
-        src, dst = folder / name, getattr(G, fn)(db_path)
+    for name, path_of in SIDECAR_PATHS.items():
+        src, dst = folder / name, path_of(db_path)
         if src.exists() and not dst.exists():
             shutil.copyfile(src, dst)
     held = {shard_path(folder, t.workload_key).name for t in db.tasks()}  # a shard is named by its task
@@ -102,4 +112,4 @@ def restore(db_path: str | Path, db: Any, folder: str | Path) -> tuple[int, int]
     return shards, trials
 
 
-__all__ = ["SIDECARS", "read_shard", "restore", "save_sidecars", "save_task", "shard_path"]
+__all__ = ["SIDECAR_PATHS", "read_shard", "restore", "save_sidecars", "save_task", "shard_path", "spec_path", "tasks_path"]
