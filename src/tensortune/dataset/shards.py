@@ -112,4 +112,5 @@ def restore(db_path: str | Path, db: Any, folder: str | Path) -> tuple[int, int]
     return shards, trials
 
 
-__all__ = ["SIDECAR_PATHS", "read_shard", "restore", "save_sidecars", "save_task", "shard_path", "spec_path", "tasks_path"]
+__all__ = ["SIDECAR_PATHS", "read_shard", "restore", "save_sidecars", "save_task", "shard_path", "spec_path",
+           "tasks_path"]

@@ -114,9 +114,9 @@ class FasorTuner(ModelBasedTuner):
 
     def make_stop(self) -> StopRule:
         o = self.options
+        plans = "one iteration" if o.iterations == 1 else f"{o.iterations} iterations"
         return StopRule(o.iterations, o.patience,
-                        iterations_reason=f"{o.mode} mode: {o.iterations} iteration(s), top {o.plan_size} of "
-                                          f"{o.n_finalists} validated",
+                        iterations_reason=f"{o.mode} mode: {plans}, top {o.plan_size} of {o.n_finalists} validated",
                         patience_reason=f"{o.mode} mode: converged ({o.patience} iterations without a better config)")
 
     def prepared(self) -> None:

@@ -233,7 +233,7 @@ class ModelBasedTuner(Tuner):
         fallback = get_tuner(o.fallback, task, seed=seed, batch_size=batch_size, start_from_default=False)
         trials = o.fallback_trials or o.plan_size
         stop = StopRule(o.iterations, o.patience, iterations_reason=f"{o.fallback} spent {trials} trials")
-        why = f"no {task.op} {model.name} model, {o.fallback} instead (rounds of {trials} trials)"
+        why = f"no {task.op} {model.name} model: {o.fallback} tunes it in rounds of {trials} trials"
         return Fallback(cls.name, o, fallback, trials, stop, why, task, seed, batch_size, start_from_default)
 
     # ------------------------------------------------------------ the parts a composition declares
@@ -356,7 +356,8 @@ class ModelBasedTuner(Tuner):
                 v.index for i in search_exclude if (v := view.from_full(self.space.get(i))) is not None}
             idx = self.explorer.find_maximums(scorer, o.n_finalists, exclude=view_exclude,
                                               seeds=self._seeds(first_frozen))
-            finalists = [c for c in (view.to_full(view.space.get(int(i))) for i in idx) if c.index not in search_exclude]
+            found = (view.to_full(view.space.get(int(i))) for i in idx)
+            finalists = [c for c in found if c.index not in search_exclude]
         taken = exclude | {c.index for c in finalists}
         n_random = o.n_random_pool if finalists else o.n_random_pool + o.n_finalists
         return finalists + self.space.sample(self.rng, n_random, exclude=taken), scorer is not None, None
@@ -493,7 +494,8 @@ class ModelBasedTuner(Tuner):
         return {"timings": dict(self.timings), "explorer": explorer.name if explorer else self.options.explorer,
                 "explorer_stats": dict(explorer.stats) if explorer else {}, "selector": self.selector.innermost.name,
                 "plan_sizes": list(self.plan_sizes), "fits": self.fits, "finished": self.finished,
-                **self.start_part.report(), **({"view": dict(self.view.report)} if self.view and self.view.report else {}),
+                **self.start_part.report(),
+                **({"view": dict(self.view.report)} if self.view and self.view.report else {}),
                 **self.selector.report()}
 
     @property
