@@ -39,6 +39,8 @@ from ..dataset.shards import spec_path, tasks_path
 from ..dataset.tasks import TASK_SAMPLERS, sample_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
+    from ..measure import MeasurerBase
     from ..task import Task
 
 #: Code samplers: name -> the tensortune tuner that walks the trajectory, and its options.
@@ -203,7 +205,7 @@ def _write_tasks(path: Path, tasks: Sequence[Any]) -> None:
     atomic_write(path, "[\n" + ",\n".join(json.dumps({"op": t.op, "args": t.args}) for t in tasks) + "\n]\n")
 
 
-def generate(spec: DatasetSpec, db: Any, measurer: Any, tasks: Sequence[Any] | None = None,
+def generate(spec: DatasetSpec, db: Database, measurer: MeasurerBase, tasks: Sequence[Any] | None = None,
              time_budget: float | None = None, on_task: Callable[[TaskProgress], None] = lambda p: None,
              callbacks: Sequence[Any] = ()) -> list[TaskProgress]:
     """Measure the dataset's samples into ``db`` (a :class:`~tensortune.database.Database`),
@@ -248,7 +250,7 @@ def space_measured(task: Task, stored: int) -> bool:
     return stored >= len(task.space) or next(itertools.islice(task.space, stored, None), None) is None
 
 
-def status(spec: DatasetSpec, db: Any, tasks: Sequence[Any]) -> dict[str, Any]:
+def status(spec: DatasetSpec, db: Database, tasks: Sequence[Any]) -> dict[str, Any]:
     """How far the dataset is: tasks complete (``spec.samples`` stored, or, counted apart as
     ``exhausted``, every valid config of a smaller space), samples stored, and the measuring time
     spent (per task, the span from its first to its last stored sample plus one mean gap, summed;
@@ -294,7 +296,7 @@ def _task_key(item: dict[str, Any]) -> str:
     return json.dumps([item["op"], item["args"]], sort_keys=True)
 
 
-def export(db: Any, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN,
+def export(db: Database, op: str, out: str | Path, max_slowdown: float = MAX_SLOWDOWN,
            workers: int | None = None, spec: DatasetSpec | None = None, max_tasks: int | None = None,
            max_samples: int | None = None, order: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write the features-and-labels file of every ``op`` task in ``db`` (see the module);

@@ -32,6 +32,8 @@ from ..learn.data import TrainingData
 from ..costmodel.fasor import FasorCostModel, transferred_folder
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
+    from ..measure import MeasurerBase
     from ..task import Task
 
 #: Tasks and base configs of the sensitivity study.
@@ -215,7 +217,8 @@ def pretrain_dqn(data: TrainingData, target: dict[str, Any], folder: str | Path,
         "tasks": len(envs), "final_mean_reward": (report.get("mean_reward") or [None])[-1]}
 
 
-def measure_tasks(tasks: Sequence[Any], db: Any, measurer: Any, samples: int, op_class: str, seed: int = 0,
+def measure_tasks(tasks: Sequence[Any], db: Database, measurer: MeasurerBase, samples: int, op_class: str,
+                  seed: int = 0,
                   log: Callable[[str], None] = print) -> tuple[list[Any], float]:
     """Measure ``samples`` configs of each task into ``db`` along the dataset generator's
     trajectory sampler (resumes: stored samples count); ``(progress per task, seconds)``."""
@@ -300,7 +303,7 @@ def parse_task_name(name: str) -> tuple[str, dict[str, int]]:
     return m.group(1), args
 
 
-def transfer(pretrained: str | Path, pretrain: PretrainingTasks | None, db: Any, measurer: Any,
+def transfer(pretrained: str | Path, pretrain: PretrainingTasks | None, db: Database, measurer: MeasurerBase,
              target: dict[str, Any], threads: int, k: int = 10, samples: int = 64, seed: int = 0,
              out: str | Path | None = None, options: Any = None, op: str = "conv2d_nchwc",
              log: Callable[[str], None] = print) -> dict[str, Any]:

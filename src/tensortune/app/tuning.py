@@ -16,6 +16,7 @@ from .deploy import PROFILE_RUNS, check_after_tuning, load
 from . import deploy
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
     from ..measure import MeasureOptions, Measurer
     from ..models.comparison import BenchReport
     from ..models.compile import CompiledModel
@@ -181,7 +182,7 @@ class TunedModel:
         return deploy.check_in_model(self.model, self.database, threads, say=say)
 
 
-def model_latency_fn(model: Model, db: Any) -> Callable[[bool], Any]:
+def model_latency_fn(model: Model, db: Database) -> Callable[[bool], Any]:
     """``f(tuned) -> Timed(seconds, change, vs_first)``: the model compiled with ``db``'s bests (or
     untuned), timed beside the build timed before it and the first (the untuned one, which the
     survey times first: :class:`~tensortune.measure.timing.PairedTiming`; compiled once)."""

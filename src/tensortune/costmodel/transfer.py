@@ -17,6 +17,7 @@ from .base import TaskData
 from .xgb import XGBoostCostModel
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
     from ..task import Task
 
 #: Fewer successful records than this (over all other tasks) is too little history.
@@ -41,7 +42,7 @@ def transfer_extractor() -> Any:
     return ParallelExtractor(TRANSFER_FEATURE, cache_size=TRANSFER_CACHE)
 
 
-def history_for_transfer(database: Any, task: Task, max_per_task: int = MAX_RECORDS_PER_TASK
+def history_for_transfer(database: Database, task: Task, max_per_task: int = MAX_RECORDS_PER_TASK
                          ) -> tuple[list[TaskData], int, int]:
     """Other tasks' records for ``task``'s target: (data per task, ok records, records for other targets)."""
     from ..task import Task
@@ -75,7 +76,7 @@ def history_for_transfer(database: Any, task: Task, max_per_task: int = MAX_RECO
     return data, n_ok, n_foreign
 
 
-def fit_global_model(database: Any, task: Task, objective: str = "rank", seed: int = 0,
+def fit_global_model(database: Database, task: Task, objective: str = "rank", seed: int = 0,
                      min_records: int = MIN_TRANSFER_RECORDS) -> tuple[XGBoostCostModel | None, str]:
     """The fitted global model and a one-line notice; ``None`` when history is too little."""
     data, n_ok, n_foreign = history_for_transfer(database, task)

@@ -22,7 +22,10 @@ import io
 import shutil
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
 
 #: The sidecar files a shard folder keeps, by the name of the database's sidecar function.
 SUFFIX = ".jsonl.gz"
@@ -47,7 +50,7 @@ def shard_path(folder: str | Path, workload_key: str) -> Path:
     return Path(folder) / (hashlib.sha1(workload_key.encode()).hexdigest()[:16] + SUFFIX)
 
 
-def save_task(db: Any, folder: str | Path, workload_key: str) -> Path | None:
+def save_task(db: Database, folder: str | Path, workload_key: str) -> Path | None:
     """Write the task's records in ``db`` to its shard (atomically); None when it has none."""
     from ..database.jsonl import export_jsonl
     from ..utils.atomic import atomic_write
@@ -88,7 +91,7 @@ def read_shard(path: str | Path) -> Any:
     return parse_jsonl(stream)
 
 
-def restore(db_path: str | Path, db: Any, folder: str | Path) -> tuple[int, int]:
+def restore(db_path: str | Path, db: Database, folder: str | Path) -> tuple[int, int]:
     """Bring the shard folder's dataset into the database at ``db_path`` (open as ``db``): the
     settings and task list where the database has none, then every shard whose task the
     database does not hold yet. Returns (shards imported, trials added); raises

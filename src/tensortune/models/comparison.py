@@ -15,13 +15,16 @@ import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..measure.timing import interleaved_latency
 from .compile import CompiledModel, compile_model
 from .importer import Model
 from .reference import (DEFAULT_RTOL, OpenVinoRunner, OrtRunner, ReferenceRunError, TorchRunner, compare_outputs,
                         export_onnx, set_threads)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
 
 #: Interleaved timing rounds of ``tensortune bench``.
 BENCH_ROUNDS = 5
@@ -102,7 +105,7 @@ class BenchReport:
         return "\n".join(lines)
 
 
-def bench_model(model: Model, database: Any = None, threads: int | None = None, rounds: int = BENCH_ROUNDS,
+def bench_model(model: Model, database: Database | None = None, threads: int | None = None, rounds: int = BENCH_ROUNDS,
                 min_time_s: float = BENCH_MIN_TIME_S, with_ort: bool = True,
                 tuned: CompiledModel | None = None, extra: dict[str, Any] | None = None,
                 with_openvino: bool = True, untuned: CompiledModel | None = None) -> BenchReport:

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from ..target import host_target_json, make_target
 from ..task import Task
 from .extract import ModelTask, extract_tasks
 from .importer import Model, ModelError, _first_line
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
 
 #: How each function was scheduled, best first (the fallback chain).
 SOURCES = ("tuned", "default", "generic", "tvm", "naive")
@@ -148,7 +151,7 @@ def _flatten(out: Any) -> list[np.ndarray]:
     return res
 
 
-def _best_config(task: Task, database: Any, model: str = "") -> tuple[Any | None, int, float | None, str]:
+def _best_config(task: Task, database: Database, model: str = "") -> tuple[Any | None, int, float | None, str]:
     """The task's best verified stored config on this machine, its trial count, latency (ms) and a
     note on the records used (empty when they were timed as model tuning times them).
 
@@ -193,7 +196,7 @@ class _Step:
     make: Callable[[], Any]
 
 
-def _steps(task: Task, database: Any, model: str = "", override: Any = None
+def _steps(task: Task, database: Database, model: str = "", override: Any = None
            ) -> tuple[list[_Step], int, float | None]:
     """The fallback chain of one task, best first (tuned, template default, generic, TVM's default,
     naive loops), with the task's trial count and stored best latency (ms); ``override``: the config
@@ -266,7 +269,7 @@ def _pick(steps: list[_Step], check: Callable[[Any], None] | None = None) -> tup
     raise RuntimeError("; ".join(failed))  # naive loops that do not build: the model cannot
 
 
-def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = None, model: str = "",
+def schedule_module(fused: Any, target_json: dict[str, Any], database: Database | None = None, model: str = "",
                     overrides: Mapping[str, Any] | None = None, check: bool = False) -> tuple[Any, list[FuncChoice]]:
     """Replace every fused PrimFunc of ``fused`` (each task's functions) by its scheduled version
     (``model``: the model's name, for configs confirmed inside it; ``overrides``: configs by
@@ -289,7 +292,7 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Any = Non
     return mod, choices
 
 
-def compile_model(model: Model, database: Any = None, target_json: dict[str, Any] | None = None,
+def compile_model(model: Model, database: Database | None = None, target_json: dict[str, Any] | None = None,
                   layout: str | None = None, overrides: Mapping[str, Any] | None = None) -> CompiledModel:
     """Build ``model`` with the best stored schedules of ``database`` (None: defaults only), in
     the layouts of its plan (``layout``: a mode of :data:`tensortune.models.layout.MODES`);

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
     from ..space import Config
     from ..task import Task
 
@@ -153,7 +154,7 @@ class InModelReport:
         return "\n".join(lines)
 
 
-def _candidates(task: Task, db: Any, alternatives: int) -> list[Candidate]:
+def _candidates(task: Task, db: Database, alternatives: int) -> list[Candidate]:
     """The task's best config (as compiling picks it), default and runners-up; [] when not tuned."""
     from ..database import top_configs
     from ..measure import MeasureOptions
@@ -208,7 +209,7 @@ def _reference_outputs(model: Any, threads: int) -> tuple[str, list[Any]]:
     raise ReferenceRunError(f"{model.name}: no reference to check the in-model variants against")
 
 
-def check_in_model(model: Any, db: Any, threads: int | None = None, rounds: int = DEFAULT_ROUNDS,
+def check_in_model(model: Any, db: Database, threads: int | None = None, rounds: int = DEFAULT_ROUNDS,
                      runs: int = DEFAULT_RUNS, alternatives: int = DEFAULT_ALTERNATIVES,
                      tolerance: float = DEFAULT_TOLERANCE,
                      log: Callable[[str], None] | None = None) -> InModelReport:

@@ -42,6 +42,7 @@ from ..budget import UNBOUNDED_TRIALS, Budget, BudgetError
 from ..task.model_task import ModelTask
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
     from ..measure import MeasureInput, MeasureResult, MeasurerBase
     from ..tuners import Tuner
 
@@ -90,7 +91,8 @@ class TaskScheduler:
 
     name = ""
 
-    def __init__(self, tasks: Sequence[ModelTask], make_tuner: Callable[[Any, int], Any], measurer: MeasurerBase, database: Any,
+    def __init__(self, tasks: Sequence[ModelTask], make_tuner: Callable[[Any, int], Any],
+                 measurer: MeasurerBase, database: Database,
                  budget: Budget, callbacks: Sequence[Callable[..., None]] = (), batch_size: int = 16) -> None:
         """``budget``: ``trials`` per task, ``wall_s``, ``cpu_s`` and ``energy_j`` for the whole run,
         ``early_stopping`` per task; trials, wall time or both are needed."""

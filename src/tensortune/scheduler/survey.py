@@ -40,10 +40,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..budget import Budget
 from . import TaskScheduler
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
+    from ..measure import MeasurerBase
 
 #: §V-A: batch size of a round, measurements per operator; our reading of Eq. 3's threshold.
 SURVEY_BATCH, SURVEY_MAX_TRIALS, SURVEY_PHI = 64, 500, -0.25
@@ -86,7 +90,7 @@ class SurveyScheduler(TaskScheduler):
 
     name = "survey"
 
-    def __init__(self, tasks: Any, make_tuner: Callable[[Any, int], Any], measurer: Any, database: Any,
+    def __init__(self, tasks: Any, make_tuner: Callable[[Any, int], Any], measurer: MeasurerBase, database: Database,
                  budget: Budget, *, model_latency: Callable[[bool], tuple[float, float | None, float | None]] | None = None,
                  options: SurveyOptions | None = None, **kwargs: Any) -> None:
         """``model_latency(tuned)`` times the model compiled with the database's bests (``tuned``

@@ -29,13 +29,16 @@ import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ..space import Config
 from ..utils.options import make_options
 from .selectors import Selector, SelectorWrapper
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
 
 #: Ours (see the module docstring): neighbours, schedule, history needed, records wanted.
 COLD_K, P_START, P_DECAY, P_MIN, MIN_MEASURED, MIN_RECORDS = 5, 0.9, 0.8, 0.1, 16, 2000
@@ -111,7 +114,7 @@ def _shard_records(folder: str, limit: int) -> tuple[Any, ...]:
     return tuple(records_from_shards(folder, limit=limit))
 
 
-def network_for(database: Any, options: ColdFilterOptions, seed: int = 0) -> tuple[Any, str]:
+def network_for(database: Database, options: ColdFilterOptions, seed: int = 0) -> tuple[Any, str]:
     """The latency network trained on ``database`` (plus ``options.datasets`` where it has fewer
     than ``min_records``), cached per database and record count; (None, why) when there are too
     few records."""
@@ -175,7 +178,7 @@ class ColdFilter(SelectorWrapper):
         self._notice = "cold filter off: no database"
         self.reports: dict[str, ColdReport] = {}
 
-    def begin(self, database: Any, seed: int = 0) -> None:
+    def begin(self, database: Database, seed: int = 0) -> None:
         """Train (or fetch) the network on ``database``'s records."""
         super().begin(database, seed)
         if self.net is None:

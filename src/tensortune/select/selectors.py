@@ -25,6 +25,7 @@ from ..space import Config, ConfigSpace
 from ..utils.options import make_options
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
     from ..task import Task
 
 #: Defaults: lambda (pool size as a multiple of the batch) and alpha (weight of a new knob value).
@@ -116,7 +117,7 @@ class Selector:
                  context: SelectContext) -> list[Config]:
         raise NotImplementedError
 
-    def begin(self, database: Any, seed: int = 0) -> None:
+    def begin(self, database: Database, seed: int = 0) -> None:
         """A tuning session with ``database`` starts (e.g. a filter trains on its records)."""
 
     @property
@@ -144,7 +145,7 @@ class SelectorWrapper(Selector):
     def adaptive(self) -> bool:  # type: ignore[override]
         return self.inner.adaptive
 
-    def begin(self, database: Any, seed: int = 0) -> None:
+    def begin(self, database: Database, seed: int = 0) -> None:
         self.inner.begin(database, seed)
 
     @property

@@ -22,6 +22,7 @@ from .result import TuneResult  # noqa: F401 - re-exported: tuners.base.TuneResu
 from .session import CONFIRM_ROUNDS, CONFIRM_TOP, Callback
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
     from ..measure import MeasurerBase
     from ..task import Task
 
@@ -128,7 +129,7 @@ class Tuner(ABC):
         """The results of configs :meth:`ask` proposed (in the same order)."""
         self.update(configs, results)
 
-    def begin(self, database: Any) -> None:
+    def begin(self, database: Database) -> None:
         """Called when a session with ``database`` starts, before the history is loaded (a
         model-based tuner fits its transfer model here); nothing by default."""
 
@@ -144,7 +145,7 @@ class Tuner(ABC):
 
     # ------------------------------------------------------------ the loop
     def tune(self, budget: Budget | int, measurer: MeasurerBase, callbacks: Sequence[Callback] = (),
-             database: Any = None) -> TuneResult:
+             database: Database | None = None) -> TuneResult:
         """Ask, measure and tell until ``budget`` (a :class:`~tensortune.budget.Budget`, or a number
         of trials) is spent: one :class:`~.session.TuningSession` (its ``run`` says what the budget,
         database and confirmation do)."""

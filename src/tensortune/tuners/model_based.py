@@ -51,6 +51,7 @@ from .base import DEFAULT_BATCH_SIZE, Tuner
 from .parts import Fallback, FullView, PartContext, StartProvider, StopRule, View, ViewMaker
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
     from ..task import Task
 
 #: AutoTVM's plan size (measurements between model refits).
@@ -458,14 +459,14 @@ class ModelBasedTuner(Tuner):
         return out
 
     # ------------------------------------------------------------ transfer learning
-    def begin(self, database: Any) -> None:
+    def begin(self, database: Database) -> None:
         """A session with a database starts: fit the transfer model, once per tuner (unless
         ``transfer`` is False). A tuner tuned again keeps its models, with or without transfer."""
         if self.options.transfer is not False and not self.transfer_tried:
             self.enable_transfer(database)
         self.selector.begin(database, self.seed)  # the cold filter trains its network on the database
 
-    def enable_transfer(self, database: Any) -> bool:
+    def enable_transfer(self, database: Database) -> bool:
         """Fit the global model from ``database``; on too little history (or a cost model handed
         in) set :attr:`notice` and return False (tuning goes on without transfer). Marks the
         tuner's transfer as tried."""

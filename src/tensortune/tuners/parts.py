@@ -20,6 +20,7 @@ from ..space import Config, ConfigSpace
 from .base import DEFAULT_BATCH_SIZE, Tuner
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..database import Database
     from ..costmodel.base import CostModel
     from ..task import Task
 
@@ -153,7 +154,7 @@ class Fallback(Tuner):
         super().update(configs, results)
         self.fallback.update(configs, results)
 
-    def begin(self, database: Any) -> None:
+    def begin(self, database: Database) -> None:
         self.fallback.begin(database)
 
     def search_report(self) -> dict[str, Any]:

@@ -55,7 +55,7 @@ Callback = Callable[["Tuner", Sequence[MeasureInput], Sequence[MeasureResult]], 
 class TuningSession:
     """Runs ``tuner`` against ``measurer`` (and ``database``, when given) for one budget."""
 
-    def __init__(self, tuner: "Tuner", measurer: MeasurerBase, database: Any = None,
+    def __init__(self, tuner: "Tuner", measurer: MeasurerBase, database: Database | None = None,
                  callbacks: Sequence[Callback] = ()) -> None:
         self.tuner = tuner
         self.measurer = measurer
