@@ -26,7 +26,7 @@ import numpy as np
 
 from ..space import Config
 from .base import CostModel
-from .pretrained import SHIPPED, PretrainedCostModel, PretrainedOptions, machine_mismatch, predictor_folder
+from .pretrained import SHIPPED, PretrainedCostModel, PretrainedOptions, predictor_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
@@ -170,13 +170,9 @@ class FasorCostModel(PretrainedCostModel):
         return np.exp(-self.predict(task, configs))
 
     def describe(self, task: Task) -> str:
-        """Where the model for ``task`` comes from, and a note where it was trained elsewhere
-        (shipped weights only: a transferred or given model is this machine's)."""
-        p = self.predictor_for(task)
-        origin = self.origin.get(task.op, "")
-        line = f"{origin} Fasor model of {task.op}"
-        note = machine_mismatch(p, task.target_json) if origin == "shipped" else ""
-        return f"{line}; {note}; transfer it with `tensortune fasor transfer`" if note else line
+        """Where the model for ``task`` comes from (the tuner adds any machine note)."""
+        self.predictor_for(task)
+        return f"{self.origin.get(task.op, '')} {self.name} model of {task.op}"
 
     def _position_outputs(self, task: Task, space: Any = None, fresh: bool = True
                           ) -> Callable[[np.ndarray], np.ndarray]:

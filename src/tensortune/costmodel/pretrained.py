@@ -134,12 +134,9 @@ class PretrainedCostModel(CostModel):
         return self.has_predictor(task)
 
     def describe(self, task: Task) -> str:
-        """The predictor's kind, op and training tasks, and a note where it was trained on
-        another CPU."""
+        """The predictor's kind, op and training tasks (the tuner adds any machine note)."""
         p = self.predictor_for(task)
-        line = f"{p.kind} predictor of {p.op} ({p.schema.get('dataset', {}).get('tasks', '?')} tasks)"
-        note = machine_mismatch(p, task.target_json)
-        return f"{line}; {note}" if note else line
+        return f"{p.kind} predictor of {p.op} ({p.schema.get('dataset', {}).get('tasks', '?')} tasks)"
 
     def fit(self, data: Sequence[TaskData]) -> None:
         """Nothing: a pre-trained model is not updated by measurements (One-Shot Tuner)."""

@@ -397,13 +397,11 @@ class ModelBasedTuner(Tuner):
                 self.plan_sizes.append(0)
             return
         t0 = time.perf_counter()
-        if scores is not None:
-            pass
-        elif self.rescores and self.model.fitted:
+        if scores is None and self.rescores and self.model.fitted:  # (a distilled frozen model's are known)
             scores = self.model.predict(self.task, candidates)
-        elif guided:  # the explorer's order (best first), random configs after it
+        elif scores is None and guided:  # the explorer's order (best first), random configs after it
             scores = -np.arange(len(candidates), dtype=np.float64)
-        else:
+        elif scores is None:
             scores = np.zeros(len(candidates))
         self.timings["rescore"] += time.perf_counter() - t0
         t0 = time.perf_counter()
