@@ -2,6 +2,7 @@
 rounds, stored as marked trials, and the best is the lowest median, not one lucky trial."""
 from __future__ import annotations
 
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -172,10 +173,12 @@ def test_real_measurements_confirm_and_a_staged_lucky_trial_is_not_the_best(meas
         best = db.best(key, context)
         assert best.id != lucky and best.confirmation is not None and best.cost > 1e-9
         assert res.best_config.index == best.config_index and res.best_cost == pytest.approx(best.cost)
-        rounds = sorted(t.cost for t in db.trials(key) if t.confirmation is not None
-                        and t.config_index == best.config_index
-                        and t.confirmation["group"] == best.confirmation["group"])
-        assert len(rounds) == 3 and best.cost == pytest.approx(rounds[1])  # the median of its rounds
+        rounds = [t for t in db.trials(key) if t.confirmation is not None
+                  and t.config_index == best.config_index
+                  and t.confirmation["group"] == best.confirmation["group"]]
+        quiet = sorted(t.cost for t in rounds if not t.noisy) or sorted(t.cost for t in rounds)
+        # the median of its rounds; a round timed while the host was busy is set aside for a quiet one
+        assert len(rounds) == 3 and best.cost == pytest.approx(statistics.median_low(quiet))
         confirms = [t for t in db.trials(key) if t.confirmation is not None]
         assert default in {t.config_index for t in confirms}  # the lucky config was re-measured for real
         assert all(t.verified and t.ok for t in confirms)
