@@ -11,6 +11,7 @@
     python -m bench studies                   (the studies, a line each: bench/studies.py)
     python -m bench report RESULTS
     python -m bench drop RESULTS MODEL:TUNER --why "..."   (tune one whole-model system again)
+    python -m bench restore [PATH ...|--all]   (raw databases and records back from git's history)
     python -m bench remeasure RESULTS [--workloads C1,...] [--rounds 9] [--no-library]
                                             (time the kept best kernels again; see remeasure.py)
 
@@ -109,9 +110,11 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--rounds", type=int, default=REMEASURE_ROUNDS, help=f"interleaved rounds (default {REMEASURE_ROUNDS})")
     m.add_argument("--no-library", dest="library", action="store_false",
                    help="leave numpy / PyTorch out of the rounds")
+    from ..raw import add_parser as add_restore_parser  # raw results out of git's history (bench/raw.py)
     from .soak import add_parser as add_soak_parser  # faults at scale (bench/suite/soak.py)
 
     add_soak_parser(sub)
+    add_restore_parser(sub)
     return ap
 
 
@@ -331,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         from .soak import cmd_soak
 
         return cmd_soak(a)
+    if a.cmd == "restore":
+        from ..raw import cmd_restore
+
+        return cmd_restore(a)
     if a.cmd == "drop":
         return cmd_drop(a)
     if a.cmd == "remeasure":

@@ -207,6 +207,7 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
     out_dir.mkdir(exist_ok=True)
     saved = run.read_json("models", {}) or {}
     deadline = deadline or Deadline(None)
+    from ..raw import restore_path
     from .netdefs import resolve
 
     for name in models:
@@ -216,6 +217,9 @@ def run_models(run: RunDir, models: list[str], tuners: list[str], budget_s: floa
         def pending() -> list[str]:
             return _metaschedule_last(t for t in tuners if not entry["systems"].get(t, {}).get("ok"))
 
+        for tuner, v in entry["systems"].items():
+            if v.get("ok") and not _stored(out_dir, key, tuner).exists():
+                restore_path(_stored(out_dir, key, tuner))  # a raw file kept in git's history (bench/raw.py)
         todo = pending()
         unchecked = [t for t, v in entry["systems"].items() if confirm_tuned and t != METASCHEDULE and v.get("ok")
                      and "confirm_s" not in v and _stored(out_dir, key, t).exists()]

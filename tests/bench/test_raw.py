@@ -1,0 +1,68 @@
+"""Raw results live in git's history: the manifest names each file's commit and sha256, and
+restore writes it back exactly (or refuses a blob that does not match)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import raw
+
+
+def _repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "bench/results/run/models/m-metaschedule").mkdir(parents=True)
+    (root / "bench/results/run/models/m-autotvm.db").write_bytes(b"SQLite format 3\0" + bytes(range(256)) * 40)
+    (root / "bench/results/run/models/m-metaschedule/database_tuning_record.json").write_text('{"a": 1}\n')
+    (root / "bench/results/run/report.md").write_text("# summary\n")
+    git = ["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "results"], check=True)
+    return root
+
+
+def test_what_is_raw() -> None:
+    assert raw.is_raw("bench/results/x/models/resnet18-autotvm.db")
+    assert raw.is_raw("bench/results/x/models/resnet18-metaschedule/database_workload.json")
+    assert raw.is_raw("bench/results/x/fasor/weights.pt")
+    assert not raw.is_raw("bench/results/x/models.json") and not raw.is_raw("bench/results/x/report.md")
+
+
+def test_record_then_restore_round_trips_and_refuses_a_wrong_sha(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    paths = ["bench/results/run/models/m-autotvm.db", "bench/results/run/models/m-metaschedule/database_tuning_record.json"]
+    files = raw.record(paths, root=root)
+    manifest = root / "RAW.json"
+    raw.save(files, manifest)
+    assert raw.load(manifest) == sorted(files, key=lambda f: f.path)
+    original = [(root / p).read_bytes() for p in paths]
+    for p in paths:
+        (root / p).unlink()
+    assert not any(f.present(root) for f in files)
+    assert [raw.restore(f, root) for f in files] == [True, True]
+    assert [(root / p).read_bytes() for p in paths] == original
+    assert raw.restore(files[0], root) is False  # already present: nothing written
+    (root / paths[0]).unlink()
+    forged = raw.RawFile(files[0].path, files[0].commit, files[0].bytes, "0" * 64)
+    with pytest.raises(raw.RestoreError, match="sha256"):
+        raw.restore(forged, root)
+    assert not (root / paths[0]).exists()  # a blob that does not match writes nothing
+
+
+def test_the_manifest_names_every_raw_file_and_git_holds_each() -> None:
+    """Every raw file under bench/results is in the manifest, and each entry's commit holds a blob
+    of the recorded size (its sha256 is checked by restore)."""
+    files = raw.load()
+    if not (raw.ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "-C", str(raw.ROOT), "ls-files", "bench/results"], check=True,
+                             capture_output=True, text=True).stdout.split()
+    assert {p for p in tracked if raw.is_raw(p)} <= {f.path for f in files}
+    for f in files:
+        size = subprocess.run(["git", "-C", str(raw.ROOT), "cat-file", "-s", f"{f.commit}:{f.path}"],
+                              capture_output=True, text=True)
+        if size.returncode:  # a shallow clone holds no history
+            pytest.skip(f"git has no {f.commit[:12]} here (shallow clone)")
+        assert int(size.stdout) == f.bytes, f.path
