@@ -1,27 +1,33 @@
 # Quick start: `make demo` (set up + main job on defaults), `make test` (set up + test suite).
-# Needs Python 3.11 with its venv module (Debian/Ubuntu: python3.11-venv). On a plain Linux
-# machine, `make TORCH_INDEX=https://download.pytorch.org/whl/cpu ...` takes PyTorch's CPU build
-# (otherwise pip resolves torch==2.13.0 to the CUDA build, several GB).
+# Needs Python 3.10-3.13 with its venv module (Debian/Ubuntu: python3.11-venv); exact versions
+# of every dependency come from constraints.txt (the package's metadata takes ranges). On a plain
+# Linux machine, `make TORCH_INDEX=https://download.pytorch.org/whl/cpu ...` takes PyTorch's CPU
+# build (constraints.txt asks for torch 2.13.0+cpu; this machine has its wheel on disk).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
+CONSTRAINTS := constraints.txt
 
-.PHONY: setup demo test test-slow bench bench-quick bench-ppo datasets ablation-datasets check-python clean
+.PHONY: setup demo test test-slow bench bench-quick bench-ppo datasets ablation-datasets check-python constraints clean
 
 check-python:
-	@if [ -z "$(PYTHON)" ] || ! "$(PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
-	  echo "tensortune needs Python 3.11 (found: $(if $(PYTHON),$$($(PYTHON) --version 2>&1 | head -n1),no python3)); install it, or run make PYTHON=/path/to/python3.11" >&2; exit 1; fi
+	@if [ -z "$(PYTHON)" ] || ! "$(PYTHON)" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null; then \
+	  echo "tensortune needs Python 3.10-3.13 (found: $(if $(PYTHON),$$($(PYTHON) --version 2>&1 | head -n1),no python3)); install one, or run make PYTHON=/path/to/python3.11" >&2; exit 1; fi
 	@if ! "$(PYTHON)" -c 'import venv, ensurepip' 2>/dev/null; then \
-	  echo "$(PYTHON) has no venv/ensurepip module; install it (Debian/Ubuntu: apt install python3.11-venv)" >&2; exit 1; fi
+	  echo "$(PYTHON) has no venv/ensurepip module; install it (Debian/Ubuntu: apt install python3-venv)" >&2; exit 1; fi
 
-$(VENV)/.installed: pyproject.toml | check-python
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | check-python
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(if $(TORCH_INDEX),$(PY) -m pip install -q --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
-	$(PY) -m pip install -q -e ".[dev,bench,openvino,hf]"
+	$(if $(TORCH_INDEX),$(PY) -m pip install -q -c $(CONSTRAINTS) --extra-index-url $(TORCH_INDEX) torch)
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[all,dev,bench]"
 	touch $@
+
+# constraints.txt anew from what the venv holds (after changing a range in pyproject.toml)
+constraints: setup
+	{ sed -n '1,2p' $(CONSTRAINTS); $(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(tensortune|stable-baselines3)=='; \
+	  grep -i '^stable-baselines3==' $(CONSTRAINTS); } > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 setup: $(VENV)/.installed
 
@@ -43,19 +49,19 @@ bench-quick: setup
 
 # Chameleon's PPO explorer against stable-baselines3 (installs the rl extra into the venv).
 bench-ppo: setup
-	$(PY) -m pip install -q -e ".[dev,bench,rl]"
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dev,bench,rl]"
 	$(PY) -m bench run --study ppo-overhead
 
 # One-Shot Tuner's datasets (hours each; every command resumes where it stopped; nothing else
-# should run meanwhile). Each finished task is also written to datasets/OP/ (one gzip JSON-lines
-# shard per task, kept in git), and a new checkout restores the shards into $(DATA) first, so
+# should run meanwhile). Each finished task is also written to src/tensortune/dataset/shipped/OP/ (one gzip JSON-lines
+# shard per task, kept in git as package data), and a new checkout restores the shards into $(DATA) first, so
 # a dataset measured over many sessions and machines survives each of them. Depthwise first.
 DATA ?= data
 datasets: setup
 	mkdir -p $(DATA)
-	$(VENV)/bin/tensortune dataset generate --db $(DATA)/depthwise-model.db --shards datasets/depthwise_conv2d --op depthwise_conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
-	$(VENV)/bin/tensortune dataset generate --db $(DATA)/dense-model.db --shards datasets/dense --op dense --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
-	$(VENV)/bin/tensortune dataset generate --db $(DATA)/conv2d-model.db --shards datasets/conv2d --op conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
+	$(VENV)/bin/tensortune dataset generate --db $(DATA)/depthwise-model.db --shards src/tensortune/dataset/shipped/depthwise_conv2d --op depthwise_conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
+	$(VENV)/bin/tensortune dataset generate --db $(DATA)/dense-model.db --shards src/tensortune/dataset/shipped/dense --op dense --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
+	$(VENV)/bin/tensortune dataset generate --db $(DATA)/conv2d-model.db --shards src/tensortune/dataset/shipped/conv2d --op conv2d --tasks 150 --samples 200 --repeat 3 --min-repeat-ms 20 --no-progress
 
 # The ablation's smaller conv2d datasets (One-Shot Tuner's Table 4): task sampler x code sampler,
 # ABLATION_TASKS tasks x ABLATION_SAMPLES samples each, all six measured on this machine's CPU (so

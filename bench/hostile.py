@@ -57,6 +57,11 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
+def command_name(cmd: list[str]) -> str:
+    """A case's command as a user types it: ``tune-op``, ``db best``."""
+    return " ".join(cmd[:2]) if cmd[0] == "db" else cmd[0]
+
+
 def _sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "absent"
 
@@ -166,45 +171,45 @@ def cases() -> list[Case]:
     add(Case("code", "tvm.py/runpy.py/json.py in the working folder, tune-op", ["tune-op", *SMALL, "--db", "{d}/n.db"],
              plant_module, expect="ok", extra_check=planted_ran))
     # the database file
-    for cmd in (["tune-op", *SMALL], ["best"], ["export"]):
-        add(Case("database", f"corrupt page behind an intact header: {cmd[0]}", [*cmd, "--db", "{db}"], corrupt_page))
-    for cmd in (["best"], ["tune-op", *SMALL], ["export"]):
-        add(Case("database", f"no trials table: {cmd[0]}", [*cmd, "--db", "{db}"], drop_trials, keep=("g.db",)))
-    for cmd in (["best"], ["tune-op", *SMALL], ["export"], ["import", "{d}/good.jsonl"]):
-        add(Case("database", f"symlink loop as --db: {cmd[0]}", [*cmd, "--db", "{d}/a.db"], symlink_loop))
-    for cmd in (["best"], ["tune-op", *SMALL]):
-        add(Case("database", f"a FIFO as --db: {cmd[0]}", [*cmd, "--db", "{d}/f"], fifo))
-        add(Case("database", f"a text file as --db: {cmd[0]}", [*cmd, "--db", "{d}/t.db"],
+    for cmd in (["tune-op", *SMALL], ["db", "best"], ["db", "export"]):
+        add(Case("database", f"corrupt page behind an intact header: {command_name(cmd)}", [*cmd, "--db", "{db}"], corrupt_page))
+    for cmd in (["db", "best"], ["tune-op", *SMALL], ["db", "export"]):
+        add(Case("database", f"no trials table: {command_name(cmd)}", [*cmd, "--db", "{db}"], drop_trials, keep=("g.db",)))
+    for cmd in (["db", "best"], ["tune-op", *SMALL], ["db", "export"], ["db", "import", "{d}/good.jsonl"]):
+        add(Case("database", f"symlink loop as --db: {command_name(cmd)}", [*cmd, "--db", "{d}/a.db"], symlink_loop))
+    for cmd in (["db", "best"], ["tune-op", *SMALL]):
+        add(Case("database", f"a FIFO as --db: {command_name(cmd)}", [*cmd, "--db", "{d}/f"], fifo))
+        add(Case("database", f"a text file as --db: {command_name(cmd)}", [*cmd, "--db", "{d}/t.db"],
                  text_file("t.db", "hello\n"), keep=("t.db",)))
-        add(Case("database", f"an empty file as --db: {cmd[0]}", [*cmd, "--db", "{d}/e.db"], text_file("e.db", ""),
+        add(Case("database", f"an empty file as --db: {command_name(cmd)}", [*cmd, "--db", "{d}/e.db"], text_file("e.db", ""),
                  **({"expect": "ok"} if cmd[0] == "tune-op" else {"keep": ("e.db",)})))  # SQLite: an empty database
-        add(Case("database", f"a directory as --db: {cmd[0]}", [*cmd, "--db", "{d}"]))
-        add(Case("database", f"/dev/null as --db: {cmd[0]}", [*cmd, "--db", "/dev/null"]))
-        add(Case("database", f"--db in a missing folder: {cmd[0]}", [*cmd, "--db", "{d}/no/such/g.db"]))
-    add(Case("database", "best of a missing database", ["best", "--db", "{d}/missing.db"]))
-    add(Case("database", "export of a missing database", ["export", "--db", "{d}/missing.db"]))
-    add(Case("database", "upgrade-db of a text file", ["upgrade-db", "--db", "{d}/t.db"], text_file("t.db", "x\n"),
+        add(Case("database", f"a directory as --db: {command_name(cmd)}", [*cmd, "--db", "{d}"]))
+        add(Case("database", f"/dev/null as --db: {command_name(cmd)}", [*cmd, "--db", "/dev/null"]))
+        add(Case("database", f"--db in a missing folder: {command_name(cmd)}", [*cmd, "--db", "{d}/no/such/g.db"]))
+    add(Case("database", "best of a missing database", ["db", "best", "--db", "{d}/missing.db"]))
+    add(Case("database", "export of a missing database", ["db", "export", "--db", "{d}/missing.db"]))
+    add(Case("database", "db upgrade of a text file", ["db", "upgrade", "--db", "{d}/t.db"], text_file("t.db", "x\n"),
              keep=("t.db",)))
-    add(Case("database", "a 300-character file name", ["best", "--db", "{d}/" + "x" * 300 + ".db"]))
-    add(Case("database", "a stored row nested 5000 deep: export", ["export", "--db", "{db}"], deep_row, keep=("g.db",)))
-    add(Case("database", "a stored row nested 5000 deep: best", ["best", "--db", "{db}"], deep_row, keep=("g.db",),
+    add(Case("database", "a 300-character file name", ["db", "best", "--db", "{d}/" + "x" * 300 + ".db"]))
+    add(Case("database", "a stored row nested 5000 deep: export", ["db", "export", "--db", "{db}"], deep_row, keep=("g.db",)))
+    add(Case("database", "a stored row nested 5000 deep: best", ["db", "best", "--db", "{db}"], deep_row, keep=("g.db",),
              expect="ok"))
-    add(Case("database", "a stored row with a non-JSON target: best (a warning, the row left out)", ["best", "--db", "{db}"],
+    add(Case("database", "a stored row with a non-JSON target: best (a warning, the row left out)", ["db", "best", "--db", "{db}"],
              bad_target_row, keep=("g.db",), expect="ok"))
     # mounts: full disk, read-only
     add(Case("disk", "tune-op on a full disk (200 KB tmpfs)", ["tune-op", *SMALL, "--db", "{d}/full/n.db"],
              needs_mount=True, extra_check=lambda d: "left a file" if (d / "full" / "n.db").exists() else ""))
-    add(Case("disk", "export to a full disk", ["export", "--db", "{db}", "-o", "{d}/full/out.jsonl"], needs_mount=True))
-    add(Case("disk", "import into a new database on a full disk", ["import", "--db", "{d}/full/n.db", "{d}/good.jsonl"],
+    add(Case("disk", "export to a full disk", ["db", "export", "--db", "{db}", "-o", "{d}/full/out.jsonl"], needs_mount=True))
+    add(Case("disk", "import into a new database on a full disk", ["db", "import", "--db", "{d}/full/n.db", "{d}/good.jsonl"],
              needs_mount=True))
-    add(Case("disk", "best of a WAL database on a read-only mount", ["best", "--db", "{d}/ro/g.db"], needs_mount=True))
-    add(Case("disk", "export of a WAL database on a read-only mount", ["export", "--db", "{d}/ro/g.db"],
+    add(Case("disk", "best of a WAL database on a read-only mount", ["db", "best", "--db", "{d}/ro/g.db"], needs_mount=True))
+    add(Case("disk", "export of a WAL database on a read-only mount", ["db", "export", "--db", "{d}/ro/g.db"],
              needs_mount=True))
     add(Case("disk", "tune-op into a database on a read-only mount", ["tune-op", *SMALL, "--db", "{d}/ro/g.db"],
              needs_mount=True))
     # standard output
-    for cmd in (["export", "--db", "{db}"], ["best", "--db", "{db}"], ["tasks", "resnet18"]):
-        add(Case("stdout", f"stdout on /dev/full: {cmd[0]}", cmd, stdout="full"))
+    for cmd in (["db", "export", "--db", "{db}"], ["db", "best", "--db", "{db}"], ["tasks", "resnet18"]):
+        add(Case("stdout", f"stdout on /dev/full: {command_name(cmd)}", cmd, stdout="full"))
     # numbers and sizes
     for shape in ("99999999999999999999,32,32", "2147483647,32,32", "0,8,8", "-8,8,8", "8,8", "8,8,8,8", "a,b,c", "",
                   "8.5,8,8", "1e3,8,8", " , , ", "8,,8"):
@@ -230,38 +235,38 @@ def cases() -> list[Case]:
                         ("costs", [float("inf")]), ("costs", "fast"), ("error", "exploded"), ("extra", [1]),
                         ("extra", {"confirm": {"group": "", "round": 1, "of": 1}}), ("timestamp", "yesterday"),
                         ("config", "x"), ("workload_key", "nope"), ("verified", "yes"), ("threads", -2)):
-        add(Case("import", f"a trial with {name} = {str(value)[:30]}", ["import", "--db", "{d}/n.db", "{d}/in.jsonl"],
+        add(Case("import", f"a trial with {name} = {str(value)[:30]}", ["db", "import", "--db", "{d}/n.db", "{d}/in.jsonl"],
                  records(set_field(name, value)),
                  extra_check=lambda d: "wrote a database" if (d / "n.db").exists() else ""))
-    add(Case("import", "a trial without its task", ["import", "--db", "{d}/n.db", "{d}/in.jsonl"],
+    add(Case("import", "a trial without its task", ["db", "import", "--db", "{d}/n.db", "{d}/in.jsonl"],
              records(lambda task, trial: [trial])))
-    add(Case("import", "a task whose task JSON names a foreign op", ["import", "--db", "{d}/n.db", "{d}/in.jsonl"],
+    add(Case("import", "a task whose task JSON names a foreign op", ["db", "import", "--db", "{d}/n.db", "{d}/in.jsonl"],
              records(lambda task, trial: [{**task, "task_json": task["task_json"].replace('"matmul"', '"no_such_op"')},
                                           trial])))
-    add(Case("import", "nested 100,000 deep", ["import", "--db", "{d}/n.db", "{d}/in.jsonl"],
+    add(Case("import", "nested 100,000 deep", ["db", "import", "--db", "{d}/n.db", "{d}/in.jsonl"],
              text_file("in.jsonl", "[" * 100_000 + "]" * 100_000 + "\n")))
-    add(Case("import", "a 5 MB line", ["import", "--db", "{d}/n.db", "{d}/in.jsonl"],
+    add(Case("import", "a 5 MB line", ["db", "import", "--db", "{d}/n.db", "{d}/in.jsonl"],
              text_file("in.jsonl", '{"kind": "trial", "error_msg": "' + "x" * (5 << 20) + '"}\n')))
-    add(Case("import", "binary junk", ["import", "--db", "{d}/n.db", "{d}/in.jsonl"],
+    add(Case("import", "binary junk", ["db", "import", "--db", "{d}/n.db", "{d}/in.jsonl"],
              bytes_file("in.jsonl", os.urandom(4096))))
-    add(Case("import", "a JSON array line", ["import", "--db", "{d}/n.db", "{d}/in.jsonl"], text_file("in.jsonl", "[1,2]\n")))
-    add(Case("import", "an empty file", ["import", "--db", "{d}/n.db", "{d}/in.jsonl"], text_file("in.jsonl", ""),
+    add(Case("import", "a JSON array line", ["db", "import", "--db", "{d}/n.db", "{d}/in.jsonl"], text_file("in.jsonl", "[1,2]\n")))
+    add(Case("import", "an empty file", ["db", "import", "--db", "{d}/n.db", "{d}/in.jsonl"], text_file("in.jsonl", ""),
              expect="ok"))
-    add(Case("import", "a missing file", ["import", "--db", "{d}/n.db", "{d}/missing.jsonl"]))
-    add(Case("import", "a directory as the file", ["import", "--db", "{d}/n.db", "{d}"]))
-    add(Case("import", "a good file into a corrupt database", ["import", "--db", "{db}", "{d}/good.jsonl"], corrupt_page))
-    add(Case("import", "a good file into a good database", ["import", "--db", "{db}", "{d}/good.jsonl"], expect="ok"))
+    add(Case("import", "a missing file", ["db", "import", "--db", "{d}/n.db", "{d}/missing.jsonl"]))
+    add(Case("import", "a directory as the file", ["db", "import", "--db", "{d}/n.db", "{d}"]))
+    add(Case("import", "a good file into a corrupt database", ["db", "import", "--db", "{db}", "{d}/good.jsonl"], corrupt_page))
+    add(Case("import", "a good file into a good database", ["db", "import", "--db", "{db}", "{d}/good.jsonl"], expect="ok"))
     # outputs
-    add(Case("files", "export -o a FIFO", ["export", "--db", "{db}", "-o", "{d}/f"], fifo))
-    add(Case("files", "export -o a FIFO --force", ["export", "--db", "{db}", "-o", "{d}/f", "--force"], fifo))
-    add(Case("files", "export -o /dev/null --force", ["export", "--db", "{db}", "-o", "/dev/null", "--force"]))
-    add(Case("files", "export -o a symlink --force", ["export", "--db", "{db}", "-o", "{d}/link", "--force"],
+    add(Case("files", "export -o a FIFO", ["db", "export", "--db", "{db}", "-o", "{d}/f"], fifo))
+    add(Case("files", "export -o a FIFO --force", ["db", "export", "--db", "{db}", "-o", "{d}/f", "--force"], fifo))
+    add(Case("files", "export -o /dev/null --force", ["db", "export", "--db", "{db}", "-o", "/dev/null", "--force"]))
+    add(Case("files", "export -o a symlink --force", ["db", "export", "--db", "{db}", "-o", "{d}/link", "--force"],
              symlink_to_text, keep=("target.txt",)))
-    add(Case("files", "export -o the database itself", ["export", "--db", "{db}", "-o", "{db}", "--force"], keep=("g.db",)))
-    add(Case("files", "export -o an existing file without --force", ["export", "--db", "{db}", "-o", "{d}/t.txt"],
+    add(Case("files", "export -o the database itself", ["db", "export", "--db", "{db}", "-o", "{db}", "--force"], keep=("g.db",)))
+    add(Case("files", "export -o an existing file without --force", ["db", "export", "--db", "{db}", "-o", "{d}/t.txt"],
              text_file("t.txt", "keep\n"), keep=("t.txt",)))
-    add(Case("files", "export -o a directory", ["export", "--db", "{db}", "-o", "{d}"]))
-    add(Case("files", "export -o a missing folder", ["export", "--db", "{db}", "-o", "{d}/no/x.jsonl"]))
+    add(Case("files", "export -o a directory", ["db", "export", "--db", "{db}", "-o", "{d}"]))
+    add(Case("files", "export -o a missing folder", ["db", "export", "--db", "{db}", "-o", "{d}/no/x.jsonl"]))
     add(Case("files", "compile -o a FIFO", ["compile", "resnet18", "--db", "{db}", "-o", "{d}/f"], fifo))
     add(Case("files", "dataset layers -o a FIFO", ["dataset", "layers", "-o", "{d}/f"], fifo))
     # models and names
@@ -276,8 +281,8 @@ def cases() -> list[Case]:
     add(Case("models", "tune an unknown scheduler", ["tune", "resnet18", "--scheduler", "nope", "--db", "{d}/n.db"]))
     for opt in ("plan_size=-1", "plan_size=nan", "plan_size=" + big, "epsilon=2", "epsilon=nan", "nope=1", "noequals",
                 "explorer=nope", "cost_model=nope", "explorer.nope=1", "=1"):
-        add(Case("options", f"--tuner-option {opt}", ["tune-op", "matmul", "--shape", "8,8,8", "--tuner", "autotvm",
-                                                      "--tuner-option", opt, "--db", "{d}/n.db"]))
+        add(Case("options", f"--option {opt}", ["tune-op", "matmul", "--shape", "8,8,8", "--tuner", "autotvm",
+                                                      "--option", opt, "--db", "{d}/n.db"]))
     # the rest
     add(Case("other", "predictor show of a schema without inputs", ["predictor", "show", "{d}/p"], predictor_without_inputs))
     add(Case("other", "dataset status of a corrupt shard", ["dataset", "status", "--db", "{d}/n.db", "--shards", "{d}/shards"],
@@ -298,7 +303,7 @@ def make_base(base: Path) -> None:
     subprocess.run([sys.executable, "-m", "tensortune.cli", "tune-op", *SMALL, "--db", str(base / "g.db")], check=True,
                    env=env, capture_output=True)
     with open(base / "good.jsonl", "w") as f:
-        subprocess.run([sys.executable, "-m", "tensortune.cli", "export", "--db", str(base / "g.db")], check=True,
+        subprocess.run([sys.executable, "-m", "tensortune.cli", "db", "export", "--db", str(base / "g.db")], check=True,
                        stdout=f, env=env)
     import torch
 

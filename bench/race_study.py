@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"stopped after {(time.perf_counter() - t0) / 60:.1f} min; parts so far in {out}; "
                       "the same command goes on", flush=True)
                 return 0
-        args = ["race", *models, "--tuners", tuner or a.tuners, "--rounds", str(a.rounds), "--batch", str(a.batch),
+        args = ["race", *models, "--tuners", tuner or a.tuners, "--rounds", str(a.rounds), "--trials-per-round", str(a.batch),
                 "--db-dir", str(out / race)] + (["--no-suspend"] if race == "all" else [])
         done[race].append(run_json(args, keep, fresh=fresh))
     runs = {"suspend": done["suspend"][0], "all": combine(done["all"])}

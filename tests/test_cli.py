@@ -64,24 +64,24 @@ BAD_ARGS = {
     "unknown cost model": tune(tuner="autotvm") + ["--cost-model", "svm"],
     "unknown feature kind": tune(tuner="autotvm") + ["--feature", "pixels"],
     "unknown objective": tune(tuner="autotvm") + ["--objective", "lambdamart"],
-    "unknown tuner option": tune(tuner="autotvm") + ["--tuner-option", "plan_sise=32"],
-    "tuner option without a value": tune(tuner="autotvm") + ["--tuner-option", "plan_size"],
-    "tuner option of the wrong type": tune(tuner="autotvm") + ["--tuner-option", "plan_size=many"],
-    "tuner option out of range": tune(tuner="autotvm") + ["--tuner-option", "epsilon=2"],
-    "unknown explorer": tune(tuner="autotvm") + ["--tuner-option", "explorer=ppo9"],
+    "unknown tuner option": tune(tuner="autotvm") + ["--option", "plan_sise=32"],
+    "tuner option without a value": tune(tuner="autotvm") + ["--option", "plan_size"],
+    "tuner option of the wrong type": tune(tuner="autotvm") + ["--option", "plan_size=many"],
+    "tuner option out of range": tune(tuner="autotvm") + ["--option", "epsilon=2"],
+    "unknown explorer": tune(tuner="autotvm") + ["--option", "explorer=ppo9"],
     "unknown explorer option": tune(tuner="autotvm") + ["-O", "explorer.chains=3"],
     "unknown cost model option": tune(tuner="autotvm") + ["-O", "cost_model.depth=3"],
     "option of another tuner": tune(tuner="genetic") + ["-O", "plan_size=32"],
-    "model tuning with an unknown option": ["tune", "resnet18", "--db", "x.db", "--trials-per-task", "4",
+    "model tuning with an unknown option": ["tune", "resnet18", "--db", "x.db", "--trials", "4",
                                             "-O", "nope=1"],
     "db is a directory": tune(db="adir"),
     "db is a text file": tune(db="notes.txt"),
     "no command": [],
     "unknown command": ["frobnicate"],
-    "best on a missing db": ["best", "--db", "x.db"],
-    "best on a text file": ["best", "--db", "notes.txt"],
-    "export from a missing db": ["export", "--db", "x.db", "-o", "out.jsonl"],
-    "import a missing file": ["import", "--db", "x.db", "nothere.jsonl"],
+    "best on a missing db": ["db", "best", "--db", "x.db"],
+    "best on a text file": ["db", "best", "--db", "notes.txt"],
+    "export from a missing db": ["db", "export", "--db", "x.db", "-o", "out.jsonl"],
+    "import a missing file": ["db", "import", "--db", "x.db", "nothere.jsonl"],
 }
 
 
@@ -116,7 +116,7 @@ def test_bad_arguments_console_script(workdir: Path) -> None:
 def test_malformed_import_creates_no_database(workdir: Path, capfd) -> None:
     (workdir / "bad.jsonl").write_text('{"kind": "bogus"}\n')
     before = snapshot(workdir)
-    rc, out, err = cli(capfd, "import", "--db", "new.db", "bad.jsonl")
+    rc, out, err = cli(capfd, "db", "import", "--db", "new.db", "bad.jsonl")
     assert rc != 0 and len(err.splitlines()) == 1 and "line 1" in err
     assert snapshot(workdir) == before
 
@@ -161,7 +161,7 @@ def test_tune_op_json_summary(tuned) -> None:
 
 def test_best_json(tuned, capfd) -> None:
     db, summary = tuned
-    rc, out, _ = cli(capfd, "best", "--db", str(db), "--json")
+    rc, out, _ = cli(capfd, "db", "best", "--db", str(db), "--json")
     assert rc == 0
     rows = one_json_line(out)
     assert isinstance(rows, list) and len(rows) == 1
@@ -175,16 +175,16 @@ def test_best_json(tuned, capfd) -> None:
 
 def test_best_names_task_like_tune_op(tuned, capfd) -> None:
     db, summary = tuned
-    _, out, _ = cli(capfd, "best", "--db", str(db), "--json")
+    _, out, _ = cli(capfd, "db", "best", "--db", str(db), "--json")
     assert one_json_line(out)[0]["task"] == summary["task"]
 
 
 def test_best_text_and_empty_db(tuned, tmp_path: Path, capfd) -> None:
     db, _ = tuned
-    rc, out, _ = cli(capfd, "best", "--db", str(db))
+    rc, out, _ = cli(capfd, "db", "best", "--db", str(db))
     assert rc == 0 and "GFLOPS" in out and "4 trials" in out
     Database(tmp_path / "empty.db").close()
-    rc, out, _ = cli(capfd, "best", "--db", str(tmp_path / "empty.db"), "--json")
+    rc, out, _ = cli(capfd, "db", "best", "--db", str(tmp_path / "empty.db"), "--json")
     assert rc == 0 and json.loads(out) == []
 
 
@@ -192,14 +192,14 @@ def test_export_then_import(tuned, tmp_path: Path, capfd) -> None:
     db, summary = tuned
     conf = summary["confirm_measured"]  # 9 or 12 (see test_tune_op_json_summary)
     dump = tmp_path / "dump.jsonl"
-    rc, _, err = cli(capfd, "export", "--db", str(db), "-o", str(dump))
+    rc, _, err = cli(capfd, "db", "export", "--db", str(db), "-o", str(dump))
     assert rc == 0 and f"exported {1 + 4 + conf} records" in err  # the task, 4 trials and the confirmations
     lines = [json.loads(ln) for ln in dump.read_text().splitlines()]
     assert [ln["kind"] for ln in lines] == ["task"] + ["trial"] * (4 + conf)
     assert sum("confirm" in ln["extra"] for ln in lines[1:]) == conf
 
     fresh = tmp_path / "fresh.db"
-    rc, out, _ = cli(capfd, "import", "--db", str(fresh), str(dump))
+    rc, out, _ = cli(capfd, "db", "import", "--db", str(fresh), str(dump))
     assert rc == 0 and f"imported 1 tasks and {4 + conf} trials" in out
     with Database(db, readonly=True) as a, Database(fresh, readonly=True) as b:
         assert b.count() == a.count() == 4 and b.count(confirmations=True) == 4 + conf
@@ -207,7 +207,7 @@ def test_export_then_import(tuned, tmp_path: Path, capfd) -> None:
         assert sorted(t.config_index for t in b.trials(key)) == sorted(t.config_index for t in a.trials(key))
         assert b.best(key).config_index == a.best(key).config_index
 
-    rc, out, _ = cli(capfd, "import", "--db", str(fresh), str(dump))  # again: nothing new
+    rc, out, _ = cli(capfd, "db", "import", "--db", str(fresh), str(dump))  # again: nothing new
     assert rc == 0 and "imported 0 tasks and 0 trials" in out
     with Database(fresh, readonly=True) as b:
         assert b.count() == 4
@@ -216,7 +216,7 @@ def test_export_then_import(tuned, tmp_path: Path, capfd) -> None:
 def test_export_to_stdout(tuned, capfd) -> None:
     db, summary = tuned
     conf = summary["confirm_measured"]
-    rc, out, err = cli(capfd, "export", "--db", str(db))
+    rc, out, err = cli(capfd, "db", "export", "--db", str(db))
     assert rc == 0
     assert [json.loads(ln)["kind"] for ln in out.splitlines()] == ["task"] + ["trial"] * (4 + conf)
     assert err.strip() == f"exported {1 + 4 + conf} records"
@@ -253,7 +253,7 @@ def test_autotvm_from_the_cli_with_and_without_transfer(tmp_path: Path, capfd) -
 
 
 def test_tuner_options_reach_the_tuner(workdir: Path, capfd) -> None:
-    """``--tuner-option`` settings (and the old flags, their shortcuts) are the tuner's options."""
+    """``--option`` settings (and the old flags, their shortcuts) are the tuner's options."""
     rc, out, _ = cli(capfd, *tune(tuner="autotvm", trials="6"), "--json", "--no-transfer", "-O", "plan_size=4",
                      "-O", "explorer=random", "-O", "explorer.pool=64", "-O", "selector=top-k", "--feature", "knob")
     assert rc == 0 and one_json_line(out)["trials_measured"] == 6

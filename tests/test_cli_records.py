@@ -55,7 +55,7 @@ def db_copy(tuned_db: Path, tmp_path: Path) -> Path:
 def test_export_onto_the_database_is_refused_and_loses_nothing(db_copy: Path, capfd) -> None:
     before = digest(db_copy)
     for force in ([], ["--force"]):
-        rc, _, err = cli(capfd, "export", "--db", str(db_copy), "-o", str(db_copy), *force)
+        rc, _, err = cli(capfd, "db", "export", "--db", str(db_copy), "-o", str(db_copy), *force)
         assert rc == 2 and "database itself" in err and err.count("\n") == 1
     assert digest(db_copy) == before
     with Database(db_copy, readonly=True) as db:
@@ -65,13 +65,13 @@ def test_export_onto_the_database_is_refused_and_loses_nothing(db_copy: Path, ca
 def test_export_refuses_other_databases_and_existing_files_unless_forced(db_copy: Path, tmp_path: Path, capfd) -> None:
     other = tmp_path / "other.db"
     Database(other).close()
-    rc, _, err = cli(capfd, "export", "--db", str(db_copy), "-o", str(other), "--force")
+    rc, _, err = cli(capfd, "db", "export", "--db", str(db_copy), "-o", str(other), "--force")
     assert rc == 2 and "SQLite file" in err
     notes = tmp_path / "notes.jsonl"
     notes.write_text("keep me\n")
-    rc, _, err = cli(capfd, "export", "--db", str(db_copy), "-o", str(notes))
+    rc, _, err = cli(capfd, "db", "export", "--db", str(db_copy), "-o", str(notes))
     assert rc == 2 and "--force" in err and notes.read_text() == "keep me\n"
-    rc, _, err = cli(capfd, "export", "--db", str(db_copy), "-o", str(notes), "--force")
+    rc, _, err = cli(capfd, "db", "export", "--db", str(db_copy), "-o", str(notes), "--force")
     with Database(db_copy, readonly=True) as d:
         conf = d.count(confirmations=True) - d.count()
     assert conf in (9, 12)  # the top 3 in 3 rounds, and the default beside them where it is not among them
@@ -89,7 +89,7 @@ def test_compile_refuses_to_write_over_a_database(db_copy: Path, capfd) -> None:
 # ---------------------------------------------------------------- imports
 def exported(db: Path, tmp_path: Path) -> list[dict]:
     dump = tmp_path / "dump.jsonl"
-    assert main(["export", "--db", str(db), "-o", str(dump)]) == 0
+    assert main(["db", "export", "--db", str(db), "-o", str(dump)]) == 0
     return [json.loads(ln) for ln in dump.read_text().splitlines()]
 
 
@@ -106,7 +106,7 @@ def test_import_names_the_bad_line_and_writes_nothing(db_copy: Path, tmp_path: P
     bad.write_text("".join(json.dumps(ln) + "\n" for ln in lines))
     fresh = tmp_path / "fresh.db"
     capfd.readouterr()
-    rc, _, err = cli(capfd, "import", "--db", str(fresh), str(bad))
+    rc, _, err = cli(capfd, "db", "import", "--db", str(fresh), str(bad))
     assert rc == 2 and "line 4:" in err and words in err and err.count("\n") == 1
     assert not fresh.exists() or Database(fresh, readonly=True).count() == 0
 
@@ -135,7 +135,7 @@ def test_a_rerun_reports_the_stored_best_and_how_it_was_measured(db_copy: Path, 
     assert measured["timing"]["mode"] == "hot" and measured["timing"] == json.loads(TIMING.timing_key())
     assert measured["threads"] == hot_best.threads and measured["cpu_model"] == hot_best.cpu_model != ""
 
-    rc, out, _ = cli(capfd, "best", "--db", str(db_copy), "--json")
+    rc, out, _ = cli(capfd, "db", "best", "--db", str(db_copy), "--json")
     rows = json.loads(out)  # one row per context: hot and cold are never compared
     assert sorted(r["measured"]["timing"]["mode"] for r in rows) == ["cold", "hot"]
     assert {r["trial_id"] for r in rows} == {hot_best.id, cold.id}

@@ -94,7 +94,7 @@ def test_special_files_and_links_are_never_replaced(db_copy: Path, tmp_path: Pat
         cases.append((Path("/dev/null"), "not a regular file"))
     for path, words in cases:
         for force in ([], ["--force"]):
-            rc, _, err = cli(capfd, "export", "--db", str(db_copy), "-o", str(path), *force)
+            rc, _, err = cli(capfd, "db", "export", "--db", str(db_copy), "-o", str(path), *force)
             refused(rc, err, words)
     assert fifo.is_fifo() and link.is_symlink() and real.read_text() == "keep\n"
     assert Path("/dev/null").is_char_device() or not os.path.exists("/dev/null")
@@ -103,7 +103,7 @@ def test_special_files_and_links_are_never_replaced(db_copy: Path, tmp_path: Pat
 def test_a_fifo_as_database_is_refused(tmp_path: Path, capfd) -> None:
     fifo = tmp_path / "db"
     os.mkfifo(fifo)
-    refused(*cli(capfd, "best", "--db", str(fifo))[::2], "not a regular file")
+    refused(*cli(capfd, "db", "best", "--db", str(fifo))[::2], "not a regular file")
 
 
 # ---------------------------------------------------------------- damaged databases
@@ -119,7 +119,7 @@ def test_a_corrupt_page_behind_an_intact_header_is_one_line(db_copy: Path, capfd
     pages = db_copy.stat().st_size // int.from_bytes(db_copy.read_bytes()[16:18], "big")
     _corrupt_page(db_copy, pages - 1)
     before = digest(db_copy)
-    for args in (["best"], ["export"], SMALL):
+    for args in (["db", "best"], ["db", "export"], SMALL):
         rc, _, err = cli(capfd, *args, "--db", str(db_copy))
         refused(rc, err, "malformed")
     assert digest(db_copy) == before
@@ -141,7 +141,7 @@ def test_a_database_that_cannot_be_created_leaves_no_file(tmp_path: Path, capfd,
 def test_stdout_on_a_full_device_is_one_line(small_db: Path) -> None:
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")
-    for args in (["export", "--db", str(small_db)], ["best", "--db", str(small_db)]):
+    for args in (["db", "export", "--db", str(small_db)], ["db", "best", "--db", str(small_db)]):
         with open("/dev/full", "w") as full:
             p = subprocess.run([sys.executable, "-m", "tensortune.cli", *args], stdout=full, stderr=subprocess.PIPE,
                                text=True, timeout=120)
@@ -151,7 +151,7 @@ def test_stdout_on_a_full_device_is_one_line(small_db: Path) -> None:
 # ---------------------------------------------------------------- imports
 def _records(db: Path, tmp_path: Path) -> tuple[dict, dict]:
     out = tmp_path / "all.jsonl"
-    assert main(["export", "--db", str(db), "-o", str(out)]) == 0
+    assert main(["db", "export", "--db", str(db), "-o", str(out)]) == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     return lines[0], lines[1]
 
@@ -170,7 +170,7 @@ def test_an_import_with_a_bad_field_names_the_line_and_writes_nothing(small_db: 
     src = tmp_path / "bad.jsonl"
     src.write_text(json.dumps(task) + "\n" + json.dumps({**trial, field: value, "timestamp": 1.0}) + "\n")
     db = tmp_path / "new.db"
-    refused(*cli(capfd, "import", "--db", str(db), str(src))[::2], f"line 2: field '{field}'")
+    refused(*cli(capfd, "db", "import", "--db", str(db), str(src))[::2], f"line 2: field '{field}'")
     assert not db.exists()
 
 
@@ -181,7 +181,7 @@ def test_an_import_with_a_bad_field_names_the_line_and_writes_nothing(small_db: 
 def test_an_import_of_nested_or_huge_lines_is_refused(tmp_path: Path, capfd, text: str, words: str) -> None:
     src = tmp_path / "bad.jsonl"
     src.write_text(text)
-    refused(*cli(capfd, "import", "--db", str(tmp_path / "new.db"), str(src))[::2], words)
+    refused(*cli(capfd, "db", "import", "--db", str(tmp_path / "new.db"), str(src))[::2], words)
 
 
 def test_a_symlink_loop_as_database_is_one_line_for_every_command(small_db: Path, tmp_path: Path, capfd) -> None:
@@ -193,7 +193,7 @@ def test_a_symlink_loop_as_database_is_one_line_for_every_command(small_db: Path
     capfd.readouterr()
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps(task) + "\n")
-    for args in ([*SMALL, "--db", str(loop)], ["import", "--db", str(loop), str(src)], ["best", "--db", str(loop)]):
+    for args in ([*SMALL, "--db", str(loop)], ["db", "import", "--db", str(loop), str(src)], ["db", "best", "--db", str(loop)]):
         refused(*cli(capfd, *args)[::2], "a.db")
 
 
@@ -204,7 +204,7 @@ def test_an_import_refused_after_parsing_leaves_no_new_database(small_db: Path, 
     src = tmp_path / "orphan.jsonl"
     src.write_text(json.dumps(trial) + "\n")
     db = tmp_path / "new.db"
-    rc, _, err = cli(capfd, "import", "--db", str(db), str(src))
+    rc, _, err = cli(capfd, "db", "import", "--db", str(db), str(src))
     refused(rc, err, "")
     assert not db.exists() and not Path(str(db) + "-wal").exists()
 
@@ -250,14 +250,14 @@ def test_fuzzed_imports_are_stored_whole_or_refused_in_one_line(small_db: Path, 
         k = next(n)
         src, db = tmp_path / f"f{k}.jsonl", tmp_path / f"f{k}.db"
         src.write_text(text)
-        rc, _, err = cli(capfd, "import", "--db", str(db), str(src))
+        rc, _, err = cli(capfd, "db", "import", "--db", str(db), str(src))
         if rc:
             refused(rc, err, "")
             assert not db.exists()  # all or nothing
             return
         # what was stored reads back: best and export of it work
-        assert cli(capfd, "best", "--db", str(db))[0] == 0
-        assert cli(capfd, "export", "--db", str(db), "-o", str(tmp_path / f"f{k}.out"))[0] == 0
+        assert cli(capfd, "db", "best", "--db", str(db))[0] == 0
+        assert cli(capfd, "db", "export", "--db", str(db), "-o", str(tmp_path / f"f{k}.out"))[0] == 0
 
     check()
 

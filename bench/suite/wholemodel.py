@@ -53,7 +53,7 @@ def _tensortune_exe() -> str:
 
 
 def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path, log: Path) -> dict[str, Any]:
-    """``tensortune tune MODEL --tuner T [--tuner-option K=V ...] --time-budget S --json`` in its own
+    """``tensortune tune MODEL --tuner T [--option K=V ...] --time-budget S --json`` in its own
     process; ``tuner`` is a suite spec (``fasor:mode=quality``). Its whole ``--json`` output is
     kept beside the database (``DB.tune.json``: per task trials, search reports, cost)."""
     remove_database(db)  # a half-done earlier attempt: start again so the budget is spent once
@@ -62,7 +62,7 @@ def tune_tensortune(model: str, tuner: str, budget_s: float, seed: int, db: Path
     cmd = [_tensortune_exe(), "tune", model, "--tuner", name, "--time-budget", str(budget_s), "--db", str(db),
            "--seed", str(seed), "--json"]
     for k, v in options.items():
-        cmd += ["--tuner-option", f"{k}={v}"]
+        cmd += ["--option", f"{k}={v}"]
     t0 = time.perf_counter()
     with open(log, "a") as err:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True)

@@ -5,7 +5,7 @@ A registry maps names to ``"module:Attribute"`` strings (or to objects already l
 listing the names (``tensortune --help``) imports nothing: PyTorch, XGBoost and Ray load only
 with the part that needs them. A plug-in adds a kind with :meth:`Registry.register`.
 
-This module is a leaf: it imports nothing of tensortune.
+This module is a leaf: it imports nothing of tensortune but its errors and extras.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import importlib
 from typing import Any, Generic, Iterator, TypeVar
 
 from .errors import TensortuneError
+from .extras import missing_extra
 
 T = TypeVar("T")
 
@@ -46,7 +47,10 @@ class Registry(Generic[T]):
             target = self._entries[name]
         except (KeyError, TypeError):
             raise RegistryError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}") from None
-        obj = load(target) if isinstance(target, str) else target
+        try:
+            obj = load(target) if isinstance(target, str) else target
+        except RegistryError as exc:
+            raise missing_extra(exc, f"{self.kind} {name!r}") or exc from exc
         self._loaded[name] = obj
         return obj
 

@@ -76,7 +76,7 @@ def test_a_model_tuner_with_options_runs_as_tune_with_tuner_options(tmp_path: Pa
     kept = json.loads(wholemodel.tune_json_path(db).read_text())  # the whole tune --json, beside the database
     assert kept["tasks"] == [{"trials": 3}] and kept["measure"] == "cold"
     cmd = seen[0]
-    assert cmd[cmd.index("--tuner") + 1] == "fasor" and cmd[cmd.index("--tuner-option") + 1] == "mode=quality"
+    assert cmd[cmd.index("--tuner") + 1] == "fasor" and cmd[cmd.index("--option") + 1] == "mode=quality"
     with pytest.raises(SystemExit, match="unknown option 'nope'"):
         cli.check(cli.settings(cli.parser().parse_args(["run", "--model-tuners", "fasor:nope=1"])))
     cli.check(cli.settings(cli.parser().parse_args(["run", "--model-tuners", "fasor:mode=quality,oneshot"])))

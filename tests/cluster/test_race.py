@@ -176,7 +176,7 @@ def test_race_command(local_ray, onnx_path, tmp_path, capsys) -> None:
 
     from tensortune.cli import main
 
-    assert main(["race", onnx_path, "--tuners", "random", "--rounds", "1", "--batch", "2", "--db-dir",
+    assert main(["race", onnx_path, "--tuners", "random", "--rounds", "1", "--trials-per-round", "2", "--db-dir",
                  str(tmp_path / "d"), "--json"]) == 0
     seen = capsys.readouterr()
     out = json.loads(seen.out)

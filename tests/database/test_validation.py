@@ -134,7 +134,7 @@ def test_the_command_line_shows_library_warnings_in_one_line(tmp_path: Path, cap
     con.commit()
     con.close()
     capfd.readouterr()
-    assert main(["best", "--db", str(path)]) == 0
+    assert main(["db", "best", "--db", str(path)]) == 0
     err = capfd.readouterr().err
     assert err.startswith("tensortune: warning: ") and err.count("skipping invalid") == 1 and err.count("\n") == 1
 
@@ -193,7 +193,7 @@ def test_a_schema_1_file_is_upgraded_in_place_keeping_every_trial(tmp_path: Path
     path = tmp_path / "old.db"
     make_v1(path)
     before = path.read_bytes()
-    with pytest.raises(DatabaseError, match="schema version 1.*upgrade-db"):
+    with pytest.raises(DatabaseError, match="schema version 1.*db upgrade"):
         Database(path, readonly=True)
     assert path.read_bytes() == before  # a read-only open leaves it as it was
     with Database(path) as db:

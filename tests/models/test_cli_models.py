@@ -24,7 +24,7 @@ def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     tasks = json.loads(capsys.readouterr().out)
     assert {"conv2d_nchwc-add-relu", "depthwise_conv2d_nchwc-add-clip-add", dense_class()} <= {t["kernel_class"] for t in tasks}
     db = str(tmp_path / "m.db")
-    assert main(["tune", onnx_path, "--tuner", "random", "--trials-per-task", "2", "--db", db, "--json"]) == 0
+    assert main(["tune", onnx_path, "--tuner", "random", "--trials", "2", "--db", db, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tasks_measured"] == len(out["tasks"]) and all(t["trials"] == 2 for t in out["tasks"])
     assert out["estimated_total_ms"] > 0
@@ -33,7 +33,7 @@ def test_tasks_tune_compile_bench(onnx_path, tmp_path, capsys):
     assert conf["variants"][0]["ok"] and conf["tasks"] and 0 < conf["wall_s"] <= out["wall_s"]
     assert out["cost"]["check_s"] == conf["wall_s"]
     # rerun: resumes, nothing measured again
-    assert main(["tune", onnx_path, "--tuner", "random", "--trials-per-task", "2", "--db", db, "--json",
+    assert main(["tune", onnx_path, "--tuner", "random", "--trials", "2", "--db", db, "--json",
                  "--scheduler", "round-robin", "--no-check"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert sum(t["measured_this_run"] for t in again["tasks"]) == 0
@@ -71,8 +71,8 @@ def test_survey_tuning_times_the_model_each_round(tmp_path, capsys):
     m, x = one_conv()  # a survey round tunes every task: the fewest tasks
     onnx_path = export_onnx(m, x, str(tmp_path / "one_conv.onnx"))
     db = str(tmp_path / "s.db")
-    assert main(["tune", onnx_path, "--tuner", "random", "--scheduler", "survey", "--survey-batch", "3",
-                 "--trials-per-task", "9", "--speedup-goal", "50", "--db", db, "--json"]) == 0
+    assert main(["tune", onnx_path, "--tuner", "random", "--scheduler", "survey", "--trials-per-round", "3",
+                 "--trials", "9", "--speedup-goal", "50", "--db", db, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rep = out["survey"]
     assert rep["untuned_ms"] > 0 and rep["rounds"][0]["round"] == 0 and len(rep["rounds"]) >= 2
@@ -83,10 +83,10 @@ def test_survey_tuning_times_the_model_each_round(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, msg", [
-    (["tune", "nosuchmodel", "--trials-per-task", "1", "--db", "x.db"], "no such file"),
-    (["tune", "resnet18", "--db", "x.db"], "--trials-per-task"),
-    (["tune", "resnet18", "--trials-per-task", "1", "--db", "x.db", "--scheduler", "lottery"], "unknown scheduler"),
-    (["tune", "resnet18", "--trials-per-task", "1", "--db", "x.db", "--tuner", "magic"], "unknown tuner"),
+    (["tune", "nosuchmodel", "--trials", "1", "--db", "x.db"], "no such file"),
+    (["tune", "resnet18", "--db", "x.db"], "give --trials N"),
+    (["tune", "resnet18", "--trials", "1", "--db", "x.db", "--scheduler", "lottery"], "unknown scheduler"),
+    (["tune", "resnet18", "--trials", "1", "--db", "x.db", "--tuner", "magic"], "unknown tuner"),
     (["compile", "nosuchmodel", "-o", "x.so"], "no such file"),
     (["tune", "resnet18", "--db", "x.db", "--scheduler", "survey", "--speedup-goal", "0.9"], "at least 1"),
 ])

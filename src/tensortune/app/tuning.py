@@ -34,8 +34,8 @@ DEFAULT_MODEL_BUDGET = Budget(wall_s=300.0)
 DEFAULT_OP_BUDGET = Budget(trials=64)
 #: The default task scheduler of a model's tuning.
 DEFAULT_SCHEDULER = "sequential"
-#: The default tuners.
-DEFAULT_MODEL_TUNER, DEFAULT_OP_TUNER = "autotvm", "random"
+#: The default tuner, of a model and of one operator alike.
+DEFAULT_TUNER = "autotvm"
 
 
 def model_measure_options() -> MeasureOptions:
@@ -66,7 +66,7 @@ def _check_target(target: Any) -> None:
         raise UsageError(f"target {target!r}: only the host CPU (target=None) is tuned and run here")
 
 
-def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_OP_TUNER, budget: Budget | int = DEFAULT_OP_BUDGET,
+def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_TUNER, budget: Budget | int = DEFAULT_OP_BUDGET,
             database: str = "runs.db", *, seed: int = 0, batch_size: int | None = None,
             options: Mapping[str, Any] | Sequence[str] = (), rpc: str | None = None,
             repeat: int | None = None, min_repeat_ms: int | None = None, target: Any = None,
@@ -220,7 +220,7 @@ def check_tuning(tuner: str, scheduler: str, budget: Budget, database: str,
     return settings
 
 
-def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: str = DEFAULT_MODEL_TUNER,
+def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: str = DEFAULT_TUNER,
                budget: Budget | int = DEFAULT_MODEL_BUDGET, database: str = "runs.db", target: Any = None, *,
                scheduler: str = DEFAULT_SCHEDULER, options: Mapping[str, Any] | Sequence[str] = (),
                seed: int = 0, batch_size: int | None = None, rpc: str | None = None,

@@ -118,8 +118,8 @@ def command_line(*subcommand: str) -> str:
 
 
 def tuner_option_arg(q: argparse.ArgumentParser) -> None:
-    """``--tuner-option KEY=VALUE`` (repeatable)."""
-    q.add_argument("--tuner-option", "-O", action="append", default=[], metavar="KEY=VALUE", dest="tuner_options",
+    """``-O/--option KEY=VALUE`` (repeatable): a setting of the tuner."""
+    q.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE", dest="tuner_options",
                    help="a setting of the tuner (repeatable), e.g. plan_size=32, epsilon=0.1, explorer=random, "
                         "explorer.n_chains=64; unknown keys are refused with the known ones listed")
 

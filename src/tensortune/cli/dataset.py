@@ -40,7 +40,7 @@ def add_parsers(sub: Any) -> None:
                     help="measure the plain NCHW/GEMM ops instead of the forms a compiled model runs "
                          "(conv2d_nchwc, depthwise_conv2d_nchwc, dense_pack)")
     dg.add_argument("--no-progress", action="store_true")
-    shards_help = ("folder of per-task shard files kept under version control (e.g. datasets/conv2d): "
+    shards_help = ("folder of per-task shard files kept under version control (e.g. src/tensortune/dataset/shipped/conv2d): "
                    "restored into --db first, and each task's shard written again as it is measured")
     dg.add_argument("--shards", default=None, help=shards_help)
     dst = dsub.add_parser("status", help="how far a dataset is: tasks complete, samples, measuring hours")

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .. import app
-from ..app.tuning import DEFAULT_MODEL_BUDGET, DEFAULT_MODEL_TUNER, DEFAULT_SCHEDULER
+from ..app.tuning import DEFAULT_MODEL_BUDGET, DEFAULT_SCHEDULER, DEFAULT_TUNER
 from ..budget import Budget
 from ..errors import UsageError
 from .args import (check_db, check_output, load_model, model_args, positive_float, positive_int, seed, speedup,
@@ -26,12 +26,12 @@ def add_parsers(sub: Any) -> None:
     SCHEDULER_NAMES = list(SCHEDULERS)
     tm = sub.add_parser("tune", help="tune every task of a model")
     model_args(tm)
-    tm.add_argument("--tuner", default=DEFAULT_MODEL_TUNER, help=f"one of {', '.join(TUNERS)} (default {DEFAULT_MODEL_TUNER})")
-    tm.add_argument("--trials-per-task", type=positive_int, default=None, help="trials per task (stored ones count)")
+    tm.add_argument("--tuner", default=DEFAULT_TUNER, help=f"one of {', '.join(TUNERS)} (default {DEFAULT_TUNER})")
+    tm.add_argument("--trials", type=positive_int, default=None, help="trials per task (stored ones count)")
     tm.add_argument("--rpc", default=None, metavar="HOST:PORT:KEY",
                     help="time candidates on a device of this TVM RPC tracker (built here)")
     tm.add_argument("--cpu-budget", type=positive_float, default=None,
-                    help="CPU-seconds for the whole model (on top of --trials-per-task / --time-budget)")
+                    help="CPU-seconds for the whole model (on top of --trials / --time-budget)")
     tm.add_argument("--energy-budget", type=positive_float, default=None,
                     help="joules for the whole model (needs a readable RAPL counter; refused without one)")
     tm.add_argument("--time-budget", type=positive_float, default=None, help="seconds for the whole model")
@@ -41,12 +41,16 @@ def add_parsers(sub: Any) -> None:
     tm.add_argument("--speedup-goal", type=speedup, default=None, metavar="X",
                     help="survey: stop once the model runs X times as fast as untuned (at least 1), the two timed "
                          "side by side in this process")
-    tm.add_argument("--survey-batch", type=positive_int, default=None, help="survey: measurements per task and round (64)")
+    tm.add_argument("--trials-per-round", type=positive_int, default=None,
+                    help="survey: measurements per task and round (64)")
     tm.add_argument("--db", required=True, help="SQLite database file (created if missing)")
-    tm.add_argument("--batch-size", type=positive_int, default=None)
-    tm.add_argument("--seed", type=seed, default=0)
+    tm.add_argument("--batch-size", type=positive_int, default=None,
+                    help="candidates the tuner proposes per measurement batch (default: the tuner's own)")
+    tm.add_argument("--threads", type=threads_arg, default=None,
+                    help="threads for timing the candidates and the model (default: all cores)")
+    tm.add_argument("--seed", type=seed, default=0, help="seed of the tuners' randomness (default 0)")
     tm.add_argument("--json", action="store_true", help="print one JSON object")
-    tm.add_argument("--no-progress", action="store_true")
+    tm.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     tm.add_argument("--no-check", action="store_true",
                     help="skip the in-model check at the end (each tuned task's best, default and runner-up "
                          "timed inside the model; see `tensortune check`)")
@@ -54,21 +58,21 @@ def add_parsers(sub: Any) -> None:
 
     ts = sub.add_parser("tasks", help="list the tasks of a model")
     model_args(ts)
-    ts.add_argument("--json", action="store_true")
+    ts.add_argument("--json", action="store_true", help="print one JSON list")
 
     c = sub.add_parser("compile", help="build a model with the best stored schedules")
     model_args(c)
     c.add_argument("--db", default=None, help="database of tuning records (none: template defaults)")
     c.add_argument("-o", "--output", required=True, help="shared library to write (a .json description goes beside it)")
     c.add_argument("--force", action="store_true", help="overwrite existing output files")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
 
     bm = sub.add_parser("bench", help="check and time a compiled model against PyTorch and ONNX Runtime")
     model_args(bm)
     bm.add_argument("--db", default=None, help="database of tuning records (none: the tuned row equals the untuned one)")
     bm.add_argument("--threads", type=threads_arg, default=None, help="threads for every system (default: all cores)")
-    bm.add_argument("--no-onnxruntime", action="store_true")
-    bm.add_argument("--json", action="store_true")
+    bm.add_argument("--no-onnxruntime", action="store_true", help="leave ONNX Runtime out of the comparison")
+    bm.add_argument("--json", action="store_true", help="print one JSON object")
 
     pr = sub.add_parser("profile", help="time every fused function inside the compiled model")
     model_args(pr)
@@ -78,10 +82,10 @@ def add_parsers(sub: Any) -> None:
     pr.add_argument("--top", type=positive_int, default=None, help="show only the N heaviest functions")
     pr.add_argument("--no-peak", action="store_true", help="skip measuring the machine's peak (no %%peak column)")
     pr.add_argument("--layout", default=None, help="layout mode: blocked (default) or nchw")
-    pr.add_argument("--json", action="store_true")
+    pr.add_argument("--json", action="store_true", help="print one JSON object")
 
-    cf = sub.add_parser("check", help="time each tuned task's best, default and runner-up inside the model "
-                                        "and keep the fastest there (tune runs this at its end)")
+    cf = sub.add_parser("check", help="time each tuned task's best, default and runner-up inside the model; "
+                                        "keep the fastest (tune ends with it)")
     model_args(cf)
     cf.add_argument("--db", required=True, help="database of tuning records (the verdict is stored in it)")
     cf.add_argument("--threads", type=threads_arg, default=None, help="threads (default: all cores)")
@@ -89,14 +93,15 @@ def add_parsers(sub: Any) -> None:
     cf.add_argument("--runs", type=positive_int, default=None, help="inferences per variant and round (default 5)")
     cf.add_argument("--alternatives", type=int, default=None,
                     help="runners-up per task timed beside its best and its default (default 1)")
-    cf.add_argument("--json", action="store_true")
+    cf.add_argument("--json", action="store_true", help="print one JSON object")
 
     d = sub.add_parser("demo", help=f"the main job on defaults: tune {DEMO_MODEL} for a few minutes, then compare")
-    d.add_argument("--model", default=DEMO_MODEL)
-    d.add_argument("--time-budget", type=positive_float, default=DEFAULT_MODEL_BUDGET.wall_s)
-    d.add_argument("--tuner", default=DEFAULT_MODEL_TUNER)
-    d.add_argument("--db", default=DEMO_DB)
-    d.add_argument("--seed", type=seed, default=0)
+    d.add_argument("--model", default=DEMO_MODEL, help=f"the model to tune (default {DEMO_MODEL}; as for tune)")
+    d.add_argument("--time-budget", type=positive_float, default=DEFAULT_MODEL_BUDGET.wall_s,
+                   help=f"seconds of tuning (default {DEFAULT_MODEL_BUDGET.wall_s:.0f})")
+    d.add_argument("--tuner", default=DEFAULT_TUNER, help=f"one of {', '.join(TUNERS)} (default {DEFAULT_TUNER})")
+    d.add_argument("--db", default=DEMO_DB, help=f"SQLite database file (default {DEMO_DB}; a second run resumes)")
+    d.add_argument("--seed", type=seed, default=0, help="seed of the tuner's randomness (default 0)")
     tuner_option_arg(d)
 
 
@@ -123,9 +128,10 @@ def cmd_tune(a: argparse.Namespace) -> int:
     """``tensortune tune``."""
     from ..app.tuning import check_tuning
 
-    budget = Budget(trials=a.trials_per_task, wall_s=a.time_budget, cpu_s=a.cpu_budget, energy_j=a.energy_budget)
+    budget = Budget(trials=a.trials, wall_s=a.time_budget, cpu_s=a.cpu_budget, energy_j=a.energy_budget)
     if budget.trials is None and budget.wall_s is None and a.scheduler != "survey":
-        raise UsageError("give --trials-per-task N, --time-budget SECONDS, or both (or --scheduler survey)")
+        raise UsageError("give --trials N (per task), --time-budget SECONDS, or both (or --scheduler survey)")
+    threads = app.use_threads(a.threads)
     check_db(a.db, must_exist=False)
     check_tuning(a.tuner, a.scheduler, budget, a.db, a.tuner_options)  # before importing a model
     model = load_model(a)
@@ -133,13 +139,13 @@ def cmd_tune(a: argparse.Namespace) -> int:
     if a.scheduler == "survey":
         from ..scheduler.survey import SurveyOptions
 
-        survey = SurveyOptions(**{k: v for k, v in (("batch", a.survey_batch),
+        survey = SurveyOptions(**{k: v for k, v in (("batch", a.trials_per_round),
                                                     ("goal_s", a.latency_goal / 1e3 if a.latency_goal else None),
                                                     ("speedup_goal", a.speedup_goal)) if v is not None})
     quiet = a.no_progress or a.json
     tuned = app.tune_model(model, tuner=a.tuner, budget=budget, database=a.db, scheduler=a.scheduler,
                            options=a.tuner_options, seed=a.seed, batch_size=a.batch_size, rpc=a.rpc, survey=survey,
-                           check=not a.no_check, progress=not quiet, say=None if quiet else _say)
+                           check=not a.no_check, progress=not quiet, say=None if quiet else _say, threads=threads)
     if a.no_check and not a.rpc:
         tuned.check = {"skipped": "--no-check"}
     if a.json:

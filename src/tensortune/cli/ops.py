@@ -1,18 +1,13 @@
-"""``tensortune tune-op`` and the database commands: ``best``, ``export``, ``import``, ``upgrade-db``."""
+"""``tensortune tune-op``: one operator, tuned into a database (``tensortune db`` reads it)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import sys
 from typing import Any
 
-from ..app.checks import config_check, tuner_options
-from ..app.tuning import DEFAULT_OP_TUNER
-from ..errors import UsageError
-from .args import (check_db, check_output, int_in, open_db, parse_shape, positive_float, positive_int, seed,
-                   tuner_option_arg)
+from ..app.checks import tuner_options
+from ..app.tuning import DEFAULT_TUNER
+from .args import check_db, int_in, parse_shape, positive_float, positive_int, seed, tuner_option_arg
 
 
 def add_parsers(sub: Any) -> None:
@@ -27,7 +22,7 @@ def add_parsers(sub: Any) -> None:
     t = sub.add_parser("tune-op", help="tune one operator")
     t.add_argument("op", help=f"one of {', '.join(OPS)}")
     t.add_argument("--shape", required=True, help="comma-separated shape values, e.g. matmul M,N,K; conv2d H,W,IC,OC,K,S,P")
-    t.add_argument("--tuner", default=DEFAULT_OP_TUNER, help=f"one of {', '.join(TUNERS)} (default {DEFAULT_OP_TUNER})")
+    t.add_argument("--tuner", default=DEFAULT_TUNER, help=f"one of {', '.join(TUNERS)} (default {DEFAULT_TUNER})")
     t.add_argument("--trials", type=positive_int, required=True, help="trial budget for this task and tuner")
     t.add_argument("--time-budget", type=positive_float, default=None, help="stop after this many seconds")
     t.add_argument("--cpu-budget", type=positive_float, default=None,
@@ -47,7 +42,7 @@ def add_parsers(sub: Any) -> None:
     t.add_argument("--json", action="store_true", help="print one JSON object")
     t.add_argument("--no-progress", action="store_true")
     tuner_option_arg(t)
-    m = t.add_argument_group("model-based tuners (autotvm, model-based): shortcuts of --tuner-option")
+    m = t.add_argument_group("model-based tuners (autotvm, model-based): shortcuts of --option")
     m.add_argument("--cost-model", default=None, help=f"one of {', '.join(COST_MODELS)} (default xgb)")
     m.add_argument("--objective", default=None, choices=("rank", "reg"), help="XGBoost/TreeGRU loss (default rank)")
     m.add_argument("--feature", default=None, help=f"cost-model features: one of {', '.join(FEATURE_NAMES)} (default itervar)")
@@ -57,22 +52,6 @@ def add_parsers(sub: Any) -> None:
                    help="learn from other tasks' records in --db (the default when there are enough)")
     m.add_argument("--no-transfer", dest="transfer", action="store_false", help="never use other tasks' records")
 
-    b = sub.add_parser("best", help="best stored config of each task")
-    b.add_argument("--db", required=True)
-    b.add_argument("--json", action="store_true")
-
-    e = sub.add_parser("export", help="export records as JSON lines")
-    e.add_argument("--db", required=True)
-    e.add_argument("-o", "--output", default="-", help="file (default: standard output); written atomically, "
-                   "never over a database")
-    e.add_argument("--force", action="store_true", help="overwrite an existing (non-database) output file")
-
-    i = sub.add_parser("import", help="import JSON-lines records (all validated before anything is written)")
-    i.add_argument("--db", required=True)
-    i.add_argument("input", help="JSON-lines file")
-
-    u = sub.add_parser("upgrade-db", help="upgrade a database written by an older tensortune, in place")
-    u.add_argument("--db", required=True)
 
 def cmd_tune_op(a: argparse.Namespace) -> int:
     """``tensortune tune-op``."""
@@ -111,96 +90,4 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_best(a: argparse.Namespace) -> int:
-    """``tensortune best``."""
-    check_db(a.db, must_exist=True)
-    db = open_db(a.db, readonly=True)
-    from ..task import Task
-
-    rows = []
-    contexts = []
-    try:
-        for task, trial in db.best_all():
-            try:
-                name = Task.from_json(json.loads(task.task_json)).name
-            except Exception:  # noqa: BLE001 - a task this version cannot rebuild: still report it
-                name = f"{task.op}[{task.workload_key[:8]}]"
-            contexts.append(trial.context)
-            rows.append({"workload_key": task.workload_key, "task": name,
-                         "best_config": trial.config, "best_latency_ms": trial.cost * 1e3,
-                         "best_gflops": task.flops / trial.cost / 1e9, "tuner": trial.tuner,
-                         "trial_id": trial.id, "trials": db.count(task.workload_key),
-                         "measured": trial.context.to_json()})
-    finally:
-        db.close()
-    if a.json:
-        print(json.dumps(rows))
-    else:
-        for r, ctx in zip(rows, contexts):
-            print(f"{r['task']:<55} {r['best_latency_ms']:10.4f} ms {r['best_gflops']:8.1f} GFLOPS  "
-                  f"({r['trials']} trials, {r['tuner']}; {ctx.describe()})")
-        if not rows:
-            print("no verified trials stored")
-    return 0
-
-
-def cmd_export(a: argparse.Namespace) -> int:
-    """``tensortune export``."""
-    from ..database import export_jsonl
-
-    check_db(a.db, must_exist=True)
-    if a.output != "-":
-        check_output(a.output, a.force, db=a.db)
-    db = open_db(a.db, readonly=True)
-    try:
-        n = export_jsonl(db, sys.stdout if a.output == "-" else a.output)
-    finally:
-        db.close()
-    print(f"exported {n} records" + (f" to {a.output}" if a.output != "-" else ""), file=sys.stderr)
-    return 0
-
-
-def cmd_import(a: argparse.Namespace) -> int:
-    """``tensortune import``."""
-    from ..database import DatabaseError, import_jsonl, parse_jsonl
-
-    if not os.path.isfile(a.input):
-        raise UsageError(f"{a.input}: no such file")
-    check_db(a.db, must_exist=False)
-    try:
-        parsed = parse_jsonl(a.input)  # every line checked before the database is touched
-    except DatabaseError as e:
-        raise UsageError(str(e)) from None
-    existed = os.path.exists(a.db)
-    db = open_db(a.db)
-    try:
-        tasks, trials = import_jsonl(db, parsed, check=config_check())
-    except DatabaseError as e:
-        db.close()
-        if not existed:  # all or nothing: a refused import leaves no new database behind
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                with contextlib.suppress(OSError):
-                    os.remove(a.db + suffix)
-        raise UsageError(str(e)) from None
-    finally:
-        db.close()
-    print(f"imported {tasks} tasks and {trials} trials")
-    return 0
-
-
-def cmd_upgrade_db(a: argparse.Namespace) -> int:
-    """``tensortune upgrade-db``: open for writing, which upgrades an older schema in one transaction."""
-    from ..database import Database
-
-    check_db(a.db, must_exist=True)
-    db = open_db(a.db)
-    try:
-        n = db.count()
-    finally:
-        db.close()
-    print(f"{a.db}: schema version {Database.SCHEMA_VERSION}, {n} trials")
-    return 0
-
-
-COMMANDS = {"tune-op": cmd_tune_op, "best": cmd_best, "export": cmd_export, "import": cmd_import,
-            "upgrade-db": cmd_upgrade_db}
+COMMANDS = {"tune-op": cmd_tune_op}

@@ -23,7 +23,7 @@ def add_parsers(sub: Any) -> None:
     rc.add_argument("--energy-budget", type=positive_float, default=None,
                     help="joules for the whole race (needs a readable RAPL counter; refused without one)")
     rc.add_argument("--rounds", type=positive_int, default=None, help="rounds per tuner at most")
-    rc.add_argument("--batch", type=positive_int, default=64, help="measurements per task and round (64)")
+    rc.add_argument("--trials-per-round", type=positive_int, default=64, help="measurements per task and round (64)")
     rc.add_argument("--no-suspend", action="store_true", help="run every tuner to the end (the comparison)")
     rc.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
     rc.add_argument("--seed", type=seed, default=0)
@@ -70,7 +70,7 @@ def cmd_race(a: argparse.Namespace) -> int:
 
         if m not in MODELS and not os.path.isfile(m):
             raise UsageError(f"{m}: no such file, and not a built-in model (built-ins: {', '.join(MODELS)})")
-    out = race(a.models, specs, a.db_dir, a.time_budget, a.energy_budget, a.rounds, a.batch, not a.no_suspend,
+    out = race(a.models, specs, a.db_dir, a.time_budget, a.energy_budget, a.rounds, a.trials_per_round, not a.no_suspend,
                a.ray_address, a.seed, on_round=_say_round, on_status=_say_status)
     if a.json:
         print(json.dumps(out))

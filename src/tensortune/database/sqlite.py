@@ -252,7 +252,7 @@ class Database:
             if upgradable or int(version) in self.READABLE:
                 return int(version)
             raise DatabaseError(f"{self.path} has schema version {version} (older tensortune); open it once for "
-                                f"writing to upgrade it in place, e.g. `tensortune upgrade-db --db {self.path}`")
+                                f"writing to upgrade it in place, e.g. `tensortune db upgrade --db {self.path}`")
         raise DatabaseError(f"{self.path} has schema version {version}, "
                             f"expected {self.SCHEMA_VERSION}; refusing to touch it")
 

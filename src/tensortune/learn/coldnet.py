@@ -10,7 +10,7 @@ operator's arguments and the target's core count (log-scaled). Three fully conne
 
 The records are the database's successful, checked trials (any task, any op); where it has too
 few, the One-Shot issue's datasets add theirs (:func:`records_from` for a database,
-:func:`records_from_shards` for a shard folder such as the shipped ``datasets/conv2d``). The vocabulary
+:func:`records_from_shards` for a shard folder such as the shipped ``tensortune/dataset/shipped/conv2d``). The vocabulary
 (knob names and values, ops, CPUs) is read from the records; a value never seen maps to an
 "unknown" row, a knob an op does not have to an "absent" row.
 """
@@ -90,7 +90,7 @@ def records_from(databases: Iterable[Any], limit: int | None = None) -> list[Sam
 
 def records_from_shards(folder: str | Path, limit: int | None = None) -> list[Sample]:
     """Samples of a dataset's shard folder (:mod:`tensortune.dataset.shards`, e.g. the shipped
-    ``datasets/conv2d``), read shard by shard in name order until ``limit``; every line is
+    ``tensortune/dataset/shipped/conv2d``), read shard by shard in name order until ``limit``; every line is
     validated (:func:`tensortune.dataset.shards.read_shard`: a bad one raises
     :class:`~tensortune.database.DatabaseError` naming the shard and line)."""
     from ..dataset.shards import SUFFIX, read_shard

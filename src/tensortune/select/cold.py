@@ -18,8 +18,8 @@ filtered before the task has ``min_measured`` successful measurements (LOESS nee
 The network is trained once per database (and cached for the process) on the database's
 records of every task; where it holds fewer than ``min_records`` (a model's first task starts from
 an empty database), the datasets named in ``datasets`` add theirs, in equal shares: dataset
-databases or shard folders, by default the One-Shot issue's datasets shipped in the repository
-(``datasets/conv2d``, ``datasets/depthwise_conv2d``, ``datasets/dense``; measured on another
+databases or shard folders, by default the One-Shot issue's datasets shipped in the package
+(``tensortune/dataset/shipped/{conv2d,depthwise_conv2d,dense}``; measured on another
 CPU, which the network takes as an input). Without records enough the filter passes everything
 through and says so in :attr:`ColdFilter.notice`.
 """
@@ -45,14 +45,15 @@ COLD_K, P_START, P_DECAY, P_MIN, MIN_MEASURED, MIN_RECORDS = 5, 0.9, 0.8, 0.1, 1
 LOESS_FRAC = 2.0 / 3.0
 #: Times the inner selector is asked again for replacements of dropped candidates.
 MAX_ROUNDS = 8
-#: The shipped dataset shard folders (the repository's ``datasets/``), the filter's default supplement.
+#: The dataset shard folders shipped as package data (``tensortune/dataset/shipped/``), the
+#: filter's default supplement.
+SHIPPED_ROOT = Path(__file__).resolve().parents[1] / "dataset" / "shipped"
 SHIPPED_DATASETS = ("conv2d", "depthwise_conv2d", "dense")
 
 
 def shipped_datasets() -> tuple[str, ...]:
-    """The repository's dataset shard folders that exist (none in an install without them)."""
-    root = Path(__file__).resolve().parents[3] / "datasets"
-    return tuple(str(root / name) for name in SHIPPED_DATASETS if (root / name).is_dir())
+    """The shipped dataset shard folders that exist (all of them in an install of the package)."""
+    return tuple(str(SHIPPED_ROOT / name) for name in SHIPPED_DATASETS if (SHIPPED_ROOT / name).is_dir())
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ a :class:`~.parts.Fallback` to the ``fallback`` tuner.
 Each published system is a named composition of this class (``autotvm``: XGBoost, simulated
 annealing, diversity; ``chameleon``: PPO and adaptive sampling; ...), declared as an options
 dataclass with its paper's defaults. ``model-based`` is the composition by options alone:
-``--tuner model-based --tuner-option explorer=random --tuner-option selector=top-k``.
+``--tuner model-based --option explorer=random --option selector=top-k``.
 """
 from __future__ import annotations
 

@@ -1,0 +1,139 @@
+"""``tensortune db ...``: what a tuning database holds (``best``), records in and out
+(``export``, ``import``) and an older database brought to this version (``upgrade``)."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from typing import Any
+
+from ..app.checks import config_check
+from ..errors import UsageError
+from .args import Parser, check_db, check_output, open_db
+
+
+def add_parsers(sub: Any) -> None:
+    """The ``db`` command and its sub-commands."""
+    d = sub.add_parser("db", help="a tuning database: best, export, import, upgrade")
+    dbs = d.add_subparsers(dest="db_cmd", required=True, parser_class=Parser, metavar="COMMAND")
+    b = dbs.add_parser("best", help="best stored config of each task")
+    b.add_argument("--db", required=True, help="SQLite database file")
+    b.add_argument("--json", action="store_true", help="print one JSON list")
+
+    e = dbs.add_parser("export", help="export records as JSON lines")
+    e.add_argument("--db", required=True, help="SQLite database file")
+    e.add_argument("-o", "--output", default="-", help="file (default: standard output); written atomically, "
+                   "never over a database")
+    e.add_argument("--force", action="store_true", help="overwrite an existing (non-database) output file")
+
+    i = dbs.add_parser("import", help="import JSON-lines records (all validated before anything is written)")
+    i.add_argument("--db", required=True, help="SQLite database file (created if missing)")
+    i.add_argument("input", help="JSON-lines file")
+
+    u = dbs.add_parser("upgrade", help="upgrade a database written by an older tensortune, in place")
+    u.add_argument("--db", required=True, help="SQLite database file")
+
+
+def cmd_best(a: argparse.Namespace) -> int:
+    """``tensortune db best``."""
+    check_db(a.db, must_exist=True)
+    db = open_db(a.db, readonly=True)
+    from ..task import Task
+
+    rows = []
+    contexts = []
+    try:
+        for task, trial in db.best_all():
+            try:
+                name = Task.from_json(json.loads(task.task_json)).name
+            except Exception:  # noqa: BLE001 - a task this version cannot rebuild: still report it
+                name = f"{task.op}[{task.workload_key[:8]}]"
+            contexts.append(trial.context)
+            rows.append({"workload_key": task.workload_key, "task": name,
+                         "best_config": trial.config, "best_latency_ms": trial.cost * 1e3,
+                         "best_gflops": task.flops / trial.cost / 1e9, "tuner": trial.tuner,
+                         "trial_id": trial.id, "trials": db.count(task.workload_key),
+                         "measured": trial.context.to_json()})
+    finally:
+        db.close()
+    if a.json:
+        print(json.dumps(rows))
+    else:
+        for r, ctx in zip(rows, contexts):
+            print(f"{r['task']:<55} {r['best_latency_ms']:10.4f} ms {r['best_gflops']:8.1f} GFLOPS  "
+                  f"({r['trials']} trials, {r['tuner']}; {ctx.describe()})")
+        if not rows:
+            print("no verified trials stored")
+    return 0
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    """``tensortune db export``."""
+    from ..database import export_jsonl
+
+    check_db(a.db, must_exist=True)
+    if a.output != "-":
+        check_output(a.output, a.force, db=a.db)
+    db = open_db(a.db, readonly=True)
+    try:
+        n = export_jsonl(db, sys.stdout if a.output == "-" else a.output)
+    finally:
+        db.close()
+    print(f"exported {n} records" + (f" to {a.output}" if a.output != "-" else ""), file=sys.stderr)
+    return 0
+
+
+def cmd_import(a: argparse.Namespace) -> int:
+    """``tensortune db import``."""
+    from ..database import DatabaseError, import_jsonl, parse_jsonl
+
+    if not os.path.isfile(a.input):
+        raise UsageError(f"{a.input}: no such file")
+    check_db(a.db, must_exist=False)
+    try:
+        parsed = parse_jsonl(a.input)  # every line checked before the database is touched
+    except DatabaseError as e:
+        raise UsageError(str(e)) from None
+    existed = os.path.exists(a.db)
+    db = open_db(a.db)
+    try:
+        tasks, trials = import_jsonl(db, parsed, check=config_check())
+    except DatabaseError as e:
+        db.close()
+        if not existed:  # all or nothing: a refused import leaves no new database behind
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(OSError):
+                    os.remove(a.db + suffix)
+        raise UsageError(str(e)) from None
+    finally:
+        db.close()
+    print(f"imported {tasks} tasks and {trials} trials")
+    return 0
+
+
+def cmd_upgrade(a: argparse.Namespace) -> int:
+    """``tensortune db upgrade``: open for writing, which upgrades an older schema in one transaction."""
+    from ..database import Database
+
+    check_db(a.db, must_exist=True)
+    db = open_db(a.db)
+    try:
+        n = db.count()
+    finally:
+        db.close()
+    print(f"{a.db}: schema version {Database.SCHEMA_VERSION}, {n} trials")
+    return 0
+
+
+
+SUBCOMMANDS = {"best": cmd_best, "export": cmd_export, "import": cmd_import, "upgrade": cmd_upgrade}
+
+
+def cmd_db(a: argparse.Namespace) -> int:
+    """``tensortune db COMMAND``."""
+    return SUBCOMMANDS[a.db_cmd](a)
+
+
+COMMANDS = {"db": cmd_db}
