@@ -106,7 +106,9 @@ def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_TUNER, budget: B
     bar = ProgressBar(budget.trials, desc=f"{tuner} {task.name}", disable=not progress)
     try:
         with measurer as m:
-            return t.tune(budget, m, callbacks=[bar], database=db)
+            res = t.tune(budget, m, callbacks=[bar], database=db)
+        bar.settle(task.flops / res.best_cost / 1e9 if res.best_cost < float("inf") else 0.0)
+        return res
     finally:
         bar.close()
         db.close()
@@ -273,6 +275,7 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
             sched = SCHEDULERS[scheduler](tasks, make_tuner, me, db, budget, callbacks=[bar], batch_size=bs, **extra)
             try:
                 out.outcomes = sched.run()
+                bar.settle(out.outcomes)
             finally:
                 bar.close()
                 out.cost = sched.cost()

@@ -33,6 +33,12 @@ class ModelProgress:
                                  f"({n}/{len(scheduler.outcomes)} tasks)")
         self.bar.update(len(results))
 
+    def settle(self, outcomes: Sequence[Any]) -> None:
+        """Show the model's estimate from the tasks' confirmed bests (what the final table says)."""
+        total, n = estimated_total(list(outcomes))
+        self.bar.set_postfix_str(f"est. total {total * 1e3:.2f} ms ({n}/{len(outcomes)} tasks), confirmed")
+        self.bar.refresh()
+
     def close(self) -> None:
         """Finish the bar."""
         self.bar.close()

@@ -27,6 +27,12 @@ class ProgressBar:
         self.bar.set_postfix_str(f"cur {cur_gflops:.1f} GFLOPS, best {best_gflops:.1f} GFLOPS, errors {self.errors}{note}")
         self.bar.update(n)
 
+    def settle(self, best_gflops: float) -> None:
+        """Show the best the run reports after its confirmation rounds (the median of its rounds,
+        not the fastest single trial the bar last showed), so that the bar and the result agree."""
+        self.bar.set_postfix_str(f"best {best_gflops:.1f} GFLOPS (confirmed), errors {self.errors}")
+        self.bar.refresh()
+
     def close(self) -> None:
         """Finish the bar."""
         self.bar.close()
