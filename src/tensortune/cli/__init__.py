@@ -3,7 +3,7 @@
 
 - :mod:`.models`: the deploy flow on a model (``tune``, ``tasks``, ``compile``, ``bench``, ``profile``,
   ``check``, ``demo``);
-- :mod:`.ops`: ``tune-op``; :mod:`.db`: ``db best|export|import|upgrade``;
+- :mod:`.ops`: ``tune-op``; :mod:`.db`: ``db best|export|import|upgrade``; :mod:`.report`: ``report``;
 - research tools: :mod:`.dataset`, :mod:`.predictor`, :mod:`.fasor` (``hardware``, ``fasor``), :mod:`.race`.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ from ..extras import missing_extra
 from .args import Parser
 
 #: The command groups, in the order ``--help`` lists them, with the title it lists each under.
-GROUPS = ("models", "ops", "db", "dataset", "predictor", "fasor", "race")
-TITLES = {"models": "deploy a model", "ops": "one operator", "db": "tuning databases",
+GROUPS = ("models", "ops", "db", "report", "dataset", "predictor", "fasor", "race")
+TITLES = {"models": "deploy a model", "ops": "one operator", "db": "tuning databases", "report": "tuning databases",
           "dataset": "research tools", "predictor": "research tools", "fasor": "research tools",
           "race": "research tools"}
 
