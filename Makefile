@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 TORCH_INDEX ?=
 CONSTRAINTS := constraints.txt
 
-.PHONY: setup demo test test-slow bench bench-quick bench-ppo datasets ablation-datasets check-python constraints clean
+.PHONY: setup docs demo test test-slow bench bench-quick bench-ppo datasets ablation-datasets check-python constraints clean
 
 check-python:
 	@if [ -z "$(PYTHON)" ] || ! "$(PYTHON)" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null; then \
@@ -30,6 +30,10 @@ constraints: setup
 	  grep -i '^stable-baselines3==' $(CONSTRAINTS); } > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 setup: $(VENV)/.installed
+
+# docs/cli-options.md anew from the parser (a test checks it is current)
+docs: setup
+	$(PY) docs/make_cli_options.py
 
 demo: setup
 	$(VENV)/bin/tensortune demo

@@ -58,8 +58,9 @@ def test_the_estimate_sums_weight_times_best_so_far_over_measured_tasks(tmp_path
     a.weight, b.weight = 2, 1
     line = estimate_timeline([a, b])
     assert line[0] == (0.0, pytest.approx(2 * 3.0), 1)  # a's first trial alone
-    assert line[-1][2] == 2 and line[-1][1] == pytest.approx(2 * 1.0 + 1 * 4.0)  # both at their best
-    assert all(x[1] >= y[1] or x[2] < y[2] for x, y in zip(line, line[1:]))  # falls, or a task joins
+    assert line[-2][2] == 2 and line[-2][1] == pytest.approx(2 * 1.0 + 1 * 4.0)  # both at their fastest trial
+    assert all(x[1] >= y[1] or x[2] < y[2] for x, y in zip(line[:-1], line[1:-1]))  # falls, or a task joins
+    assert line[-1] == (pytest.approx(38.0), pytest.approx(2 * 1.2 + 1 * 4.0), 2)  # a's confirmed median, at the end
     assert estimate_timeline([]) == []
 
 

@@ -139,7 +139,9 @@ def task_report(db: Database, task: TaskRecord) -> TaskReport | None:
 
 def estimate_timeline(tasks: list[TaskReport]) -> list[tuple[float, float, int]]:
     """The model's estimated latency (sum of weight x best so far) after each successful trial,
-    over the tasks measured by then: (seconds since the run's first trial, ms, tasks counted)."""
+    over the tasks measured by then: (seconds since the run's first trial, ms, tasks counted); the
+    last point sums the tasks' stored bests, the confirmed medians a run ends with (which the
+    fastest single trials before it underestimate)."""
     weighted = [t for t in tasks if t.weight]
     if not weighted:
         return []
@@ -153,6 +155,10 @@ def estimate_timeline(tasks: list[TaskReport]) -> list[tuple[float, float, int]]
             continue
         best[key] = (cost, weight)
         out.append((ts - start, sum(c * w for c, w in best.values()) * 1e3, len(best)))
+    settled = [t for t in weighted if t.best_ms is not None]
+    if out and settled:  # the end: each task's stored best (a confirmed median), as tune reports it
+        end = max(t.first_ts + t.span_s for t in weighted) - start
+        out.append((max(end, out[-1][0]), sum(t.best_ms * (t.weight or 0) for t in settled), len(settled)))
     return out
 
 

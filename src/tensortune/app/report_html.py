@@ -79,7 +79,8 @@ def plot_task(task: TaskReport, path: Path) -> str:
 
 
 def plot_timeline(report: RunReport, path: Path) -> str:
-    """The model's estimated latency over the run (dashed while some tasks had no measurement)."""
+    """The model's estimated latency over the run (dashed while some tasks had no measurement), and
+    where it ends once the best configs were re-measured (the confirmed medians)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 3.2))
     full = [(t, ms) for t, ms, n in report.timeline if n >= len([x for x in report.tasks if x.weight])]
@@ -87,6 +88,8 @@ def plot_timeline(report: RunReport, path: Path) -> str:
             color="C0", alpha=0.6, label="tasks measured so far")
     if full:
         ax.step([t for t, _ in full], [ms for _, ms in full], where="post", color="C0", label="every tuned task")
+    end_t, end_ms, _ = report.timeline[-1]
+    ax.plot([end_t], [end_ms], "o", color="C3", label=f"after confirmation: {end_ms:.2f} ms")
     ax.set_xlabel("seconds since the first trial")
     ax.set_ylabel("estimated latency (ms)")
     ax.grid(alpha=0.3)
@@ -99,7 +102,7 @@ def plot_time(report: RunReport, path: Path) -> str:
     plt = _plt()
     tasks = report.tasks[:40]
     fig, ax = plt.subplots(figsize=(10, 0.9 + 0.28 * len(tasks)))
-    names = [t.name[:60] for t in tasks]
+    names = [t.name if len(t.name) <= 44 else t.name[:43] + "…" for t in tasks]
     run = [t.run_s for t in tasks]
     build = [t.build_s for t in tasks]
     rest = [max(0.0, t.span_s - t.run_s - t.build_s) for t in tasks]
@@ -149,8 +152,9 @@ def write_html(report: RunReport, out: Path) -> Path:
             parts.append("<p>No successful trial of the model's tasks yet.</p>")
         if report.choices:
             rows = [[_e(c.task[:70]), str(c.weight), _e(c.source), _e(c.reason), _ms(c.best_ms)] for c in report.choices]
-            parts += ["<h2>What compile chose</h2>",
-                      _table(["task", "weight", "schedule", "why", "stored best (ms)"], rows, {1, 4})]
+            parts += ["<h2>What compile chose</h2><p class='note'>The latency is the record compile chose by: "
+                      "a config confirmed inside the model carries the in-model check's figure.</p>",
+                      _table(["task", "weight", "schedule", "why", "latency (ms)"], rows, {1, 4})]
     parts += ["<h2>Where the time went</h2>",
               f"<img alt='time per task' src='{plot_time(report, files / 'time.png')}'>"]
     errors = report.errors()

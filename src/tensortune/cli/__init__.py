@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                description="Auto-tune tensor programs on Apache TVM.",
                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=_version())
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser, metavar="COMMAND", help=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser, metavar="COMMAND", help=argparse.SUPPRESS,
+                           prog="tensortune")
     listing: dict[str, list[tuple[str, str]]] = {}
     for name, group in zip(GROUPS, _groups()):
         group.add_parsers(_Listing(sub, listing.setdefault(TITLES[name], [])))  # type: ignore[attr-defined]

@@ -53,7 +53,7 @@ def add_parsers(sub: Any) -> None:
     pt.add_argument("--dqn-epochs", type=int, default=20, help="DQN offline pre-training epochs (0: none)")
     pt.add_argument("--no-study", action="store_true", help="skip the sensitivity study")
     pt.add_argument("--time-budget", type=positive_float, default=None, help="stop training after this many seconds")
-    pt.add_argument("--seed", type=seed, default=0)
+    pt.add_argument("--seed", type=seed, default=0, help="seed of the randomness (default 0)")
     pt.add_argument("--force", action="store_true", help="replace an existing model of the op")
     tr = fs.add_parser("transfer", help="few-shot transfer of a pre-trained model to this machine")
     tr.add_argument("--data", default=None, help="the pre-training file .npz (its tasks are clustered; default: "
@@ -67,7 +67,7 @@ def add_parsers(sub: Any) -> None:
     tr.add_argument("--threads", type=threads_arg, default=cpu_count(), help="threads (default: all cores)")
     tr.add_argument("-o", "--output", default=None, help="folder for the transferred model (default: this "
                                                           "machine's, where the tuner finds it)")
-    tr.add_argument("--seed", type=seed, default=0)
+    tr.add_argument("--seed", type=seed, default=0, help="seed of the randomness (default 0)")
     pu = fs.add_parser("pretuned", help="add the best schedules of tuning databases to the pre-tuned table")
     pu.add_argument("--db", action="append", required=True, help="tensortune database (repeatable)")
     pu.add_argument("-o", "--output", default=None, help="table file (default: the user's table)")

@@ -30,17 +30,17 @@ def add_parsers(sub: Any) -> None:
     t.add_argument("--energy-budget", type=positive_float, default=None,
                    help="stop after this many joules (needs a readable RAPL counter; refused without one)")
     t.add_argument("--early-stopping", type=positive_int, default=None, help="stop after N trials without improvement")
-    t.add_argument("--batch-size", type=positive_int, default=None)
+    t.add_argument("--batch-size", type=positive_int, default=None, help="candidates the tuner proposes per measurement batch (default: the tuner's own)")
     t.add_argument("--rpc", default=None, metavar="HOST:PORT:KEY",
                    help="time candidates on a device of this TVM RPC tracker (built here)")
     t.add_argument("--db", required=True, help="SQLite database file (created if missing)")
-    t.add_argument("--seed", type=seed, default=0)
+    t.add_argument("--seed", type=seed, default=0, help="seed of the randomness (default 0)")
     t.add_argument("--repeat", type=int_in(1, 1000), default=None,
                    help=f"timings of each candidate, the median is its cost (default {MeasureOptions.repeat})")
     t.add_argument("--min-repeat-ms", type=int_in(0, 60_000), default=None,
                    help=f"runs of a timing are repeated until it lasts this long (default {MeasureOptions.min_repeat_ms})")
     t.add_argument("--json", action="store_true", help="print one JSON object")
-    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     tuner_option_arg(t)
     m = t.add_argument_group("model-based tuners (autotvm, model-based): shortcuts of --option")
     m.add_argument("--cost-model", default=None, help=f"one of {', '.join(COST_MODELS)} (default xgb)")

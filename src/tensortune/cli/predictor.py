@@ -24,14 +24,14 @@ def add_parsers(sub: Any) -> None:
     pt.add_argument("--lr", type=positive_float, default=None, help="learning rate (default 1e-4)")
     pt.add_argument("--batch-size", type=positive_int, default=None, help="rows per step (default 512)")
     pt.add_argument("--time-budget", type=positive_float, default=None, help="stop training after this many seconds")
-    pt.add_argument("--seed", type=seed, default=0)
+    pt.add_argument("--seed", type=seed, default=0, help="seed of the randomness (default 0)")
     pt.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE",
                     help="any other training option (patience, val_fraction, oversample, net.d_model, ...)")
     pt.add_argument("--force", action="store_true", help="replace an existing predictor folder's files")
     pe = psub.add_parser("eval", help="R^2, Spearman and top-k recall of a predictor on a training file")
     pe.add_argument("predictor", help="predictor folder")
     pe.add_argument("--data", action="append", required=True, help="training file .npz (repeatable)")
-    pe.add_argument("--json", action="store_true")
+    pe.add_argument("--json", action="store_true", help="print JSON")
     ps = psub.add_parser("show", help="what a predictor was trained on (default: the packaged ones)")
     ps.add_argument("predictor", nargs="?", default=None, help="predictor folder")
 

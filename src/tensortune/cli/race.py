@@ -26,8 +26,8 @@ def add_parsers(sub: Any) -> None:
     rc.add_argument("--trials-per-round", type=positive_int, default=64, help="measurements per task and round (64)")
     rc.add_argument("--no-suspend", action="store_true", help="run every tuner to the end (the comparison)")
     rc.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
-    rc.add_argument("--seed", type=seed, default=0)
-    rc.add_argument("--json", action="store_true")
+    rc.add_argument("--seed", type=seed, default=0, help="seed of the randomness (default 0)")
+    rc.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _say_round(e: Any, row: dict[str, Any]) -> None:
