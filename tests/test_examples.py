@@ -24,7 +24,8 @@ def run(tmp_path: Path, name: str, *args: str) -> str:
 
 def test_every_example_is_tested() -> None:
     tested = {"tune_pytorch.py", "tune_onnx.py", "tune_huggingface.py", "tune_operator.py", "read_database.py",
-              "deploy_cpp.py"}
+              "deploy_cpp.py",
+              "compile_with_tvm.py"}  # by tests/test_metaschedule_records.py, beside tensortune compile
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 

@@ -13,6 +13,9 @@ from ..app.checks import config_check
 from ..errors import UsageError
 from .args import Parser, check_db, check_output, open_db
 
+#: The record formats of ``db export`` / ``db import``.
+FORMATS = ("jsonl", "metaschedule")
+
 
 def add_parsers(sub: Any) -> None:
     """The ``db`` command and its sub-commands."""
@@ -22,15 +25,23 @@ def add_parsers(sub: Any) -> None:
     b.add_argument("--db", required=True, help="SQLite database file")
     b.add_argument("--json", action="store_true", help="print one JSON list")
 
-    e = dbs.add_parser("export", help="export records as JSON lines")
+    e = dbs.add_parser("export", help="export records as JSON lines, or as MetaSchedule tuning records")
     e.add_argument("--db", required=True, help="SQLite database file")
+    e.add_argument("--format", choices=FORMATS, default="jsonl",
+                   help="jsonl (every trial; default) or metaschedule (a JSONDatabase folder TVM's "
+                        "MetaScheduleApplyDatabase applies: per task the record compile would use)")
+    e.add_argument("--model", default=None, help="metaschedule: that model's tasks, with its fused Relax module "
+                   "written beside the records (model.json)")
     e.add_argument("-o", "--output", default="-", help="file (default: standard output); written atomically, "
-                   "never over a database")
+                   "never over a database; metaschedule: a folder, required")
     e.add_argument("--force", action="store_true", help="overwrite an existing (non-database) output file")
 
-    i = dbs.add_parser("import", help="import JSON-lines records (all validated before anything is written)")
+    i = dbs.add_parser("import", help="import JSON-lines records (all validated before anything is written), "
+                                      "or MetaSchedule records tensortune exported")
     i.add_argument("--db", required=True, help="SQLite database file (created if missing)")
-    i.add_argument("input", help="JSON-lines file")
+    i.add_argument("--format", choices=FORMATS, default="jsonl", help="jsonl (default) or metaschedule")
+    i.add_argument("--model", default=None, help="metaschedule: a model whose tasks the records may be of")
+    i.add_argument("input", help="JSON-lines file, or a MetaSchedule JSONDatabase folder")
 
     u = dbs.add_parser("upgrade", help="upgrade a database written by an older tensortune, in place")
     u.add_argument("--db", required=True, help="SQLite database file")
@@ -74,6 +85,10 @@ def cmd_export(a: argparse.Namespace) -> int:
     from ..database import export_jsonl
 
     check_db(a.db, must_exist=True)
+    if a.format == "metaschedule":
+        return _export_metaschedule(a)
+    if a.model:
+        raise UsageError("--model goes with --format metaschedule")
     if a.output != "-":
         check_output(a.output, a.force, db=a.db)
     db = open_db(a.db, readonly=True)
@@ -89,6 +104,10 @@ def cmd_import(a: argparse.Namespace) -> int:
     """``tensortune db import``."""
     from ..database import DatabaseError, import_jsonl, parse_jsonl
 
+    if a.format == "metaschedule":
+        return _import_metaschedule(a)
+    if a.model:
+        raise UsageError("--model goes with --format metaschedule")
     if not os.path.isfile(a.input):
         raise UsageError(f"{a.input}: no such file")
     check_db(a.db, must_exist=False)
@@ -126,6 +145,45 @@ def cmd_upgrade(a: argparse.Namespace) -> int:
     print(f"{a.db}: schema version {Database.SCHEMA_VERSION}, {n} trials")
     return 0
 
+
+
+def _model(name: str | None) -> Any:
+    from .. import app
+
+    return app.load(name) if name else None
+
+
+def _export_metaschedule(a: argparse.Namespace) -> int:
+    from ..app.metaschedule import export_records
+
+    if a.output == "-":
+        raise UsageError("--format metaschedule writes a folder: give -o FOLDER")
+    if os.path.exists(a.output) and not os.path.isdir(a.output):
+        raise UsageError(f"{a.output}: not a folder")
+    model = _model(a.model)
+    db = open_db(a.db, readonly=True)
+    try:
+        out = export_records(db, a.output, model)
+    finally:
+        db.close()
+    print(f"exported {out.describe()} to {a.output}" + (f" (the model's module: {out.module})" if out.module else ""))
+    return 0
+
+
+def _import_metaschedule(a: argparse.Namespace) -> int:
+    from ..app.metaschedule import import_records
+
+    if not os.path.isdir(a.input):
+        raise UsageError(f"{a.input}: not a folder (a MetaSchedule JSONDatabase)")
+    check_db(a.db, must_exist=False)
+    model = _model(a.model)
+    db = open_db(a.db)
+    try:
+        out = import_records(db, a.input, model)
+    finally:
+        db.close()
+    print(f"imported {out.describe()}")
+    return 0
 
 
 SUBCOMMANDS = {"best": cmd_best, "export": cmd_export, "import": cmd_import, "upgrade": cmd_upgrade}

@@ -9,12 +9,9 @@ machine counts them) is spent or every actor is done. A model's rounds are in st
 actor of the model finishes round r before any starts round r + 1, and in between the coordinator
 ranks them by their latest improvement (the relative latency change of round r) and, with
 ``suspend``, suspends the worst while more than one is left. So the ranking compares one round
-with the same round, and a suspended actor runs no round after its suspension. (Until
-2026-11-27 each actor started its next round as soon as its own returned: the ranking then set
-one actor's round r against another's round r - 1, and an actor suspended while its next round
-was already under way ran that whole round, which the race with suspension paid for; in that
-day's race on rocketlake, two of the three suspended actors ran a full round each after their
-suspension.) Models are independent: one model's round waits for no other's. The change is measured in pairs:
+with the same round, and a suspended actor runs no round after its suspension (an actor that
+started its next round as soon as its own returned would be ranked against another's earlier
+round, and run a whole round after being suspended). Models are independent: one model's round waits for no other's. The change is measured in pairs:
 the model as this round left it timed in interleaved rounds beside the one the round before
 left, so the host's drift between rounds does not rank the actors. An actor whose round measured
 nothing (every task's tuner has stopped, e.g. chameleon after its 16 iterations) is done: it
@@ -25,9 +22,8 @@ such and the race goes on without it.
 per node (:class:`HostLock`): an actor holds it for each task's batch (its search, cost-model
 update, building and measuring) and for its model timing, so nothing else any actor does runs
 beside a timing. Holding it for the measurements alone is not enough: on 2 cores one actor's
-search (PPO, simulated annealing, XGBoost fitting) beside another's model timing made
-mobilenet_v2 measure 136 and 300 ms where it takes 3.2 (rocketlake, 2026-11-27), and the
-suspension ranks by those timings. On one host Ray therefore gives no speed-up; compare the
+search (PPO, simulated annealing, XGBoost fitting) beside another's model timing slows that
+timing many times over, and the suspension ranks by those timings. On one host Ray therefore gives no speed-up; compare the
 total cost, not the wall time. Actors on different hosts run at once. An actor that dies
 holding the lock (or waiting for it) is forgotten by it when the coordinator learns of the
 death, so the others never wait for a dead holder.

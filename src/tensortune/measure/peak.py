@@ -78,12 +78,10 @@ class CopyProbe:
     (bytes read plus written; each call is the median of ``repeat`` copies, about 0.1 s).
 
     On some hosts a state of the machine that lasts minutes changes the speed of some kernels
-    and not of others (2026-11-26, znver4: template kernels 1.07 <-> 1.25 ms while a large copy
-    went 31 <-> 41 GB/s at the same moments). The re-measurement probes it around each round
-    so that a report can tell the rounds of one state from those of another. The copy is numpy's,
-    on one thread: a TVM-built parallel copy would leave a TVM thread pool in the process that
-    also times PyTorch, and that pool's spinning stalled PyTorch's convolutions (about 20 ms a
-    call, 0.15 ms without) in some rounds."""
+    and not of others, and the speed of a large copy with it. The re-measurement probes it around
+    each round so that a report can tell the rounds of one state from those of another. The copy
+    is numpy's, on one thread: a TVM-built parallel copy would leave a TVM thread pool spinning in
+    the process that also times PyTorch, and stall PyTorch's kernels."""
 
     def __init__(self, mib: int = COPY_MB, repeat: int = 5) -> None:
         n = mib * 2**20 // 4

@@ -149,8 +149,7 @@ class PairedTiming:
     """Successive builds of one model timed in pairs: each beside the one timed before it (and
     beside the first one, e.g. the untuned model).
 
-    Timed alone, minutes apart, the same model varies by about 10% on a 2-core host (one
-    mobilenet_v2 read 2.90-3.23 ms across a race's rounds, rocketlake, 2026-11-27), more than a
+    Timed alone, minutes apart, the same model varies by about 10% on a 2-core host, more than a
     late round's real gain, and two processes read it up to 5% apart. Timed in interleaved rounds
     beside the build before it, the host's drift hits both, and their per-round ratio gives the
     change. The survey scheduler's rate rule and the race's ranking decide on that change, and the

@@ -35,7 +35,7 @@ from .extract import ModelTask, extract_tasks
 from .importer import Model, ModelError, _first_line
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..database import Database
+    from ..database import Database, TrialRecord
 
 #: How each function was scheduled, best first (the fallback chain).
 SOURCES = ("tuned", "default", "generic", "tvm", "naive")
@@ -320,10 +320,42 @@ def compile_model(model: Model, database: Database | None = None, target_json: d
     return CompiledModel(model, ex, choices, tj, model.layout_plan(tj, layout))
 
 
+def model_tasks_of(model: Model, target_json: dict[str, Any] | None = None, layout: str | None = None
+                   ) -> tuple[Any, list[ModelTask]]:
+    """The model's fused module for ``target_json`` and the tasks extracted from it."""
+    tj = dict(target_json or host_target_json())
+    fused = model.fused(tj, layout)
+    return fused, extract_tasks(fused, tj)
+
+
+def chosen_trial(task: Task, database: Database, model: str = "") -> tuple[TrialRecord | None, str]:
+    """The stored trial of the config :func:`compile_model` builds ``task`` with (``model``: the
+    config confirmed inside that model), in the context compile reads, or (None, why not): the
+    template default when nothing better is stored, if it was measured on this machine."""
+    from ..database.trials import measure_context, pick_context
+    from ..measure import MeasureOptions
+
+    config, _, _, _ = _best_config(task, database, model)
+    try:
+        index = config.index if config is not None else task.default_config().index
+    except Exception:  # noqa: BLE001 - a template without a usable default
+        return None, "tasks without a usable config"
+    context, _ = pick_context(database, task, measure_context(task, MeasureOptions.flushed()))
+    if context is None:
+        return None, "tasks with no trial measured on this machine"
+    best = database.best(task.workload_key, context)
+    if best is not None and best.config_index == index:
+        return best, ""
+    runs = [t for t in database.trials(task.workload_key) if t.context == context and t.config_index == index
+            and t.ok and t.verified]
+    if not runs:
+        return None, "tasks whose chosen config was never measured (the untuned default)"
+    return min(runs, key=lambda t: t.cost), ""
+
+
 def model_tasks(model: Model, target_json: dict[str, Any] | None = None, layout: str | None = None) -> list[ModelTask]:
     """The tasks of ``model`` (layouts planned, legalized and fused for ``target_json``)."""
-    tj = dict(target_json or host_target_json())
-    return extract_tasks(model.fused(tj, layout), tj)
+    return model_tasks_of(model, target_json, layout)[1]
 
 
 def load_library(path: str) -> Callable[..., list[np.ndarray]]:

@@ -2,10 +2,9 @@
 
 Tuning times every candidate alone, with its weights flushed from the caches
 (:meth:`~tensortune.measure.MeasureOptions.flushed`). Inside a model a kernel runs between its
-neighbours, on data they left in the caches, and a config that won alone can lose there: on
-znver4, mobilenet_v2 tuned by ``oneshot`` ran 1% slower than untuned (4.12 against 4.08 ms),
-although every tuned kernel had beaten its default alone. So after tuning, each tuned task's
-candidates are timed where they will run:
+neighbours, on data they left in the caches, and a config that won alone can lose there (a
+model of tuned kernels, each faster than its default alone, can run slower than untuned). So
+after tuning, each tuned task's candidates are timed where they will run:
 
 1. **Candidates** per tuned task: its best config (what :func:`.compile.compile_model` picks),
    its template default, and its ``alternatives`` runners-up (the next configs by median cost
@@ -59,8 +58,7 @@ DEFAULT_ALTERNATIVES = 1
 #: variant's configs are kept instead (the spread of interleaved medians on 2 shared cores).
 DEFAULT_TOLERANCE = 0.02
 #: Interleaved rounds and seconds per round of the whole-model comparison at the end. Many short
-#: rounds: a shared machine has slow spells of seconds (a fixed matmul loop on the 2-core Zen 4
-#: machine ran 1.4x slower for 2-5 s at a time), and the decision is on per-round pairs.
+#: rounds: a shared machine has slow spells of seconds, and the decision is on per-round pairs.
 MODEL_ROUNDS = 15
 MODEL_MIN_TIME_S = 0.1
 #: The ``tuner`` name stored with the in-model trials.

@@ -8,16 +8,13 @@ not pay.
   through the task's own tuner, kept across rounds. After the round the model is compiled with
   the best configs so far and its latency ``x_t`` measured (``model_latency``), in interleaved
   rounds beside the model timed before it (:class:`~tensortune.measure.timing.PairedTiming`),
-  which gives the round's change. Timed alone, one reading per round, the host's drift decided:
-  the first survey of mobilenet_v2 (rocketlake, 2026-11-27) read 3.36 ms untuned (3.15 in the
-  benchmark), 3.06 after round 1, 3.31 after round 2, and the rate rule stopped it after 12 of
-  its 60 minutes with the model no faster than untuned.
+  which gives the round's change: timed alone, one reading per round, the host's drift between
+  rounds would decide the rate rule.
 * **Latency goal** (Eq. 1): tuning stops once ``x_t <= g``, where ``g`` is the goal asked for,
   never above the untuned latency ``x_u`` (a goal above it is lowered to it). Or, as a
   **speed-up goal** ``s`` (our addition): once ``x_u / x_t >= s``, the two timed side by side in
-  this process. An absolute goal compares readings of two processes, and two processes read one
-  model up to 5% apart (rocketlake, 2026-11-27: the survey's process read the untuned
-  mobilenet_v2 at 2.90 ms, fresh benchmark processes at 3.05-3.25), more than a 2% target.
+  this process. An absolute goal compares readings of two processes, and two processes can read
+  one model several percent apart, more than a 2% target.
 * **Rate of improvement** (Eq. 2-3). The paper prints Eq. 2 as ``(x_t + x_{t-1}) / x_{t-1}``;
   we read it as the relative change ``ROI_t = (x_t - x_{t-1}) / x_{t-1}`` (negative: the model
   got faster), measured as the paired change (above). Eq. 3's sign rules are *our reading*

@@ -91,6 +91,9 @@ class AttentionTemplate(Template):
                 "auto_unroll_max_step": 16, "unroll_explicit": 1}
 
     def apply(self, task: Task, config: Config) -> Any:
+        return _fresh_vars(self.schedule(task, config).mod)  # the copies a peeled loop made, renamed
+
+    def schedule(self, task: Task, config: Config) -> Any:
         pat = self._pattern(task)
         lanes = vector_lanes(task)
         rows, rows_o = config["tile_rows"], config["rows_o"]
@@ -143,7 +146,7 @@ class AttentionTemplate(Template):
         _vectorize_spatial_inner(sch, probs, par, lanes)
         sch.decompose_reduction(out, j)
         annotate_unroll(sch, par, config)
-        return _fresh_vars(sch.mod)
+        return sch
 
     @staticmethod
     def _scores(sch: Any, block: Any, par: Any, config: Config, lanes: int, keys: int) -> None:

@@ -77,7 +77,7 @@ class Conv2dTemplate(Template):
             **unroll_knobs(16),
         }
 
-    def apply(self, task: Task, config: Config) -> Any:
+    def schedule(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         n, f, y, x, rc, ry, rx = sch.get_loops(block)
@@ -102,5 +102,5 @@ class Conv2dTemplate(Template):
         annotate_unroll(sch, yo, config)  # the compute nest, not the kernel packing
         sch.decompose_reduction(block, rco)
         schedule_padding(sch, pat.pad)
-        return sch.mod
+        return sch
 

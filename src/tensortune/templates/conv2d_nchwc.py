@@ -106,7 +106,7 @@ class Conv2dNCHWcTemplate(Template):
             **unroll_knobs(16),
         }
 
-    def apply(self, task: Task, config: Config) -> Any:
+    def schedule(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         n, f, y, x, fi, rc, ry, rx, rci = sch.get_loops(block)
@@ -126,7 +126,7 @@ class Conv2dNCHWcTemplate(Template):
         annotate_unroll(sch, par, config)
         sch.decompose_reduction(block, rco)
         schedule_padding(sch, pat.pad)
-        return sch.mod
+        return sch
 
 
 

@@ -87,7 +87,7 @@ class DensePackTemplate(Template):
         return {"tile_y": (-(-M // yi), 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K // ki, ki),
                 **unroll_knobs(64)}
 
-    def apply(self, task: Task, config: Config) -> Any:
+    def schedule(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         NB = task.args["NB"]
         sch, block = anchored_schedule(task)
@@ -108,5 +108,5 @@ class DensePackTemplate(Template):
         vectorize_own_loop(sch, out, xm)
         annotate_unroll(sch, par, config)
         sch.decompose_reduction(block, ko)
-        return sch.mod
+        return sch
 

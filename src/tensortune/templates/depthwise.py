@@ -37,7 +37,7 @@ class DepthwiseTemplate(Template):
             **unroll_knobs(16),
         }
 
-    def apply(self, task: Task, config: Config) -> Any:
+    def schedule(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         n, c, y, x, *red = sch.get_loops(block)  # a model's group conv has a unit rc loop too
@@ -56,5 +56,5 @@ class DepthwiseTemplate(Template):
         annotate_unroll(sch, par, config)
         sch.decompose_reduction(block, red[0])
         schedule_padding(sch, pat.pad)
-        return sch.mod
+        return sch
 

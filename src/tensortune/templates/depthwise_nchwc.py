@@ -75,7 +75,7 @@ class DepthwiseNCHWcTemplate(Template):
             **unroll_knobs(16),
         }
 
-    def apply(self, task: Task, config: Config) -> Any:
+    def schedule(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         n, c, y, x, ci, ry, rx = sch.get_loops(block)
@@ -94,7 +94,7 @@ class DepthwiseNCHWcTemplate(Template):
             pad_per_tile(sch, pat.pad, par)
         else:
             schedule_padding(sch, pat.pad)
-        return sch.mod
+        return sch
 
 
 

@@ -94,7 +94,7 @@ class GemmTemplate(Template):
             **unroll_knobs(64),
         }
 
-    def apply(self, task: Task, config: Config) -> Any:
+    def schedule(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         sch, block = anchored_schedule(task)
         col_tile = config["tile_x"][1] * config["tile_x"][2]
@@ -130,7 +130,7 @@ class GemmTemplate(Template):
         # on the compute nest only: unrolling the packing nest too makes builds explode
         annotate_unroll(sch, ym if pack else par, config)
         sch.decompose_reduction(block, ko)
-        return sch.mod
+        return sch
 
 
 def _pad_columns(sch: Any, block: Any, multiple: int) -> Any:

@@ -333,6 +333,9 @@ class GenericTemplate(Template):
         }
 
     def apply(self, task: Task, config: Config) -> Any:
+        return _fresh_vars(self.schedule(task, config).mod)  # the copies a peeled loop made, renamed
+
+    def schedule(self, task: Task, config: Config) -> Any:
         sch = schedule_of(task)
         _inline_all(sch)
         block = _main_block(sch)
@@ -344,7 +347,7 @@ class GenericTemplate(Template):
             producers = _split_reductions(sch, producers, vector_lanes(task))
         if not spatial:
             _attach_producers(sch, producers, None, vector_lanes(task))
-            return sch.mod
+            return sch
         outer_sp, last = spatial[:-1], spatial[-1]
         lo, li = sch.split(last, list(config["tile_inner"]))
         sch.reorder(*outer_sp, lo, *reduce, li)
@@ -364,5 +367,5 @@ class GenericTemplate(Template):
             sch.decompose_reduction(block, reduce[0])
         elif lo not in par_loops:
             _peel_guarded(sch, lo, config["tile_inner"][1], kinds[-1][1])
-        return _fresh_vars(sch.mod)
+        return sch
 

@@ -40,9 +40,15 @@ class Template(ABC):
     def space(self, task: "Task") -> ConfigSpace:
         """The task's search space."""
 
-    @abstractmethod
+    def schedule(self, task: "Task", config: Config) -> Any:
+        """The ``tvm.s_tir.Schedule`` of ``config`` over the task's PrimFunc, its trace kept (the
+        MetaSchedule export replays it); raises on an impossible config. A template overrides
+        this or, keeping no trace, :meth:`apply`."""
+        raise TemplateError(f"template {self.name!r} keeps no schedule trace (it defines apply only)")
+
     def apply(self, task: "Task", config: Config) -> "tvm.IRModule":
-        """Schedule the task's PrimFunc with ``config``; raises on an impossible config."""
+        """The scheduled module of ``config`` (its schedule's module); raises on an impossible config."""
+        return self.schedule(task, config).mod
 
     def default_knobs(self, task: "Task", space: ConfigSpace) -> dict[str, Any] | None:
         """Knob values of a sane untuned schedule (None: the space's first valid config)."""

@@ -10,10 +10,9 @@ def warm_up(fn: Callable[[], Any], seconds: float, max_calls: int | None = None,
     """Call ``fn()`` untimed until ``seconds`` have passed on ``clock``: at least once, at most
     ``max_calls`` times.
 
-    A fresh process's first tenths of a second of parallel runs read slow: on 2 threads a 256^3
-    matmul's first timings were 2x its later ones, at times 4 ms against 0.2 ms (a thread waiting
-    a scheduler tick), whatever the time since the process started; after 0.3 s of runs they
-    were steady in every try (0.1 s was not always enough; rocketlake, 2026-11-27)."""
+    A fresh process's first tenths of a second of parallel runs read slow (2x, at times 20x: a
+    thread waiting a scheduler tick), whatever the time since the process started; after a few
+    tenths of a second of runs they are steady."""
     end, calls = clock() + seconds, 0
     while True:
         fn()
