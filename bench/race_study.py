@@ -1,7 +1,7 @@
 """The race with and without suspension: ``python -m bench run --study race``.
 
     python -m bench run --study race [--models mobilenet_v2] [--tuners trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy]
-                         [--rounds 8] [--batch 64] [--out bench/results/race] [--stop-after MINUTES]
+                         [--rounds 8] [--trials-per-round 64] [--out bench/results/race] [--stop-after MINUTES]
 
 ``tensortune race`` on the same models and tuners twice, each into databases of its own: once
 suspending the worst tuner of each model after every round (Trimmer's §V-C: ``OUT/suspend/``),
@@ -268,7 +268,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--models", default="mobilenet_v2")
     p.add_argument("--tuners", default="trimmer,autotvm,chameleon,chameleon:variant=ppo-greedy")
     p.add_argument("--rounds", type=int, default=8, help="rounds of a tuner run to completion")
-    p.add_argument("--batch", type=int, default=64, help="measurements per task and round (Trimmer's 64)")
+    p.add_argument("--trials-per-round", dest="batch", type=int, default=64,
+                   help="measurements per task and round (Trimmer's 64)")
     p.add_argument("--out", default="bench/results/race")
     p.add_argument("--stop-after", type=float, metavar="MINUTES",
                    help="stop before a part (or the final benchmark) that would not finish within MINUTES; "
