@@ -59,18 +59,19 @@ def kill(p: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def loopback_cluster():
-    """A tracker and two servers on the loopback address: (tracker port, server processes)."""
+def loopback_cluster(n: int = 2, threads: int = 2):
+    """A tracker and ``n`` servers on the loopback address: (tracker port, server processes)."""
     port = free_port()
     tracker = spawn("tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1))
     servers = []
     try:
         time.sleep(1.0)
-        for _ in range(2):
+        for _ in range(n):
             sport = free_port()
             servers.append(spawn("tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", KEY,
-                                 "--host", "127.0.0.1", "--port", str(sport), "--port-end", str(sport + 50)))
-        servers_up(port, 2)
+                                 "--host", "127.0.0.1", "--port", str(sport), "--port-end", str(sport + 50),
+                                 threads=threads))
+        servers_up(port, n)
         yield port, servers
     finally:
         for p in servers + [tracker]:
@@ -155,6 +156,79 @@ def test_a_server_dying_mid_batch_becomes_errors_and_tuning_goes_on(cluster) -> 
     finally:
         for p in replacement:
             kill(p)
+
+
+@pytest.mark.slow  # end to end: a tracker and three servers
+def test_three_devices_measure_at_once_and_one_killed_mid_batch_becomes_errors(tmp_path) -> None:
+    """``rpc_workers=3`` on a tracker with three servers: candidates are on devices at the same
+    time (their run intervals overlap), every result is handed back once, in the caller's thread;
+    a server killed while it times a candidate becomes a recorded error and the batch goes on."""
+    import threading
+
+    task = Task.from_op("matmul", [48, 48, 48])
+    configs = task.space.sample(__import__("random").Random(2), 9)
+    with loopback_cluster(3, threads=1) as (port, servers):
+        opts = MeasureOptions(repeat=3, min_repeat_ms=300, rpc=f"127.0.0.1:{port}:{KEY}", run_timeout=90.0,
+                              rpc_workers=3)
+        seen: list[tuple[int, str]] = []
+        killed = threading.Event()
+
+        def kill_one() -> None:
+            time.sleep(3.0)  # inside the first candidates' timing
+            kill(servers[2])
+            killed.set()
+
+        with Measurer(opts) as m:
+            m.start()
+            killer = threading.Thread(target=kill_one)
+            killer.start()
+            results = m.measure([MeasureInput(task, c) for c in configs],
+                                lambda inp, res: seen.append((inp.config.index, threading.current_thread().name)))
+            killer.join()
+            assert killed.is_set()
+            assert sorted(i for i, _ in seen) == sorted(c.index for c in configs)  # each once
+            assert {name for _, name in seen} == {threading.current_thread().name}  # the caller's thread
+            spans = sorted(r.extra["run_interval"] for r in results if "run_interval" in r.extra)
+            assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), spans  # on devices at the same time
+            bad = [r for r in results if not r.ok]
+            assert len(results) == 9 and sum(r.ok for r in results) >= 6, [(r.error.value, r.error_msg) for r in results]
+            assert all("rpc" in r.error_msg for r in bad), [r.error_msg for r in bad]
+            res = get_tuner("random", task, seed=4).tune(4, m)  # tuning goes on on the two left
+        assert res.trials_measured == 4 and res.best_config is not None
+
+
+def test_compile_uses_what_tune_rpc_stored_when_this_machine_has_no_record(tmp_path) -> None:
+    """``tune --rpc`` stores trials with the device as the CPU (``rpc:KEY``), built for this
+    target: compile's context pick takes them when this machine measured none, and says so."""
+    from tensortune.database import TrialRecord
+    from tensortune.database.trials import ensure_task, measure_context, pick_context
+
+    task = Task.from_op("matmul", [16, 16, 16])
+    here = measure_context(task, MeasureOptions.flushed())
+    there = measure_context(task, MeasureOptions.flushed(rpc=f"127.0.0.1:9190:{KEY}"))
+    assert there.cpu_model == f"rpc:{KEY}" and there.target == here.target
+    with Database(tmp_path / "r.db") as db:
+        ensure_task(db, task)
+        db.add_trial(TrialRecord(task.workload_key, 0, task.space.get(0).to_json()["knobs"], [1e-6] * 3, "none",
+                                 tuner="random", target=there.target, threads=2, verified=True, timing=there.timing,
+                                 cpu_model=there.cpu_model))
+        ctx, note = pick_context(db, task, here)
+        assert ctx == there and note == f"measured on RPC device {KEY!r} for this target"
+        other = there._replace(target='{"kind":"llvm","mcpu":"another"}', cpu_model="rpc:x")
+        db.add_trial(TrialRecord(task.workload_key, 1, task.space.get(1).to_json()["knobs"], [1e-6] * 3, "none",
+                                 tuner="random", target=other.target, threads=2, verified=True, timing=other.timing,
+                                 cpu_model=other.cpu_model))
+        assert pick_context(db, task, here)[0] == there  # a device of another target is never used
+
+
+def test_rpc_workers_without_rpc_is_refused() -> None:
+    from tensortune.app.tuning import make_measurer
+    from tensortune.errors import UsageError
+
+    with pytest.raises(UsageError, match="rpc_workers needs rpc"):
+        make_measurer(MeasureOptions(), None, 3)
+    with pytest.raises(UsageError, match="at least 1"):
+        make_measurer(MeasureOptions(), None, 0)
 
 
 def test_bad_rpc_is_refused_in_one_line(tmp_path, capsys) -> None:

@@ -45,17 +45,22 @@ def model_measure_options() -> MeasureOptions:
     return MeasureOptions.flushed()
 
 
-def make_measurer(options: MeasureOptions, rpc: str | None = None) -> Measurer:
-    """A Measurer; with ``rpc`` (``HOST:PORT:KEY``) its runner times on that tracker's device
-    (UsageError in one line when the text is malformed or no such device answers)."""
+def make_measurer(options: MeasureOptions, rpc: str | None = None, rpc_workers: int = 1) -> Measurer:
+    """A Measurer; with ``rpc`` (``HOST:PORT:KEY``) its runner times on that tracker's devices,
+    ``rpc_workers`` candidates at once (UsageError in one line when the text is malformed or no
+    such device answers)."""
     from ..measure import DeviceUnavailable, Measurer
     from ..measure.measure import parse_rpc
 
+    if isinstance(rpc_workers, bool) or not isinstance(rpc_workers, int) or rpc_workers < 1:
+        raise UsageError(f"rpc_workers={rpc_workers!r}: a whole number of at least 1")
     if rpc is None:
+        if rpc_workers > 1:
+            raise UsageError("rpc_workers needs rpc (the tracker whose devices measure at once)")
         return Measurer(options)
     try:
         parse_rpc(rpc)
-        options.rpc = rpc
+        options.rpc, options.rpc_workers = rpc, rpc_workers
         return Measurer(options)
     except (ValueError, DeviceUnavailable) as e:
         raise UsageError(str(e)) from None
@@ -68,13 +73,14 @@ def _check_target(target: Any) -> None:
 
 def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_TUNER, budget: Budget | int = DEFAULT_OP_BUDGET,
             database: str = "runs.db", *, seed: int = 0, batch_size: int | None = None,
-            options: Mapping[str, Any] | Sequence[str] = (), rpc: str | None = None,
+            options: Mapping[str, Any] | Sequence[str] = (), rpc: str | None = None, rpc_workers: int = 1,
             repeat: int | None = None, min_repeat_ms: int | None = None, target: Any = None,
             progress: bool = False) -> TuneResult:
     """Tune one operator (``op`` of :data:`tensortune.task.ops.OPS`, with its ``shape`` values) with
     ``tuner`` until ``budget`` (a :class:`Budget` or a number of trials) is spent; ``options``: the
     tuner's settings (a mapping or ``KEY=VALUE`` texts); ``repeat`` / ``min_repeat_ms`` override the
-    timing of each candidate."""
+    timing of each candidate; ``rpc`` / ``rpc_workers``: time them on a tracker's devices, that many
+    at once."""
     from ..limits import check_seed
     from ..task import OpError, Task
     from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
@@ -97,7 +103,7 @@ def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_TUNER, budget: B
     from ..measure import MeasureOptions
 
     timing = {k: v for k, v in (("repeat", repeat), ("min_repeat_ms", min_repeat_ms)) if v is not None}
-    measurer = make_measurer(MeasureOptions(**timing), rpc)
+    measurer = make_measurer(MeasureOptions(**timing), rpc, rpc_workers)
     try:
         db = open_db(database)
     except BaseException:
@@ -225,7 +231,7 @@ def check_tuning(tuner: str, scheduler: str, budget: Budget, database: str,
 def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: str = DEFAULT_TUNER,
                budget: Budget | int = DEFAULT_MODEL_BUDGET, database: str = "runs.db", target: Any = None, *,
                scheduler: str = DEFAULT_SCHEDULER, options: Mapping[str, Any] | Sequence[str] = (),
-               seed: int = 0, batch_size: int | None = None, rpc: str | None = None,
+               seed: int = 0, batch_size: int | None = None, rpc: str | None = None, rpc_workers: int = 1,
                survey: SurveyOptions | None = None, check: bool = True, threads: int | None = None,
                progress: bool = False, say: Callable[[str], None] | None = None) -> TunedModel:
     """Tune every task of ``model`` (a ``torch.nn.Module`` with ``example_inputs``, an ONNX path, a
@@ -252,7 +258,7 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
 
     tasks = model_tasks(m)
     bs = batch_size or DEFAULT_BATCH_SIZE
-    measurer = make_measurer(model_measure_options(), rpc)  # a bad rpc fails before the database is made
+    measurer = make_measurer(model_measure_options(), rpc, rpc_workers)  # a bad rpc fails before the database is made
     try:
         db = open_db(database)
     except BaseException:

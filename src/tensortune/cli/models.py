@@ -30,6 +30,8 @@ def add_parsers(sub: Any) -> None:
     tm.add_argument("--trials", type=positive_int, default=None, help="trials per task (stored ones count)")
     tm.add_argument("--rpc", default=None, metavar="HOST:PORT:KEY",
                     help="time candidates on a device of this TVM RPC tracker (built here)")
+    tm.add_argument("--rpc-workers", type=positive_int, default=1, metavar="N",
+                    help="with --rpc: candidates timed at once, each on a device of its own (default 1)")
     tm.add_argument("--cpu-budget", type=positive_float, default=None,
                     help="CPU-seconds for the whole model (on top of --trials / --time-budget)")
     tm.add_argument("--energy-budget", type=positive_float, default=None,
@@ -144,8 +146,8 @@ def cmd_tune(a: argparse.Namespace) -> int:
                                                     ("speedup_goal", a.speedup_goal)) if v is not None})
     quiet = a.no_progress or a.json
     tuned = app.tune_model(model, tuner=a.tuner, budget=budget, database=a.db, scheduler=a.scheduler,
-                           options=a.tuner_options, seed=a.seed, batch_size=a.batch_size, rpc=a.rpc, survey=survey,
-                           check=not a.no_check, progress=not quiet, say=None if quiet else _say, threads=threads)
+                           options=a.tuner_options, seed=a.seed, batch_size=a.batch_size, rpc=a.rpc,
+                           rpc_workers=a.rpc_workers, survey=survey, check=not a.no_check, progress=not quiet, say=None if quiet else _say, threads=threads)
     if a.no_check and not a.rpc:
         tuned.check = {"skipped": "--no-check"}
     if a.json:

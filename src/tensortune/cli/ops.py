@@ -33,6 +33,8 @@ def add_parsers(sub: Any) -> None:
     t.add_argument("--batch-size", type=positive_int, default=None, help="candidates the tuner proposes per measurement batch (default: the tuner's own)")
     t.add_argument("--rpc", default=None, metavar="HOST:PORT:KEY",
                    help="time candidates on a device of this TVM RPC tracker (built here)")
+    t.add_argument("--rpc-workers", type=positive_int, default=1, metavar="N",
+                    help="with --rpc: candidates timed at once, each on a device of its own (default 1)")
     t.add_argument("--db", required=True, help="SQLite database file (created if missing)")
     t.add_argument("--seed", type=seed, default=0, help="seed of the randomness (default 0)")
     t.add_argument("--repeat", type=int_in(1, 1000), default=None,
@@ -64,7 +66,8 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
                     early_stopping=a.early_stopping)
     check_db(a.db, must_exist=False)
     res = tune_op(a.op, parse_shape(a.shape), a.tuner, budget, a.db, seed=a.seed, batch_size=a.batch_size,
-                  options=options, rpc=a.rpc, repeat=a.repeat, min_repeat_ms=a.min_repeat_ms,
+                  options=options, rpc=a.rpc, rpc_workers=a.rpc_workers, repeat=a.repeat,
+                  min_repeat_ms=a.min_repeat_ms,
                   progress=not (a.no_progress or a.json))
     out = res.to_json()
     if res.tuner_status:

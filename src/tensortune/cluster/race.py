@@ -72,18 +72,23 @@ def lock_name(node_ip: str) -> str:
     return f"tensortune-measure-lock-{node_ip}"
 
 
-def host_lock(node_ip: str, tries: int = 10) -> Any:
-    """A handle on the host's lock actor (:func:`make_lock_actor`), made if none is alive.
+def host_lock(node_ip: str, tries: int = 10, node_id: str | None = None) -> Any:
+    """A handle on the host's lock actor (:func:`make_lock_actor`), made if none is alive, on the
+    node ``node_id`` when given (the caller's node: the lock lives and dies with its host).
 
     The lock is detached: it lives as long as the Ray instance, one per host for every race and
-    driver. (Owned by a race, it was torn down asynchronously once that race dropped its handle, and
-    the next race's actors could look up a name that was just dying.) A dead answer is asked for
-    again until its name is free."""
+    driver (owned by a race, it would be torn down once that race dropped its handle, while the
+    next race's actors look its name up). A dead answer is asked for again until its name is free."""
     ray = _ray()
     cls = make_lock_actor()
+    placement: dict[str, Any] = {}
+    if node_id is not None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        placement["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     for attempt in range(tries):
         lock = cls.options(name=lock_name(node_ip), namespace=LOCK_NAMESPACE, get_if_exists=True,
-                           lifetime="detached").remote()
+                           lifetime="detached", **placement).remote()
         try:
             ray.get(lock.alive.remote(), timeout=60)
             return lock
@@ -249,9 +254,14 @@ def make_tuner_actor() -> Any:
 
     @ray.remote(num_cpus=0, max_restarts=0)
     class TunerActor:  # its lock name "MODEL/TUNER" is the coordinator's key of it
-        def __init__(self, model: str, tuner: str, db_path: str, seed: int, batch: int, lock_name_: str) -> None:
-            lock = ray.get_actor(lock_name_, namespace=LOCK_NAMESPACE)
+        def __init__(self, model: str, tuner: str, db_path: str, seed: int, batch: int) -> None:
+            node = ray.util.get_node_ip_address()  # this actor's own host: it takes turns with its neighbours
+            lock = host_lock(node, node_id=ray.get_runtime_context().get_node_id())
+            self.lock = lock_name(node)
             self.c = Competitor(model, tuner, db_path, seed, batch, lambda: host_turn(lock, f"{model}/{tuner}"))
+
+        def lock_name(self) -> str:
+            return self.lock
 
         def round(self) -> dict[str, Any]:
             return self.c.round()
@@ -260,6 +270,16 @@ def make_tuner_actor() -> Any:
             self.c.close()
 
     return TunerActor
+
+
+def _forget(e: "Entry") -> None:
+    """Tell a dead actor's host lock to release it and never grant it again (nothing to tell when
+    the host went with it)."""
+    ray = _ray()
+    try:
+        ray.get(ray.get_actor(e.lock, namespace=LOCK_NAMESPACE).forget.remote(f"{e.model}/{e.tuner}"), timeout=60)
+    except (ValueError, ray.exceptions.RayError):  # no such actor: its node is gone, and the lock with it
+        pass
 
 
 @dataclass
@@ -273,6 +293,7 @@ class Entry:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     status: str = "running"  # running | suspended | died | done
     error: str = ""
+    lock: str = ""  # the name of its host's lock actor
 
     @property
     def improvement(self) -> float:
@@ -321,14 +342,19 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
     db_dir.mkdir(parents=True, exist_ok=True)
     entries: list[Entry] = []
     try:
-        node = ray.util.get_node_ip_address()
-        lock = host_lock(node)
         actor_cls = make_tuner_actor()
         for model in models:
             for tuner in tuners:
                 e = Entry(model, tuner, str(pair_db(db_dir, model, tuner)))
-                e.actor = actor_cls.remote(model, tuner, e.db, seed, batch, lock_name(node))
+                e.actor = actor_cls.remote(model, tuner, e.db, seed, batch)
                 entries.append(e)
+        for e in entries:  # the host lock each actor takes (its own node's), for when it dies
+            try:
+                e.lock = ray.get(e.actor.lock_name.remote())
+            except Exception as exc:  # noqa: BLE001 - an actor that could not start is a result too
+                e.status, e.error = "died", _first_line(exc)
+                if on_status is not None:
+                    on_status(e)
         pending: dict[Any, Entry] = {}
 
         def start(model: str) -> None:
@@ -345,7 +371,7 @@ def race(models: Sequence[str], tuners: Sequence[str], db_dir: str | Path, time_
             try:
                 row = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - a dead actor is a result; its records stay
-                ray.get(lock.forget.remote(f"{e.model}/{e.tuner}"))  # it may have died holding the lock
+                _forget(e)  # it may have died holding its host's lock
                 e.status = "died"
                 e.error = _first_line(exc)
                 if on_status is not None:

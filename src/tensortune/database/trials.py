@@ -15,6 +15,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
 
 
+#: The CPU model recorded for trials timed on an RPC device: ``rpc:KEY``.
+RPC_PREFIX = "rpc:"
+
+
 def tvm_version() -> str:
     """The TVM version string recorded with every trial."""
     import tvm
@@ -35,7 +39,7 @@ def ensure_task(db: Database, task: Task) -> None:
 def measure_context(task: Task, options: MeasureOptions) -> MeasureContext:
     """The context in which ``options`` measure ``task`` on this machine, or on the RPC device
     ``options.rpc`` names (its CPU recorded as ``rpc:KEY``; see ``MeasureContext``)."""
-    where = f"rpc:{options.rpc.rsplit(':', 1)[-1]}" if getattr(options, "rpc", None) else cpu_model()
+    where = f"{RPC_PREFIX}{options.rpc.rsplit(':', 1)[-1]}" if getattr(options, "rpc", None) else cpu_model()
     return MeasureContext(target_key(task.target_json), int(options.threads), options.timing_key(), where)
 
 
@@ -107,8 +111,9 @@ def pick_context(db: Database, task: Task, preferred: MeasureContext) -> tuple[M
     In order: ``preferred`` itself; else, on this machine (same target and CPU model), the
     context with the most verified trials (never an in-model one: those only rank a model's
     candidates, see :mod:`tensortune.models.in_model`); else trials whose CPU model was not recorded but whose
-    target matches (schema-1 records). Trials of other machines are never used: their costs
-    say nothing about this one. Returns (None, reason) when no context qualifies.
+    target matches (schema-1 records); else trials timed on an RPC device (``rpc:KEY``) for this
+    target, as ``tune --rpc`` leaves them. Trials of other machines (another target, or another
+    CPU model not reached over RPC) are never used: their costs say nothing about this one. Returns (None, reason) when no context qualifies.
     """
     contexts = [(ctx, n) for ctx, n in db.contexts(task.workload_key) if not ctx.in_model]
     if not contexts:
@@ -121,6 +126,9 @@ def pick_context(db: Database, task: Task, preferred: MeasureContext) -> tuple[M
     legacy = [ctx for ctx, _ in contexts if ctx.target == preferred.target and not ctx.cpu_model]
     if legacy:
         return legacy[0], "CPU model and timing of the records not recorded"
+    remote = [ctx for ctx, _ in contexts if ctx.target == preferred.target and ctx.cpu_model.startswith(RPC_PREFIX)]
+    if remote:  # `tune --rpc` built them for this target: the device they were timed on is the deployment
+        return remote[0], f"measured on RPC device {remote[0].cpu_model[len(RPC_PREFIX):]!r} for this target"
     return None, f"{sum(n for _, n in contexts)} verified trials, none measured on this machine ({preferred.cpu_model})"
 
 

@@ -164,19 +164,22 @@ class LocalRunner:
                 on_result(inp, r)
         return out
 
-    def _run_one(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any], keep: bool = False) -> MeasureResult:
+    def _run_one(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any], keep: bool = False,
+                 worker: Worker | None = None) -> MeasureResult:
+        """Run one candidate in ``worker`` (default: the runner's own process)."""
+        worker = worker or self._worker
         now, threads = time.time(), self.options.threads
         if b.error is not ErrorKind.NONE or b.artifact is None:
             return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads, build_cpu=b.build_cpu)
-        if self._worker.runs >= max(1, self.options.runner_restart):
-            self._restart()
+        if worker.runs >= max(1, self.options.runner_restart):
+            self._restart(worker)
         self._energy.start()
         for attempt in range(2):  # a load that failed for the process's fault is run again, once
             if attempt:
-                self._restart()
+                self._restart(worker)
             t0 = time.perf_counter()
-            res = self._worker.call(*self._call(inp, b, opts), self.options.run_timeout)
-            self._worker.runs += 1
+            res = worker.call(*self._call(inp, b, opts), self.options.run_timeout)
+            worker.runs += 1
             if not (res.status == "ok" and res.value[0] == ErrorKind.RUNTIME.value and _cannot_load(res.value[2])):
                 break
         joules = self._energy.stop()
@@ -192,6 +195,7 @@ class LocalRunner:
             r = MeasureResult(costs, ErrorKind(kind), msg, b.build_time, dt, now, got_threads or threads, joules,
                               build_cpu=b.build_cpu, run_cpu=res.cpu_s)
             r.extra["timed_s"] = timed
+            r.extra["run_interval"] = (now, now + dt)  # when it was being run (wall clock)
             if noise is not None:
                 r.extra["noise"] = self.noise.judge(Sample(*noise))
             if opts["check_correctness"] and r.ok:
@@ -208,11 +212,12 @@ class LocalRunner:
         """The worker function that runs one candidate, and its arguments."""
         return run_candidate, (inp.task.json_text, b.artifact, opts)
 
-    def _restart(self) -> None:
+    def _restart(self, worker: Worker | None = None) -> None:
         """A fresh runner process (started now, so that no candidate's run time includes it)."""
-        self._worker.close()
-        self._worker.start()
-        self._worker.runs = 0
+        worker = worker or self._worker
+        worker.close()
+        worker.start()
+        worker.runs = 0
         self.restarts += 1
 
     def close(self) -> None:
@@ -224,10 +229,13 @@ class LocalRunner:
 class RPCRunner(LocalRunner):
     """Times built candidates on devices registered with a TVM RPC tracker (AutoTVM's
     ``RPCRunner``): each candidate is uploaded to a device of ``options.rpc`` (``host:port:key``),
-    checked against the reference computed here and timed there, one at a time, from the same
-    kind of persistent worker process (so a hung device ends at the run timeout). Energy is not
-    measured (the counters here do not see the device), and the thread count recorded is the
-    device's."""
+    checked against the reference computed here and timed there, from the same kind of persistent
+    worker process (so a hung device ends at the run timeout). ``options.rpc_workers`` candidates
+    are on devices at once, each in a session of its own that the tracker gives to a free device
+    (AutoTVM's ``n_parallel``), so N devices time N candidates at a time and one that drops out
+    leaves the next candidates to the others. Results are handed back in the caller's thread, in
+    the order the candidates finish. Energy is not measured (the counters here do not see the
+    device), and the thread count recorded is the device's."""
 
     def __init__(self, options: MeasureOptions) -> None:
         self.device = parse_rpc(options.rpc or "")
@@ -235,6 +243,49 @@ class RPCRunner(LocalRunner):
         options.probe = False  # the contention probe would time this machine, not the device
         super().__init__(options)
         self._energy = EnergyMeter([])
+        self._more = [Worker(init_worker, (tuple(options.imports), options.threads), self._log)
+                      for _ in range(max(1, options.rpc_workers) - 1)]
+
+    def start(self) -> None:
+        super().start()
+        for w in self._more:
+            w.start()
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
+            on_result: Callable[[MeasureInput, MeasureResult], None] | None = None,
+            check_correctness: bool | None = None, keep_artifacts: bool = False) -> list[MeasureResult]:
+        if not self._more:
+            return super().run(inputs, builds, on_result, check_correctness, keep_artifacts)
+        import queue
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        opts = self.options.runner_opts()
+        if check_correctness is not None:
+            opts["check_correctness"] = check_correctness
+        free: queue.Queue[Worker] = queue.Queue()
+        for w in [self._worker, *self._more]:
+            free.put(w)
+
+        def one(k: int) -> tuple[int, MeasureResult]:
+            worker = free.get()
+            try:
+                return k, self._run_one(inputs[k], builds[k], opts, keep_artifacts, worker)
+            finally:
+                free.put(worker)
+
+        out: list[MeasureResult | None] = [None] * len(inputs)
+        with ThreadPoolExecutor(max_workers=1 + len(self._more), thread_name_prefix="rpc") as pool:
+            for fut in as_completed([pool.submit(one, k) for k in range(len(inputs))]):
+                k, r = fut.result()
+                out[k] = r
+                if on_result is not None:
+                    on_result(inputs[k], r)  # here, not in a pool thread: the database is the caller's
+        return [r for r in out if r is not None]
+
+    def close(self) -> None:
+        for w in self._more:
+            w.close()
+        super().close()
 
     def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
         return rpc_run_candidate, (inp.task.json_text, b.artifact, {**opts, "session_timeout": self.options.run_timeout},

@@ -25,15 +25,13 @@ class MeasureOptions:
     ``threads`` is the kernel's thread count (TVM_NUM_THREADS of the runner process);
     ``check_correctness`` compares every candidate's output with the reference first;
     ``rpc`` (``"tracker_host:port:key"``) times candidates on a device of a TVM RPC tracker
-    instead of this machine (they are still built here); ``runner_restart`` candidates are run
-    by one runner process before a fresh one takes over: a process keeps every kernel library
-    it loaded mapped (about 5 of the kernel's 65,530 memory maps each), and after about 13,000
-    candidates every further load failed ("cannot apply additional memory protection after
-    relocation: Cannot allocate memory": 6,300 lost trials of a 60-minute mobilenet_v2 run);
+    instead of this machine (they are still built here), ``rpc_workers`` of them at once (one
+    device each); ``runner_restart`` candidates are run by one runner process before a fresh one
+    takes over: a process keeps every kernel library it loaded mapped (about 5 of the kernel's
+    65,530 memory maps each), and past about 13,000 every further load fails;
     ``warmup_s`` seconds of untimed runs precede the first timing in a fresh process (a runner
     process, or an RPC device's session): the first tenths of a second of parallel runs in a
-    new process read slow (a 256^3 matmul on 2 threads: 2x, at times 4 ms against 0.2 ms, the
-    scheduler's tick), which biased every run's first batch; ``probe`` times the contention probe
+    new process read slow; ``probe`` times the contention probe
     beside every candidate and flags trials measured while the machine was busy, and
     ``quiet_wait_s`` bounds the wait for a quiet spell before finalists are re-measured
     (:mod:`tensortune.measure.noise`).
@@ -52,6 +50,7 @@ class MeasureOptions:
     n_parallel: int = field(default_factory=cpu_count)
     imports: tuple[str, ...] = ()
     rpc: str | None = None
+    rpc_workers: int = 1
     runner_restart: int = 2000
     warmup_s: float = 0.5
     probe: bool = True
