@@ -16,6 +16,9 @@ CONSTRAINTS = ROOT / "constraints.txt"
 CORE_LIMIT_MB = 900  # TVM's 310 MB, SciPy, scikit-learn, NumPy, XGBoost (CPU), the package's 38 MB
 
 pytestmark = pytest.mark.slow
+#: The fresh venvs see only what they installed: no PYTHONPATH of the caller (a source tree on it
+#: would pass for an installed tensortune, and pip would install nothing).
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def _runs(python: str) -> bool:
@@ -61,13 +64,13 @@ def test_the_wheel_installs_core_only_and_tunes_an_operator(which: int, wheel: P
         pytest.skip("no second Python of 3.10-3.13 on this machine (PATH or pyenv)")
     python = pythons[which]
     venv = tmp_path / "venv"
-    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300, env=CLEAN_ENV)
     py = venv / "bin" / "python"
     pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), str(wheel)],
-                         capture_output=True, text=True, timeout=1200)
+                         capture_output=True, text=True, timeout=1200, env=CLEAN_ENV)
     assert pip.returncode == 0, pip.stderr[-2000:]
     exe = venv / "bin" / "tensortune"
-    version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=120)
+    version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
     want = subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True,
                           text=True, check=True).stdout.strip()
     assert version.returncode == 0 and version.stdout.startswith("tensortune ") and f"Python {want}" in version.stdout
@@ -78,7 +81,7 @@ def test_the_wheel_installs_core_only_and_tunes_an_operator(which: int, wheel: P
     size_mb = sum(f.stat().st_size for f in site.rglob("*") if f.is_file()) / 1e6
     assert size_mb < CORE_LIMIT_MB, f"core install is {size_mb:.0f} MB"
 
-    env = {**os.environ, "TVM_NUM_THREADS": "1"}
+    env = {**CLEAN_ENV, "TVM_NUM_THREADS": "1"}
     work = tmp_path / "work"  # not the checkout: the installed package alone
     work.mkdir()
     tune = subprocess.run([str(exe), "tune-op", "matmul", "--shape", "16,16,16", "--trials", "4", "--db", "t.db",
@@ -88,7 +91,7 @@ def test_the_wheel_installs_core_only_and_tunes_an_operator(which: int, wheel: P
     data = subprocess.run([str(py), "-c", "from tensortune.select.cold import shipped_datasets; "
                            "from tensortune.costmodel.pretrained import SHIPPED; "
                            "print(len(shipped_datasets()), len(list(SHIPPED.glob('*/weights.pt'))))"],
-                          cwd=work, capture_output=True, text=True, timeout=300)
+                          cwd=work, capture_output=True, text=True, timeout=300, env=CLEAN_ENV)
     assert data.stdout.split() == ["3", "4"], data.stderr[-1000:]  # Trimmer's datasets, One-Shot's predictors
     missing = subprocess.run([str(exe), "tasks", "resnet18"], cwd=work, env=env,
                              capture_output=True, text=True, timeout=300)
