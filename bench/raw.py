@@ -104,12 +104,23 @@ def restore(f: RawFile, root: Path = ROOT) -> bool:
     return True
 
 
+def _under(files: list[RawFile], rel: str) -> list[RawFile]:
+    """The entries at ``rel`` (a path relative to the repository) or under it, a folder."""
+    rel = rel.rstrip("/")
+    return [f for f in files if f.path == rel or f.path.startswith(rel + "/")]
+
+
 def select(files: list[RawFile], wanted: list[str]) -> list[RawFile]:
     """The entries named by ``wanted``: a file's path, or a folder restores everything under it."""
     out: list[RawFile] = []
     for w in wanted:
-        w = PurePosixPath(Path(w).resolve().relative_to(ROOT) if Path(w).is_absolute() else w).as_posix().rstrip("/")
-        hit = [f for f in files if f.path == w or f.path.startswith(w + "/")]
+        rel = w
+        if Path(w).is_absolute():
+            try:
+                rel = Path(w).resolve().relative_to(ROOT).as_posix()
+            except ValueError:
+                raise RestoreError(f"{w}: not inside this repository ({ROOT})") from None
+        hit = _under(files, PurePosixPath(rel).as_posix())
         if not hit:
             raise RestoreError(f"{w}: not in {MANIFEST.relative_to(ROOT)} (python -m bench restore lists it)")
         out += [f for f in hit if f not in out]
@@ -124,7 +135,7 @@ def restore_path(path: Path, root: Path = ROOT) -> bool:
         rel = path.resolve().relative_to(root).as_posix()
     except ValueError:  # a results folder outside the repository has no manifest entries
         return False
-    chosen = [f for f in load() if f.path == rel or f.path.startswith(rel + "/")]
+    chosen = _under(load(), rel)
     try:
         for f in chosen:
             restore(f, root)

@@ -72,20 +72,14 @@ def _trace(task: Task, trial: TrialRecord) -> Any:
 def _pairs(database: Database, model: Model | None) -> tuple[list[tuple[Task, list[Any], str]], Any]:
     """(task, its functions, the model name its confirmed choice is looked up under) to export,
     and the model's fused module (None without a model)."""
+    from ..database.trials import stored_task
     from ..models.compile import model_tasks_of
-    from ..task import Task
 
     if model is not None:
         fused, mts = model_tasks_of(model)
         return [(mt.task, [fused[name] for name in mt.funcs], model.name) for mt in mts if mt.tunable], fused
-    out = []
-    for rec in database.tasks():
-        try:
-            task = Task.from_json(json.loads(rec.task_json))
-        except Exception:  # noqa: BLE001 - a task this version cannot rebuild: nothing to schedule
-            continue
-        out.append((task, [task.prim_func()], ""))
-    return out, None
+    tasks = [stored_task(rec) for rec in database.tasks()]  # one this version cannot rebuild: nothing to schedule
+    return [(task, [task.prim_func()], "") for task in tasks if task is not None], None
 
 
 def export_records(database: Database, out_dir: str, model: Model | None = None) -> Transfer:
@@ -147,8 +141,7 @@ def import_records(database: Database, in_dir: str, model: Model | None = None) 
     import tvm.s_tir.meta_schedule as ms
 
     from ..database import TrialRecord
-    from ..database.trials import ensure_task
-    from ..task import Task
+    from ..database.trials import ensure_task, stored_task
 
     for name in (WORKLOADS, RECORDS):
         if not os.path.isfile(os.path.join(in_dir, name)):
@@ -177,9 +170,8 @@ def import_records(database: Database, in_dir: str, model: Model | None = None) 
             if rec is None:
                 out.skipped["tasks neither in the database nor in --model"] += 1
                 continue
-            try:
-                task = Task.from_json(json.loads(rec.task_json))
-            except Exception:  # noqa: BLE001 - a stored task this version cannot rebuild
+            task = stored_task(rec)
+            if task is None:
                 out.skipped["tasks this version cannot rebuild"] += 1
                 continue
             known[key] = (task, [task.prim_func()])

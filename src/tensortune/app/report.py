@@ -7,13 +7,12 @@ has most trials in); only the compile choices build the model. :mod:`.report_htm
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..database import Database, MeasureContext, TaskRecord
+    from ..database import Database, TaskRecord
     from ..models.compile import FuncChoice
 
 #: Characters of an error message kept as the example of its kind.
@@ -40,6 +39,7 @@ class TaskReport:
     kernel_class: str
     flops: float
     context: str  # where and how its trials were timed, in words
+    machine: str  # the CPU model of that context
     points: list[TrialPoint]
     confirmations: int
     best_ms: float | None  # the database's best (a confirmed median where there is one)
@@ -95,29 +95,18 @@ class RunReport:
                 "errors": dict(self.errors()), "notes": self.notes}
 
 
-def _task_name(task: TaskRecord) -> str:
-    from ..task import Task
-
-    try:
-        return Task.from_json(json.loads(task.task_json)).name
-    except Exception:  # noqa: BLE001 - a task this version cannot rebuild: still report it
-        return f"{task.op}[{task.workload_key[:8]}]"
-
-
-def _main_context(db: Database, task: TaskRecord) -> MeasureContext | None:
-    """The context the task has most trials in (in-model checks left out: they rank candidates)."""
-    counts = Counter(t.context for t in db.trials(task.workload_key) if not t.context.in_model)
-    return counts.most_common(1)[0][0] if counts else None
-
-
 def task_report(db: Database, task: TaskRecord) -> TaskReport | None:
-    """The report of one task (None when it has no trial outside in-model checks)."""
-    context = _main_context(db, task)
-    if context is None:
+    """The report of one task, in the context it has most trials in (None when it has no trial
+    outside in-model checks, which only rank a model's candidates)."""
+    from ..database.trials import task_name
+
+    stored = [t for t in db.trials(task.workload_key) if not t.context.in_model]
+    if not stored:
         return None
-    trials = [t for t in db.trials(task.workload_key) if t.context == context]
+    context = Counter(t.context for t in stored).most_common(1)[0][0]
+    trials = [t for t in stored if t.context == context]
     search = [t for t in trials if t.confirmation is None]
-    first = min((t.timestamp for t in trials), default=0.0)
+    first = min(t.timestamp for t in trials)
     points = [TrialPoint(k + 1, t.timestamp - first, t.cost if t.ok and t.verified else None,
                          t.error if not t.ok else ("none" if t.verified else "unverified"))
               for k, t in enumerate(search)]
@@ -128,12 +117,12 @@ def task_report(db: Database, task: TaskRecord) -> TaskReport | None:
             examples[t.error] = " ".join(t.error_msg.split())[:EXAMPLE_CHARS]
     best = db.best(task.workload_key, context)
     return TaskReport(
-        workload_key=task.workload_key, name=_task_name(task), kernel_class=task.kernel_class, flops=task.flops,
-        context=context.describe(), points=points, confirmations=len(trials) - len(search),
+        workload_key=task.workload_key, name=task_name(task), kernel_class=task.kernel_class, flops=task.flops,
+        context=context.describe(), machine=context.cpu_model or "CPU not recorded", points=points, confirmations=len(trials) - len(search),
         best_ms=best.cost * 1e3 if best is not None else None,
         best_confirmed=best is not None and best.confirmation is not None, errors=dict(errors),
         error_examples=examples, build_s=sum(t.build_time for t in trials), run_s=sum(t.run_time for t in trials),
-        span_s=max((t.timestamp for t in trials), default=first) - first,
+        span_s=max(t.timestamp for t in trials) - first,
         tuners=sorted({t.tuner for t in trials if t.tuner}), first_ts=first)
 
 
@@ -148,13 +137,15 @@ def estimate_timeline(tasks: list[TaskReport]) -> list[tuple[float, float, int]]
     start = min(t.first_ts for t in weighted)
     events = sorted((t.first_ts + p.t_s, t.workload_key, p.cost_s, t.weight or 0)
                     for t in weighted for p in t.points if p.cost_s is not None)
-    best: dict[str, tuple[float, int]] = {}
+    best: dict[str, float] = {}  # weight x best cost so far, by task
+    total = 0.0
     out: list[tuple[float, float, int]] = []
     for ts, key, cost, weight in events:
-        if key in best and best[key][0] <= cost:
+        if key in best and best[key] <= cost * weight:
             continue
-        best[key] = (cost, weight)
-        out.append((ts - start, sum(c * w for c, w in best.values()) * 1e3, len(best)))
+        total += cost * weight - best.get(key, 0.0)
+        best[key] = cost * weight
+        out.append((ts - start, total * 1e3, len(best)))
     settled = [t for t in weighted if t.best_ms is not None]
     if out and settled:  # the end: each task's stored best (a confirmed median), as tune reports it
         end = max(t.first_ts + t.span_s for t in weighted) - start
@@ -209,8 +200,7 @@ def build_report(db: Database, path: str, model: Any = None, compile_choices: bo
         rep.weight = weights.get(key)
         reports.append(rep)
     reports.sort(key=lambda r: -(r.weight or 1) * (r.best_ms or 0.0))
-    machines = sorted({t.cpu_model or "CPU not recorded" for r in reports
-                       for t in db.trials(r.workload_key)[:1]})
+    machines = sorted({r.machine for r in reports})
     timeline = estimate_timeline(reports) if model is not None else []
     if model is not None and timeline and timeline[-1][2] < len(weights):
         notes.append(f"the estimate counts the {timeline[-1][2]} of {len(weights)} tasks with a measurement")

@@ -83,7 +83,8 @@ def plot_timeline(report: RunReport, path: Path) -> str:
     where it ends once the best configs were re-measured (the confirmed medians)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 3.2))
-    full = [(t, ms) for t, ms, n in report.timeline if n >= len([x for x in report.tasks if x.weight])]
+    weighted = sum(1 for x in report.tasks if x.weight)
+    full = [(t, ms) for t, ms, n in report.timeline if n >= weighted]
     ax.step([t for t, _, _ in report.timeline], [ms for _, ms, _ in report.timeline], where="post", ls="--",
             color="C0", alpha=0.6, label="tasks measured so far")
     if full:

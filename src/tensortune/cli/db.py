@@ -51,18 +51,14 @@ def cmd_best(a: argparse.Namespace) -> int:
     """``tensortune db best``."""
     check_db(a.db, must_exist=True)
     db = open_db(a.db, readonly=True)
-    from ..task import Task
+    from ..database.trials import task_name
 
     rows = []
     contexts = []
     try:
         for task, trial in db.best_all():
-            try:
-                name = Task.from_json(json.loads(task.task_json)).name
-            except Exception:  # noqa: BLE001 - a task this version cannot rebuild: still report it
-                name = f"{task.op}[{task.workload_key[:8]}]"
             contexts.append(trial.context)
-            rows.append({"workload_key": task.workload_key, "task": name,
+            rows.append({"workload_key": task.workload_key, "task": task_name(task),
                          "best_config": trial.config, "best_latency_ms": trial.cost * 1e3,
                          "best_gflops": task.flops / trial.cost / 1e9, "tuner": trial.tuner,
                          "trial_id": trial.id, "trials": db.count(task.workload_key),

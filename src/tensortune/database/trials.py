@@ -19,6 +19,24 @@ if TYPE_CHECKING:  # pragma: no cover
 RPC_PREFIX = "rpc:"
 
 
+def stored_task(rec: TaskRecord) -> Task | None:
+    """The task a stored task record describes, rebuilt (None: this version cannot rebuild it)."""
+    import json
+
+    from ..task import Task
+
+    try:
+        return Task.from_json(json.loads(rec.task_json))
+    except Exception:  # noqa: BLE001 - a record of another version or of a plug-in op
+        return None
+
+
+def task_name(rec: TaskRecord) -> str:
+    """A stored task's name for people (``op[key]`` when it cannot be rebuilt)."""
+    task = stored_task(rec)
+    return task.name if task is not None else f"{rec.op}[{rec.workload_key[:8]}]"
+
+
 def tvm_version() -> str:
     """The TVM version string recorded with every trial."""
     import tvm

@@ -151,9 +151,7 @@ class LocalRunner:
         ``on_result`` is called as each candidate completes (to commit it at once). Built
         libraries are deleted once run, unless ``keep_artifacts`` (they are run again).
         """
-        opts = self.options.runner_opts()
-        if check_correctness is not None:
-            opts["check_correctness"] = check_correctness
+        opts = self._opts(check_correctness)
         if opts["probe"] and any(b.artifact for b in builds):
             self._calibrate()
         out = []
@@ -163,6 +161,13 @@ class LocalRunner:
             if on_result is not None:
                 on_result(inp, r)
         return out
+
+    def _opts(self, check_correctness: bool | None) -> dict[str, Any]:
+        """The worker's settings for one batch (``check_correctness`` overrides the options')."""
+        opts = self.options.runner_opts()
+        if check_correctness is not None:
+            opts["check_correctness"] = check_correctness
+        return opts
 
     def _run_one(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any], keep: bool = False,
                  worker: Worker | None = None) -> MeasureResult:
@@ -259,9 +264,7 @@ class RPCRunner(LocalRunner):
         import queue
         from concurrent.futures import ThreadPoolExecutor, as_completed
 
-        opts = self.options.runner_opts()
-        if check_correctness is not None:
-            opts["check_correctness"] = check_correctness
+        opts = self._opts(check_correctness)
         free: queue.Queue[Worker] = queue.Queue()
         for w in [self._worker, *self._more]:
             free.put(w)

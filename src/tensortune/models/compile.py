@@ -25,7 +25,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from .extract import ModelTask, extract_tasks
 from .importer import Model, ModelError, _first_line
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..database import Database, TrialRecord
+    from ..database import Database, MeasureContext, TrialRecord
 
 #: How each function was scheduled, best first (the fallback chain).
 SOURCES = ("tuned", "default", "generic", "tvm", "naive")
@@ -151,11 +151,24 @@ def _flatten(out: Any) -> list[np.ndarray]:
     return res
 
 
-def _best_config(task: Task, database: Database, model: str = "") -> tuple[Any | None, int, float | None, str]:
-    """The task's best verified stored config on this machine, its trial count, latency (ms) and a
+class _Stored(NamedTuple):
+    """What the database holds for one task on this machine: the config compile builds it with
+    (None: no usable record), the task's trial count, that config's latency (ms), a note on the
+    records used, the context they were read in and that context's best trial."""
+
+    config: Any | None
+    trials: int
+    best_ms: float | None
+    note: str
+    context: MeasureContext | None = None
+    best: TrialRecord | None = None
+
+
+def _stored_choice(task: Task, database: Database | None, model: str = "") -> _Stored:
+    """The task's best verified stored config on this machine, with its trial count, latency and a
     note on the records used (empty when they were timed as model tuning times them).
 
-    With ``model``, the config confirmed fastest inside that model (:mod:`.confirm`) wins, with
+    With ``model``, the config confirmed fastest inside that model (:mod:`.in_model`) wins, with
     its latency there, as long as that check was made for the task's current best (its trials
     name it: ``extra["in_model"]["best"]``); a check older than the best is ignored (and the
     note says so)."""
@@ -163,28 +176,28 @@ def _best_config(task: Task, database: Database, model: str = "") -> tuple[Any |
     from ..database.trials import measure_context, pick_context
 
     if database is None:
-        return None, 0, None, ""
+        return _Stored(None, 0, None, "")
     n = database.count(task.workload_key)
     preferred = measure_context(task, MeasureOptions.flushed())
     context, note = pick_context(database, task, preferred)
     best = database.best(task.workload_key, context) if context is not None else None
     if best is None:
-        return None, n, None, note
+        return _Stored(None, n, None, note, context)
     if model:
         inside = preferred._replace(timing=MeasureOptions.in_model_timing_key(model))
         pick = database.best(task.workload_key, inside)  # from the latest in-model group, if any
         if pick is not None and (pick.extra.get("in_model") or {}).get("best") == best.config_index:
             try:
-                return (task.space.config_from_json({"knobs": pick.config}), n, pick.cost * 1e3,
-                        "; ".join(x for x in (note, "confirmed inside the model") if x))
+                return _Stored(task.space.config_from_json({"knobs": pick.config}), n, pick.cost * 1e3,
+                               "; ".join(x for x in (note, "confirmed inside the model") if x), context, best)
             except Exception:  # noqa: BLE001 - a record of another space version: the best alone
                 pass
         elif pick is not None:
             note = "; ".join(x for x in (note, "the in-model check predates the best: run `tensortune check`") if x)
     try:
-        return task.space.config_from_json({"knobs": best.config}), n, best.cost * 1e3, note
+        return _Stored(task.space.config_from_json({"knobs": best.config}), n, best.cost * 1e3, note, context, best)
     except Exception:  # noqa: BLE001 - a record of another space version
-        return None, n, None, note
+        return _Stored(None, n, None, note, context, best)
 
 
 @dataclass
@@ -206,7 +219,7 @@ def _steps(task: Task, database: Database, model: str = "", override: Any = None
     if override is not None:
         steps.append(_Step("tuned", f"config {override.index} given", lambda: task.instantiate(override)["main"]))
     else:
-        config, n, best_ms, note = _best_config(task, database, model)
+        config, n, best_ms, note = _stored_choice(task, database, model)[:4]
         if config is not None:
             steps.append(_Step("tuned", f"best of {n} trials" + (f" ({note})" if note else ""),
                                lambda: task.instantiate(config)["main"]))
@@ -332,22 +345,17 @@ def chosen_trial(task: Task, database: Database, model: str = "") -> tuple[Trial
     """The stored trial of the config :func:`compile_model` builds ``task`` with (``model``: the
     config confirmed inside that model), in the context compile reads, or (None, why not): the
     template default when nothing better is stored, if it was measured on this machine."""
-    from ..database.trials import measure_context, pick_context
-    from ..measure import MeasureOptions
-
-    config, _, _, _ = _best_config(task, database, model)
+    stored = _stored_choice(task, database, model)
     try:
-        index = config.index if config is not None else task.default_config().index
+        index = stored.config.index if stored.config is not None else task.default_config().index
     except Exception:  # noqa: BLE001 - a template without a usable default
         return None, "tasks without a usable config"
-    context, _ = pick_context(database, task, measure_context(task, MeasureOptions.flushed()))
-    if context is None:
+    if stored.context is None:
         return None, "tasks with no trial measured on this machine"
-    best = database.best(task.workload_key, context)
-    if best is not None and best.config_index == index:
-        return best, ""
-    runs = [t for t in database.trials(task.workload_key) if t.context == context and t.config_index == index
-            and t.ok and t.verified]
+    if stored.best is not None and stored.best.config_index == index:
+        return stored.best, ""
+    runs = [t for t in database.trials(task.workload_key) if t.context == stored.context
+            and t.config_index == index and t.ok and t.verified]
     if not runs:
         return None, "tasks whose chosen config was never measured (the untuned default)"
     return min(runs, key=lambda t: t.cost), ""
