@@ -38,11 +38,12 @@ DEFAULT_SCHEDULER = "sequential"
 DEFAULT_TUNER = "autotvm"
 
 
-def model_measure_options() -> MeasureOptions:
-    """How model tuning times candidates: cache-flushed, since a model's weights come from memory, not the caches."""
+def model_measure_options(threads: int | None = None) -> MeasureOptions:
+    """How model tuning times candidates: cache-flushed, since a model's weights come from memory,
+    not the caches; on ``threads`` threads (default: every usable core), as the model will run."""
     from ..measure import MeasureOptions
 
-    return MeasureOptions.flushed()
+    return MeasureOptions.flushed(threads=threads) if threads else MeasureOptions.flushed()
 
 
 def make_measurer(options: MeasureOptions, rpc: str | None = None, rpc_workers: int = 1) -> Measurer:
@@ -240,7 +241,8 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     stored in ``database`` (a rerun resumes). Then, unless ``check`` is False or nothing was
     measured here, the in-model check times each tuned task's best inside the model and keeps the
     fastest there. ``options``: the tuner's settings; ``survey``: the survey scheduler's options;
-    ``say`` gets the check's progress lines."""
+    ``threads``: the threads candidates are timed on and the model is checked with (default: every
+    usable core); ``say`` gets the check's progress lines."""
     from ..limits import check_seed
     from ..scheduler import SCHEDULERS
     from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
@@ -258,7 +260,7 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
 
     tasks = model_tasks(m)
     bs = batch_size or DEFAULT_BATCH_SIZE
-    measurer = make_measurer(model_measure_options(), rpc, rpc_workers)  # a bad rpc fails before the database is made
+    measurer = make_measurer(model_measure_options(threads), rpc, rpc_workers)  # a bad rpc fails before the database is made
     try:
         db = open_db(database)
     except BaseException:
