@@ -51,18 +51,35 @@ def test_record_then_restore_round_trips_and_refuses_a_wrong_sha(tmp_path: Path)
     assert not (root / paths[0]).exists()  # a blob that does not match writes nothing
 
 
-def test_the_manifest_names_every_raw_file_and_git_holds_each() -> None:
-    """Every raw file under bench/results is in the manifest, and each entry's commit holds a blob
-    of the recorded size (its sha256 is checked by restore)."""
+def test_no_raw_file_is_tracked_and_git_holds_each_one_the_manifest_names() -> None:
+    """No raw file under bench/results is in the working tree's index, and each manifest entry's
+    commit holds a blob of the recorded size (its sha256 is checked by restore)."""
     files = raw.load()
     if not (raw.ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     tracked = subprocess.run(["git", "-C", str(raw.ROOT), "ls-files", "bench/results"], check=True,
                              capture_output=True, text=True).stdout.split()
-    assert {p for p in tracked if raw.is_raw(p)} <= {f.path for f in files}
+    assert [p for p in tracked if raw.is_raw(p)] == []
+    assert len(files) >= 45 and not {f.path for f in files} & set(tracked)
     for f in files:
         size = subprocess.run(["git", "-C", str(raw.ROOT), "cat-file", "-s", f"{f.commit}:{f.path}"],
                               capture_output=True, text=True)
         if size.returncode:  # a shallow clone holds no history
             pytest.skip(f"git has no {f.commit[:12]} here (shallow clone)")
         assert int(size.stdout) == f.bytes, f.path
+
+
+#: The bound on the working tree a clone checks out (the GPU machine takes at most 64 MiB).
+TREE_LIMIT = 40 * 2**20
+
+
+def test_the_working_tree_stays_under_40_mib() -> None:
+    """Every tracked file together (datasets, the shipped weights and the results' summaries
+    included) is under 40 MiB."""
+    if not (raw.ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "-C", str(raw.ROOT), "ls-files", "-z"], check=True,
+                             capture_output=True).stdout.decode().split("\0")
+    sizes = {p: (raw.ROOT / p).stat().st_size for p in tracked if p and (raw.ROOT / p).is_file()}
+    largest = sorted(sizes, key=sizes.get, reverse=True)[:3]
+    assert sum(sizes.values()) < TREE_LIMIT, [(p, sizes[p]) for p in largest]

@@ -5,6 +5,7 @@ import random
 
 import numpy as np
 import pytest
+import torch
 
 from tensortune.costmodel.pretrained import available_ops, predictor_folder
 from tensortune.learn import load_predictor
@@ -21,6 +22,8 @@ def test_packaged_predictor(op) -> None:
     p = load_predictor(predictor_folder(op))
     assert p.op == op and p.schema["dataset"]["tasks"] >= 1 and p.machine.get("cpu_model")
     assert p.schema.get("command", "").startswith("tensortune predictor train")
+    assert p.schema["weights_dtype"] == "float16"  # stored at half size, computed in float32
+    assert all(v.dtype == torch.float32 for v in p.net.state_dict().values() if v.is_floating_point())
     if op not in SHAPES:
         pytest.skip(f"no test shape for {op}")
     task = Task.from_op(op, SHAPES[op], target=ZNVER4)

@@ -54,6 +54,34 @@ def test_same_seed_same_predictor(data) -> None:
     assert np.array_equal(a.predict_rows(x), b.predict_rows(x))
 
 
+def test_float16_weights_halve_the_file_and_reload_to_what_was_saved(data, tmp_path) -> None:
+    """Stored as float16, the weights take half the bytes; the reloaded predictor computes (in
+    float32) exactly what the saved one does, which ranks as the float32 one did."""
+    import torch
+
+    p, _ = train_predictor(data, TrainOptions(kind="mlp", net_options={"hidden": [64, 32]}, max_epochs=20,
+                                              batch_size=64, threads=1))
+    x = data.inputs()
+    full = p.predict_rows(x)
+    p.save(tmp_path / "f32")
+    with pytest.raises(PredictorError, match="expected one of float32, float16"):
+        p.save(tmp_path / "bad", weights_dtype="int8")
+    p.save(tmp_path / "f16", weights_dtype="float16")
+    state = torch.load(tmp_path / "f16" / "weights.pt", weights_only=True)
+    assert {v.dtype for v in state.values()} == {torch.float16}
+    assert (tmp_path / "f16" / "weights.pt").stat().st_size < 0.6 * (tmp_path / "f32" / "weights.pt").stat().st_size
+    q = load_predictor(tmp_path / "f16")
+    assert q.schema["weights_dtype"] == "float16" and load_predictor(tmp_path / "f32").schema["weights_dtype"] == "float32"
+    assert {v.dtype for v in q.net.state_dict().values()} == {torch.float32}
+    np.testing.assert_allclose(q.predict_rows(x), p.predict_rows(x), rtol=1e-6, atol=1e-7)
+    assert not np.array_equal(q.predict_rows(x), full)  # rounded, so not bit-equal to float32 ...
+    np.testing.assert_allclose(q.predict_rows(x), full, rtol=2e-2, atol=2e-2)  # ... but close
+    a, b = ranking_metrics(data.label, full, data.task_index), ranking_metrics(data.label, q.predict_rows(x), data.task_index)
+    assert abs(a["spearman"] - b["spearman"]) < 0.01, (a, b)
+    q.save(tmp_path / "again")  # a reloaded float16 predictor keeps its dtype
+    assert load_predictor(tmp_path / "again").schema["weights_dtype"] == "float16"
+
+
 def test_broken_predictor_folders_are_refused(data, tmp_path) -> None:
     with pytest.raises(PredictorError, match="no predictor here"):
         load_predictor(tmp_path)

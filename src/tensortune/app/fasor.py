@@ -156,10 +156,12 @@ def _nearest_index(task: Task, vector: np.ndarray) -> int | None:
 
 def pretrain(data: TrainingData, out: str | Path, holdout: float = 0.1, options: Any = None,
              study: bool = True, dqn_epochs: int = DQN_EPOCHS, seed: int = 0,
-             log: Callable[[str], None] = print, command: str = "") -> dict[str, Any]:
+             log: Callable[[str], None] = print, command: str = "",
+             weights_dtype: str | None = None) -> dict[str, Any]:
     """Pre-train the Fasor model of ``data`` (a Fasor training set: :func:`~tensortune.learn.fasor.fasor_data`)
     into ``out/<op>/`` (see the module); returns the summary written as the schema's ``fasor`` entry.
-    ``command``, the command line that made it, is kept in the schema so the model can be remade."""
+    ``command``, the command line that made it, is kept in the schema so the model can be remade;
+    ``weights_dtype`` is how the net's weights are stored (:meth:`Predictor.save`)."""
     from ..learn.fasor import FASOR_TRAIN
     from ..learn.trainer import evaluate, train_predictor
     from ..measure.hardware import HardwareProfile
@@ -176,7 +178,7 @@ def pretrain(data: TrainingData, out: str | Path, holdout: float = 0.1, options:
         summary["heldout"]["task_ids"] = [int(i) for i in held.tasks()]
         predictor.schema["heldout"] = summary["heldout"]
     folder = Path(out) / data.op
-    predictor.save(folder)
+    predictor.save(folder, weights_dtype)
     predictor.folder = folder
     profile = HardwareProfile.from_json(data.summary["hardware"][0])
     target = dict(profile.target)
@@ -199,7 +201,7 @@ def pretrain(data: TrainingData, out: str | Path, holdout: float = 0.1, options:
         log(f"DQN pre-trained: {summary['dqn']}")
     predictor.schema["fasor"] = summary
     predictor.schema["command"] = command
-    predictor.save(folder)
+    predictor.save(folder, weights_dtype)
     return summary
 
 

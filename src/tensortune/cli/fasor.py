@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..learn.predictor import WEIGHT_DTYPES
 from .args import (Parser, check_db, check_output, command_line, open_db, positive_float, positive_int, seed,
                    threads as threads_arg)
 
@@ -54,6 +55,8 @@ def add_parsers(sub: Any) -> None:
     pt.add_argument("--no-study", action="store_true", help="skip the sensitivity study")
     pt.add_argument("--time-budget", type=positive_float, default=None, help="stop training after this many seconds")
     pt.add_argument("--seed", type=seed, default=0, help="seed of the randomness (default 0)")
+    pt.add_argument("--weights-dtype", choices=WEIGHT_DTYPES, default=WEIGHT_DTYPES[0],
+                    help="how the net's weights are stored (float16 halves the file; the shipped models)")
     pt.add_argument("--force", action="store_true", help="replace an existing model of the op")
     tr = fs.add_parser("transfer", help="few-shot transfer of a pre-trained model to this machine")
     tr.add_argument("--data", default=None, help="the pre-training file .npz (its tasks are clustered; default: "
@@ -131,7 +134,7 @@ def _pretrain(a: argparse.Namespace) -> int:
           f"({len(data.summary.get('machines', []))} machine(s))", flush=True)
     summary = pretrain(data, out, holdout=a.holdout, options=opts, study=not a.no_study,
                        dqn_epochs=a.dqn_epochs, seed=a.seed, log=lambda s: print(s, flush=True),
-                       command=command_line("fasor", "pretrain"))
+                       command=command_line("fasor", "pretrain"), weights_dtype=a.weights_dtype)
     h = summary.get("heldout")
     if h:
         print(f"held-out tasks ({h['tasks']}): R^2 of -ln(latency) {h['r2_neg_log_latency']:.3f}, "

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..learn.predictor import WEIGHT_DTYPES
 from .args import Parser, command_line, positive_float, positive_int, seed
 
 
@@ -27,6 +28,8 @@ def add_parsers(sub: Any) -> None:
     pt.add_argument("--seed", type=seed, default=0, help="seed of the randomness (default 0)")
     pt.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE",
                     help="any other training option (patience, val_fraction, oversample, net.d_model, ...)")
+    pt.add_argument("--weights-dtype", choices=WEIGHT_DTYPES, default=WEIGHT_DTYPES[0],
+                    help="how a neural predictor's weights are stored (float16 halves the file; the shipped ones)")
     pt.add_argument("--force", action="store_true", help="replace an existing predictor folder's files")
     pe = psub.add_parser("eval", help="R^2, Spearman and top-k recall of a predictor on a training file")
     pe.add_argument("predictor", help="predictor folder")
@@ -67,6 +70,8 @@ def cmd_predictor(a: argparse.Namespace) -> int:
                       f"top-1 {h.get('top1_recall', 0):.2f}, top-5 {h.get('top5_recall', 0):.2f}")
             if p.schema.get("command"):
                 print(f"  made by: {p.schema['command']}")
+            if p.kind != "xgb":
+                print(f"  weights stored as {p.schema.get('weights_dtype', 'float32')}")
         return 0
     try:
         data = concat([load_training(f) for f in a.data])
@@ -128,7 +133,7 @@ def _predictor_train(a: argparse.Namespace, data: Any) -> int:
         predictor.schema["heldout"] = hm
         print(f"held-out tasks ({hm['tasks']}): R^2 {hm['r2']:.3f}, Spearman {hm['spearman']:.3f}, "
               f"top-1 {hm['top1_recall']:.2f}, top-5 {hm['top5_recall']:.2f}, top-64 quality {hm['top64_quality']:.3f}")
-    predictor.save(out)
+    predictor.save(out, a.weights_dtype)
     print(f"written: {out}")
     return 0
 

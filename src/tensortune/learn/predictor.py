@@ -5,7 +5,9 @@ A predictor is a folder::
     predictor.json   the schema: kind, op, inputs (curve width, knob width, task-feature names),
                      the input standardisation, the net's hyper-parameters, the dataset summary
                      (tasks, samples, machines), how it was trained and the command that did it
-    weights.pt       a PyTorch state dict, read back with ``torch.load(weights_only=True)``
+    weights.pt       a PyTorch state dict, read back with ``torch.load(weights_only=True)``;
+                     float32, or float16 to halve it (the schema's ``weights_dtype``: the
+                     packaged predictors), computed in float32 either way
     xgb.json         (kind ``xgb``) the XGBoost booster in its JSON format
 
 :func:`load_predictor` reads any kind; :meth:`Predictor.rows` builds a task's input rows from
@@ -31,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Schema format written by :meth:`Predictor.save` (read back only when equal).
 FORMAT = "tensortune-predictor/1"
 SCHEMA_FILE, WEIGHTS_FILE, XGB_FILE = "predictor.json", "weights.pt", "xgb.json"
+#: How a neural predictor's weights may be stored (the first is the default).
+WEIGHT_DTYPES = ("float32", "float16")
 
 
 class PredictorError(TensortuneError, ValueError):
@@ -62,16 +66,21 @@ class Predictor(ABC):
         """Predicted normalised throughput of raw (unstandardised) input rows (float64 [n])."""
 
     @abstractmethod
-    def _save_weights(self, folder: Path) -> None:
-        """Write the learnt parameters into ``folder``."""
+    def _save_weights(self, folder: Path, dtype: str) -> None:
+        """Write the learnt parameters into ``folder`` (floating tensors as ``dtype``)."""
 
-    def save(self, folder: str | Path) -> Path:
-        """Write the predictor into ``folder`` (created; files replaced atomically)."""
+    def save(self, folder: str | Path, weights_dtype: str | None = None) -> Path:
+        """Write the predictor into ``folder`` (created; files replaced atomically).
+        ``weights_dtype`` (one of :data:`WEIGHT_DTYPES`) stores a neural net's weights at that
+        precision; None keeps the schema's (float32 for a new predictor)."""
         from ..utils.atomic import atomic_write
 
+        dtype = weights_dtype or self.schema.get("weights_dtype", WEIGHT_DTYPES[0])
+        if dtype not in WEIGHT_DTYPES:
+            raise PredictorError(f"weights dtype {dtype!r}: expected one of {', '.join(WEIGHT_DTYPES)}")
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        self._save_weights(folder)
+        self._save_weights(folder, dtype)
         atomic_write(folder / SCHEMA_FILE, json.dumps(self.schema, indent=1))
         return folder
 
@@ -149,13 +158,19 @@ class NeuralPredictor(Predictor):
     def predict_rows(self, x: np.ndarray) -> np.ndarray:
         return self.predict_outputs(x)[:, 0]
 
-    def _save_weights(self, folder: Path) -> None:
+    def _save_weights(self, folder: Path, dtype: str) -> None:
         import torch
 
         from ..utils.atomic import atomic_path
 
+        to = getattr(torch, dtype)
+        state = {k: v.detach().cpu().to(to) if v.is_floating_point() else v.detach().cpu()
+                 for k, v in self.net.state_dict().items()}
+        if dtype != WEIGHT_DTYPES[0]:  # the net in memory computes what a reload will
+            self.net.load_state_dict(state)
+        self.schema["weights_dtype"] = dtype
         with atomic_path(folder / WEIGHTS_FILE, suffix=".pt") as tmp:
-            torch.save({k: v.detach().cpu() for k, v in self.net.state_dict().items()}, tmp)
+            torch.save(state, tmp)
 
 
 class XGBPredictor(Predictor):
@@ -172,7 +187,7 @@ class XGBPredictor(Predictor):
 
         return self.booster.predict(xgb.DMatrix(x)).astype(np.float64)
 
-    def _save_weights(self, folder: Path) -> None:
+    def _save_weights(self, folder: Path, dtype: str) -> None:
         from ..utils.atomic import atomic_path
 
         with atomic_path(folder / XGB_FILE, suffix=".json") as tmp:
