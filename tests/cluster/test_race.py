@@ -192,7 +192,7 @@ def test_a_dying_host_lock_is_replaced_by_a_live_one(local_ray) -> None:
     """An earlier race's lock torn down (here: killed) while a new race asks for it by name."""
     from tensortune.cluster.race import host_lock
 
-    node = ray.util.get_node_ip_address()
+    node = ray.get_runtime_context().get_node_id()
     first = host_lock(node)
     ray.kill(first)
     second = host_lock(node)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,13 +18,13 @@ from . import deploy
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..database import Database
-    from ..measure import MeasureOptions, Measurer
+    from ..measure import MeasureOptions, Measurer, MeasurerBase
     from ..models.comparison import BenchReport
     from ..models.compile import CompiledModel
     from ..models.in_model import InModelReport
     from ..models.importer import Model
     from ..models.profile import ModelProfile
-    from ..scheduler import TaskOutcome
+    from ..scheduler import TaskOutcome, TaskScheduler
     from ..scheduler.survey import SurveyOptions
     from ..tuners.result import TuneResult
     from ..task import Task
@@ -65,6 +66,25 @@ def make_measurer(options: MeasureOptions, rpc: str | None = None, rpc_workers: 
         return Measurer(options)
     except (ValueError, DeviceUnavailable) as e:
         raise UsageError(str(e)) from None
+
+
+def check_cluster(scheduler: str, rpc: str | None, slots_per_node: int) -> None:
+    """UsageError in one line for what a cluster run cannot take."""
+    if rpc is not None:
+        raise UsageError("--ray-address and --rpc: the cluster's nodes time the candidates, or the tracker's devices; not both")
+    if scheduler != DEFAULT_SCHEDULER:
+        raise UsageError(f"--scheduler {scheduler}: a cluster tunes tasks at once, one per slot (the parallel "
+                         f"scheduler); leave --scheduler at {DEFAULT_SCHEDULER}")
+    if isinstance(slots_per_node, bool) or not isinstance(slots_per_node, int) or slots_per_node < 1:
+        raise UsageError(f"slots_per_node={slots_per_node!r}: a whole number of at least 1")
+
+
+def _noise(measurers: Sequence[MeasurerBase]) -> dict[str, Any]:
+    """The contention met while measuring, from a measurer that watched it (one line otherwise)."""
+    log = getattr(measurers[0], "noise", None) if len(measurers) == 1 else None
+    if log is not None:
+        return {**log.to_json(), "summary": log.describe()}
+    return {"summary": f"timed on {len(measurers)} slots of a cluster: each trial's record has its node's verdict"}
 
 
 def _check_target(target: Any) -> None:
@@ -234,6 +254,7 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
                scheduler: str = DEFAULT_SCHEDULER, options: Mapping[str, Any] | Sequence[str] = (),
                seed: int = 0, batch_size: int | None = None, rpc: str | None = None, rpc_workers: int = 1,
                survey: SurveyOptions | None = None, check: bool = True, threads: int | None = None,
+               ray_address: str | None = None, slots_per_node: int = 1,
                progress: bool = False, say: Callable[[str], None] | None = None) -> TunedModel:
     """Tune every task of ``model`` (a ``torch.nn.Module`` with ``example_inputs``, an ONNX path, a
     built-in name, a Hugging Face spec, or a loaded :class:`Model`) with ``tuner`` under ``budget``
@@ -242,7 +263,10 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     measured here, the in-model check times each tuned task's best inside the model and keeps the
     fastest there. ``options``: the tuner's settings; ``survey``: the survey scheduler's options;
     ``threads``: the threads candidates are timed on and the model is checked with (default: every
-    usable core); ``say`` gets the check's progress lines."""
+    usable core); ``ray_address`` (``auto`` or ``HOST:PORT``): the tasks are tuned at once on
+    ``slots_per_node`` slots of every node of that Ray cluster (:mod:`tensortune.cluster.nodes`,
+    :class:`~tensortune.scheduler.ParallelScheduler`), this process writing the database;
+    ``say`` gets the check's progress lines."""
     from ..limits import check_seed
     from ..scheduler import SCHEDULERS
     from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
@@ -251,6 +275,8 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     _check_target(target)
     budget = Budget.of(budget)
     settings = check_tuning(tuner, scheduler, budget, database, options)
+    if ray_address is not None:
+        check_cluster(scheduler, rpc, slots_per_node)
     try:
         check_seed(seed)
     except ValueError as e:
@@ -260,11 +286,20 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
 
     tasks = model_tasks(m)
     bs = batch_size or DEFAULT_BATCH_SIZE
-    measurer = make_measurer(model_measure_options(threads), rpc, rpc_workers)  # a bad rpc fails before the database is made
+    # a bad rpc, or a cluster that cannot be joined, fails before the database is made
+    if ray_address is None:
+        measurers: list[MeasurerBase] = [make_measurer(model_measure_options(threads), rpc, rpc_workers)]
+    else:
+        from ..cluster.nodes import connect, start_slots
+
+        connect(ray_address)
+        measurers = list(start_slots(model_measure_options(threads), slots_per_node))
+        scheduler = "parallel"
     try:
         db = open_db(database)
     except BaseException:
-        measurer.close()
+        for me in measurers:
+            me.close()
         raise
 
     def make_tuner(task: Task, round_: int) -> Any:
@@ -273,21 +308,30 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     out = TunedModel(m, database, tuner, scheduler, budget, [], 0.0)
     t0 = time.perf_counter()
     try:
-        with measurer as me:
+        with ExitStack() as held:
+            for me in measurers:
+                held.enter_context(me)
             bar = ModelProgress(m.name, tasks, budget.trials, budget.wall_s, disable=not progress)
             extra: dict[str, Any] = {}
             if scheduler == "survey":
                 from ..scheduler.survey import SurveyOptions
 
                 extra = {"model_latency": model_latency_fn(m, db), "options": survey or SurveyOptions()}
-            sched = SCHEDULERS[scheduler](tasks, make_tuner, me, db, budget, callbacks=[bar], batch_size=bs, **extra)
+            if scheduler == "parallel":
+                from ..scheduler import ParallelScheduler
+
+                sched: TaskScheduler = ParallelScheduler(tasks, make_tuner, measurers, db, budget,
+                                                         lambda: open_db(database), callbacks=[bar], batch_size=bs)
+            else:
+                sched = SCHEDULERS[scheduler](tasks, make_tuner, measurers[0], db, budget, callbacks=[bar],
+                                              batch_size=bs, **extra)
             try:
                 out.outcomes = sched.run()
                 bar.settle(out.outcomes)
             finally:
                 bar.close()
                 out.cost = sched.cost()
-                out.noise = {**me.noise.to_json(), "summary": me.noise.describe()}
+                out.noise = _noise(measurers)
                 out.survey = sched.report()
     finally:
         db.close()

@@ -32,6 +32,11 @@ def add_parsers(sub: Any) -> None:
                     help="time candidates on a device of this TVM RPC tracker (built here)")
     tm.add_argument("--rpc-workers", type=positive_int, default=1, metavar="N",
                     help="with --rpc: candidates timed at once, each on a device of its own (default 1)")
+    tm.add_argument("--ray-address", default=None, metavar="ADDR",
+                    help="tune tasks at once on the nodes of this Ray cluster (auto: the one this machine is in; "
+                         "HOST:PORT); the nodes build and time, this process writes --db (needs the ray extra)")
+    tm.add_argument("--slots-per-node", type=positive_int, default=1, metavar="N",
+                    help="with --ray-address: tasks tuned at once on each node, each on --threads cores (default 1)")
     tm.add_argument("--cpu-budget", type=positive_float, default=None,
                     help="CPU-seconds for the whole model (on top of --trials / --time-budget)")
     tm.add_argument("--energy-budget", type=positive_float, default=None,
@@ -136,6 +141,12 @@ def cmd_tune(a: argparse.Namespace) -> int:
     threads = app.use_threads(a.threads)
     check_db(a.db, must_exist=False)
     check_tuning(a.tuner, a.scheduler, budget, a.db, a.tuner_options)  # before importing a model
+    if a.ray_address is not None:
+        from ..app.tuning import check_cluster
+        from ..cluster.nodes import connect
+
+        check_cluster(a.scheduler, a.rpc, a.slots_per_node)
+        connect(a.ray_address)
     model = load_model(a)
     survey = None
     if a.scheduler == "survey":
@@ -147,7 +158,9 @@ def cmd_tune(a: argparse.Namespace) -> int:
     quiet = a.no_progress or a.json
     tuned = app.tune_model(model, tuner=a.tuner, budget=budget, database=a.db, scheduler=a.scheduler,
                            options=a.tuner_options, seed=a.seed, batch_size=a.batch_size, rpc=a.rpc,
-                           rpc_workers=a.rpc_workers, survey=survey, check=not a.no_check, progress=not quiet, say=None if quiet else _say, threads=threads)
+                           rpc_workers=a.rpc_workers, survey=survey, check=not a.no_check, progress=not quiet,
+                           say=None if quiet else _say, threads=threads, ray_address=a.ray_address,
+                           slots_per_node=a.slots_per_node)
     if a.no_check and not a.rpc:
         tuned.check = {"skipped": "--no-check"}
     if a.json:
@@ -166,6 +179,8 @@ def cmd_tune(a: argparse.Namespace) -> int:
           + (f"; stopped by the {cost['stopped_by'].replace('_', ' ')}" if cost.get("stopped_by") else ""))
     if noise.get("summary"):
         print(noise["summary"])
+    for lost in cost.get("lost", []):
+        print(f"lost: {lost}")
     if tuned.survey:
         rep = tuned.survey
         print(f"survey: untuned {rep['untuned_ms']:.2f} ms; rounds " + ", ".join(

@@ -19,7 +19,7 @@ leaves the race and the ranking. An actor that dies (killed, or its node lost) i
 such and the race goes on without it.
 
 **One actor at work per host.** A host's actors take turns through a lock held by a named actor
-per node (:class:`HostLock`): an actor holds it for each task's batch (its search, cost-model
+per Ray node (:class:`HostLock`; one node per machine): an actor holds it for each task's batch (its search, cost-model
 update, building and measuring) and for its model timing, so nothing else any actor does runs
 beside a timing. Holding it for the measurements alone is not enough: on 2 cores one actor's
 search (PPO, simulated annealing, XGBoost fitting) beside another's model timing slows that
@@ -67,34 +67,33 @@ def local_ray_options() -> dict[str, Any]:
     return {"include_dashboard": False}
 
 
-def lock_name(node_ip: str) -> str:
-    """The host lock actor's name on a node."""
-    return f"tensortune-measure-lock-{node_ip}"
+def lock_name(node_id: str) -> str:
+    """The measurement lock actor's name on a Ray node."""
+    return f"tensortune-measure-lock-{node_id}"
 
 
-def host_lock(node_ip: str, tries: int = 10, node_id: str | None = None) -> Any:
-    """A handle on the host's lock actor (:func:`make_lock_actor`), made if none is alive, on the
-    node ``node_id`` when given (the caller's node: the lock lives and dies with its host).
+def host_lock(node_id: str, tries: int = 10) -> Any:
+    """A handle on the measurement lock of the Ray node ``node_id`` (:func:`make_lock_actor`),
+    made on that node if none is alive (the lock lives and dies with its node).
 
-    The lock is detached: it lives as long as the Ray instance, one per host for every race and
-    driver (owned by a race, it would be torn down once that race dropped its handle, while the
-    next race's actors look its name up). A dead answer is asked for again until its name is free."""
+    One lock per Ray node, so run one node per machine: two nodes started on one machine
+    (``ray.cluster_utils.Cluster`` in the tests) measure at once. The lock is detached: it lives as
+    long as the Ray instance, one per node for every race, tuning run and driver (owned by one,
+    it would be torn down once that one dropped its handle, while the next looks its name up). A
+    dead answer is asked for again until its name is free."""
     ray = _ray()
-    cls = make_lock_actor()
-    placement: dict[str, Any] = {}
-    if node_id is not None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        placement["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    cls = make_lock_actor()
     for attempt in range(tries):
-        lock = cls.options(name=lock_name(node_ip), namespace=LOCK_NAMESPACE, get_if_exists=True,
-                           lifetime="detached", **placement).remote()
+        lock = cls.options(name=lock_name(node_id), namespace=LOCK_NAMESPACE, get_if_exists=True, lifetime="detached",
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)).remote()
         try:
             ray.get(lock.alive.remote(), timeout=60)
             return lock
         except ray.exceptions.RayActorError:
             time.sleep(0.2 * (attempt + 1))
-    raise RuntimeError(f"no live measurement lock on {node_ip} after {tries} tries")
+    raise RuntimeError(f"no live measurement lock on node {node_id} after {tries} tries")
 
 
 def db_slug(model: str, tuner: str) -> str:
@@ -255,8 +254,8 @@ def make_tuner_actor() -> Any:
     @ray.remote(num_cpus=0, max_restarts=0)
     class TunerActor:  # its lock name "MODEL/TUNER" is the coordinator's key of it
         def __init__(self, model: str, tuner: str, db_path: str, seed: int, batch: int) -> None:
-            node = ray.util.get_node_ip_address()  # this actor's own host: it takes turns with its neighbours
-            lock = host_lock(node, node_id=ray.get_runtime_context().get_node_id())
+            node = ray.get_runtime_context().get_node_id()  # this actor's own node: it takes turns with its neighbours
+            lock = host_lock(node)
             self.lock = lock_name(node)
             self.c = Competitor(model, tuner, db_path, seed, batch, lambda: host_turn(lock, f"{model}/{tuner}"))
 

@@ -9,8 +9,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
+from ..errors import TensortuneError
 from .options import MeasureOptions
 from .result import MeasureInput, MeasureResult
+
+
+class MeasurerLost(TensortuneError, RuntimeError):
+    """The measurer can measure no more (its device or node is gone): the batch in flight is lost,
+    nothing of it stored, and a scheduler with other measurers hands the task to them."""
 
 
 class MeasurerBase(ABC):

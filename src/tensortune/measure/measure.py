@@ -12,7 +12,8 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, Sequence
 
 from ..target import cpu_count
 from .base import MeasurerBase
@@ -348,8 +349,12 @@ class Measurer(MeasurerBase):
     call: searches' batches, repeated rounds, correctness checks), so a tuning run's wall time
     splits into building, running and the rest (search, cost-model updates, bookkeeping)."""
 
-    def __init__(self, options: MeasureOptions | None = None) -> None:
+    def __init__(self, options: MeasureOptions | None = None,
+                 turn: Callable[[], ContextManager[object]] | None = None) -> None:
+        """``turn``: a context held around each timing (not the building), e.g. a node's
+        measurement lock shared with other measurers of the machine."""
         self.options = options or MeasureOptions()
+        self.turn = turn or nullcontext
         self.builder = LocalBuilder(self.options)
         self.runner = RPCRunner(self.options) if self.options.rpc else LocalRunner(self.options)
         self.build_s = 0.0
@@ -370,11 +375,12 @@ class Measurer(MeasurerBase):
     def _run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult], *args: Any, **kw: Any) -> Any:
         if self._runner_started is not None:
             self._runner_started.result()  # a runner that could not start raises here (WorkerStartError)
-        t0 = time.perf_counter()
-        try:
-            return self.runner.run(inputs, builds, *args, **kw)
-        finally:
-            self.run_s += time.perf_counter() - t0
+        with self.turn():
+            t0 = time.perf_counter()
+            try:
+                return self.runner.run(inputs, builds, *args, **kw)
+            finally:
+                self.run_s += time.perf_counter() - t0
 
     def start(self) -> None:
         """Start all worker processes."""

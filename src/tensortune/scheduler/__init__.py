@@ -34,6 +34,7 @@ or the time: each ``tune`` call gets what is left of it, and no task starts once
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -121,6 +122,8 @@ class TaskScheduler:
         self._start = 0.0
         #: each task's tuner, by workload key, made on first use
         self.tuners: dict[str, Any] = {}
+        #: held for the run's bookkeeping (the parallel scheduler tunes tasks in several threads)
+        self._guard = threading.RLock()
 
     def remaining(self) -> float | None:
         """Seconds left of the time budget (None: no time budget)."""
@@ -144,7 +147,7 @@ class TaskScheduler:
         wall = time.perf_counter() - self._start if self._start else 0.0
         out = {"wall_s": round(wall, 3), "cpu_s": round(self.cpu_s, 3),
                "energy_j": None if self.energy_j is None else round(self.energy_j, 3)}
-        build, run = self.measurer.build_s, self.measurer.run_s
+        build, run = self._build_run_s()
         if build is not None and run is not None:
             out.update(build_s=round(build, 3), run_s=round(run, 3), search_s=round(max(0.0, wall - build - run), 3))
         if self.energy_j is None and self.energy_note:
@@ -153,6 +156,10 @@ class TaskScheduler:
             out["stopped_by"] = self.budget_stop
         return out
 
+    def _build_run_s(self) -> tuple[float | None, float | None]:
+        """Seconds spent building and running candidates (None where the measurer keeps none)."""
+        return self.measurer.build_s, self.measurer.run_s
+
     def report(self) -> dict[str, Any] | None:
         """What the scheduler has to say about its run beyond the outcomes (None: nothing)."""
         return None
@@ -160,14 +167,18 @@ class TaskScheduler:
     def tuner_for(self, mt: ModelTask) -> Any:
         """The tuner of ``mt``: made by ``make_tuner(task, 0)`` on first use, the same one after."""
         key = mt.task.workload_key
-        if key not in self.tuners:
-            self.tuners[key] = self.make_tuner(mt.task, 0)
-        return self.tuners[key]
+        with self._guard:
+            if key not in self.tuners:
+                self.tuners[key] = self.make_tuner(mt.task, 0)
+            return self.tuners[key]
 
-    def _tune(self, mt: ModelTask, n_trial: int, time_budget: float | None, min_trials: int = 0) -> int:
+    def _tune(self, mt: ModelTask, n_trial: int, time_budget: float | None, min_trials: int = 0,
+              measurer: MeasurerBase | None = None, database: Database | None = None) -> int:
         """One ``Tuner.tune`` call of ``mt``'s tuner up to ``n_trial`` stored trials, at least
-        ``min_trials`` of them whatever ``time_budget`` says; returns trials measured
-        (confirmation re-measurements not included)."""
+        ``min_trials`` of them whatever ``time_budget`` says, with ``measurer`` and ``database``
+        (default: the scheduler's); returns trials measured (confirmation re-measurements not
+        included)."""
+        measurer, database = measurer or self.measurer, database or self.database
         self.current = mt
         out = self.outcomes[mt.task.workload_key]
         # what is left of the run's CPU and energy (a sliver when spent: the tuner then stops at once)
@@ -175,7 +186,14 @@ class TaskScheduler:
         energy_left = None if self.energy_budget is None else max(self.energy_budget - (self.energy_j or 0.0), 1e-9)
         limit = Budget(trials=n_trial, wall_s=time_budget, cpu_s=cpu_left, energy_j=energy_left,
                        early_stopping=self.budget.early_stopping, min_trials=min_trials)
-        res = self.tuner_for(mt).tune(limit, self.measurer, database=self.database, callbacks=[self._callback])
+        res = self.tuner_for(mt).tune(limit, measurer, database=database, callbacks=[self._callback])
+        with self._guard:
+            self._account(mt, res, database)
+        return res.trials_measured
+
+    def _account(self, mt: ModelTask, res: Any, database: Database) -> None:
+        """Add a ``tune`` call's result to the run's cost and the task's outcome."""
+        out = self.outcomes[mt.task.workload_key]
         if res.cost is not None:
             self.cpu_s += res.cost.cpu_s
             if res.cost.energy_j is not None:
@@ -183,21 +201,21 @@ class TaskScheduler:
             else:
                 self.energy_note = res.cost.energy_note
         out.measured += res.trials_measured
-        out.trials_total = self.database.count(mt.task.workload_key)
+        out.trials_total = database.count(mt.task.workload_key)
         for k, v in res.errors.items():
             out.errors[k] = out.errors.get(k, 0) + v
         if res.best_config is not None:  # the tuner's (confirmed) best, which may be slower than a lucky trial
             out.best_s = res.best_cost
         out.stop_reason = res.stop_reason
         out.search = self.tuner_for(mt).search_report()
-        return res.trials_measured
 
     def _callback(self, tuner: Tuner, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """After each batch: the task's best so far (progress only; :meth:`_tune` sets the final one)."""
-        out = self.outcomes[tuner.task.workload_key]
-        out.best_s = min(out.best_s, tuner.best_cost)
-        for cb in self.callbacks:
-            cb(self, tuner, inputs, results)
+        with self._guard:
+            out = self.outcomes[tuner.task.workload_key]
+            out.best_s = min(out.best_s, tuner.best_cost)
+            for cb in self.callbacks:
+                cb(self, tuner, inputs, results)
 
     def load_bests(self) -> None:
         """Best stored latency of every task (before tuning, for the estimate and resumes)."""
@@ -268,7 +286,8 @@ class RoundRobinScheduler(TaskScheduler):
                     active.remove(mt)
 
 
-from .survey import SurveyScheduler  # noqa: E402 - it subclasses TaskScheduler
+from .parallel import ParallelScheduler  # noqa: E402 - these subclass TaskScheduler
+from .survey import SurveyScheduler  # noqa: E402
 
 SCHEDULERS: dict[str, type[TaskScheduler]] = {s.name: s for s in (SequentialScheduler, RoundRobinScheduler,
                                                                     SurveyScheduler)}
@@ -282,5 +301,5 @@ def get_scheduler(name: str) -> type[TaskScheduler]:
         raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(SCHEDULERS)}") from None
 
 
-__all__ = ["MIN_SHARE", "MIN_TASK_BUDGET_S", "SCHEDULERS", "RoundRobinScheduler", "SequentialScheduler",
+__all__ = ["MIN_SHARE", "MIN_TASK_BUDGET_S", "SCHEDULERS", "ParallelScheduler", "RoundRobinScheduler", "SequentialScheduler",
            "SurveyScheduler", "TaskOutcome", "TaskScheduler", "estimated_total", "get_scheduler"]
