@@ -6,15 +6,12 @@ the batch (and tuning) goes on on the other; a bad ``--rpc`` is refused in one l
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
+from bench.loopback import free_port, kill, loopback_devices, spawn_server
 from tensortune.database import Database
 from tensortune.measure import MeasureInput, MeasureOptions, Measurer
 from tensortune.task import Task
@@ -23,59 +20,11 @@ from tensortune.tuners import get_tuner
 KEY = "tt-loopback"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def spawn(*args: str, threads: int = 2) -> subprocess.Popen:
-    env = {**os.environ, "TVM_NUM_THREADS": str(threads)}
-    return subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def servers_up(port: int, n: int, timeout: float = 60.0) -> None:
-    from tvm import rpc
-
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            info = rpc.connect_tracker("127.0.0.1", port).summary().get("server_info", [])
-            if sum(1 for s in info if str(s.get("key", "")).endswith(KEY)) >= n:
-                return
-        except Exception:  # noqa: BLE001 - the tracker is still starting
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{n} servers did not register with the tracker")
-
-
-def kill(p: subprocess.Popen) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    p.wait()
-
-
 @contextlib.contextmanager
 def loopback_cluster(n: int = 2, threads: int = 2):
     """A tracker and ``n`` servers on the loopback address: (tracker port, server processes)."""
-    port = free_port()
-    tracker = spawn("tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1))
-    servers = []
-    try:
-        time.sleep(1.0)
-        for _ in range(n):
-            sport = free_port()
-            servers.append(spawn("tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", KEY,
-                                 "--host", "127.0.0.1", "--port", str(sport), "--port-end", str(sport + 50),
-                                 threads=threads))
-        servers_up(port, n)
-        yield port, servers
-    finally:
-        for p in servers + [tracker]:
-            kill(p)
+    with loopback_devices(n, KEY, threads) as c:
+        yield c
 
 
 @pytest.fixture
@@ -136,9 +85,7 @@ def test_a_server_dying_mid_batch_becomes_errors_and_tuning_goes_on(cluster) -> 
         first.wait(120)
         time.sleep(0.6)  # inside the second candidate's 1.2 s of timing
         kill(servers[0])
-        sport = free_port()
-        replacement.append(spawn("tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", KEY,
-                                 "--host", "127.0.0.1", "--port", str(sport), "--port-end", str(sport + 50)))
+        replacement.append(spawn_server(port, KEY))
 
     try:
         with Measurer(slow) as m:

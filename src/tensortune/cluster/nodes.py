@@ -14,6 +14,7 @@ batch is lost and nothing of it is stored; the scheduler gives the slot's task t
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +25,8 @@ from ..errors import UsageError
 from ..measure.base import MeasurerBase, MeasurerLost
 from ..measure.options import MeasureOptions
 from ..measure.result import MeasureInput, MeasureResult
+
+log = logging.getLogger(__name__)
 
 #: How long a slot's actor may take to start (its node imports TVM and starts its workers).
 START_TIMEOUT_S = 300.0
@@ -241,6 +244,10 @@ def start_slots(options: MeasureOptions, slots_per_node: int = 1, nodes: Sequenc
     threads = int(options.threads)
     alive = [n for n in ray.nodes() if n.get("Alive") and (nodes is None or n["NodeID"] in nodes)]
     fit = [n for n in alive if n.get("Resources", {}).get("CPU", 0) >= threads * slots_per_node]
+    for n in alive:
+        if n not in fit:
+            log.warning("node %s has %s CPUs, fewer than %d slot(s) x %d thread(s): it takes no slot",
+                        n.get("NodeManagerAddress"), n.get("Resources", {}).get("CPU", 0), slots_per_node, threads)
     if not fit:
         raise UsageError(f"no node of the Ray cluster has {threads * slots_per_node} CPUs for "
                          f"{slots_per_node} slot(s) timing on {threads} thread(s) (lower --threads)")

@@ -43,8 +43,10 @@ class LocalBuilder:
             list(self._pool.map(lambda w: w.start(), self._workers))
             self._started = True
 
-    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
-        """Build a batch; the results are in input order."""
+    def build(self, inputs: Sequence[MeasureInput],
+              on_built: Callable[[int, BuildResult], None] | None = None) -> list[BuildResult]:
+        """Build a batch; the results are in input order, and ``on_built(k, result)`` is called
+        (from a builder thread) as the ``k``-th finishes."""
         self.start()
         jobs = [(i.task.json_text, i.config.to_json()["knobs"]) for i in inputs]
         results: list[BuildResult | None] = [None] * len(jobs)
@@ -58,7 +60,9 @@ class LocalBuilder:
                     k = todo.get_nowait()
                 except queue.Empty:
                     return
-                results[k] = self._build_one(worker, *jobs[k])
+                results[k] = r = self._build_one(worker, *jobs[k])
+                if on_built is not None:
+                    on_built(k, r)
 
         list(self._pool.map(lane, self._workers))
         return [r for r in results if r is not None]
@@ -239,8 +243,9 @@ class RPCRunner(LocalRunner):
     worker process (so a hung device ends at the run timeout). ``options.rpc_workers`` candidates
     are on devices at once, each in a session of its own that the tracker gives to a free device
     (AutoTVM's ``n_parallel``), so N devices time N candidates at a time and one that drops out
-    leaves the next candidates to the others. Results are handed back in the caller's thread, in
-    the order the candidates finish. Energy is not measured (the counters here do not see the
+    leaves the next candidates to the others. A candidate goes to a device as soon as it is built
+    (:meth:`run_as_built`), and results are handed back in the caller's thread, in the order the
+    candidates finish. Energy is not measured (the counters here do not see the
     device), and the thread count recorded is the device's."""
 
     def __init__(self, options: MeasureOptions) -> None:
@@ -262,28 +267,56 @@ class RPCRunner(LocalRunner):
             check_correctness: bool | None = None, keep_artifacts: bool = False) -> list[MeasureResult]:
         if not self._more:
             return super().run(inputs, builds, on_result, check_correctness, keep_artifacts)
-        import queue
-        from concurrent.futures import ThreadPoolExecutor, as_completed
+        built: queue.SimpleQueue[tuple[int, BuildResult]] = queue.SimpleQueue()
+        for k, b in enumerate(builds):
+            built.put((k, b))
+        return self.run_as_built(inputs, built, on_result, check_correctness, keep_artifacts)
+
+    def run_as_built(self, inputs: Sequence[MeasureInput], built: queue.SimpleQueue[tuple[int, BuildResult]],
+                     on_result: Callable[[MeasureInput, MeasureResult], None] | None = None,
+                     check_correctness: bool | None = None, keep_artifacts: bool = False) -> list[MeasureResult]:
+        """Time each candidate on a free device as soon as its build arrives on ``built`` (``(k,
+        build)`` pairs, one per input, in any order), so building and timing overlap; results are
+        handed to ``on_result`` in the caller's thread as they finish. Returns them in input order."""
+        from concurrent.futures import ThreadPoolExecutor
 
         opts = self._opts(check_correctness)
         free: queue.Queue[Worker] = queue.Queue()
         for w in [self._worker, *self._more]:
             free.put(w)
+        events: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
 
-        def one(k: int) -> tuple[int, MeasureResult]:
+        def feed() -> None:  # builds, as they arrive, become events of this loop
+            for _ in range(len(inputs)):
+                k, b = built.get()
+                events.put(("built", k, b))
+
+        def one(k: int, b: BuildResult) -> None:
             worker = free.get()
             try:
-                return k, self._run_one(inputs[k], builds[k], opts, keep_artifacts, worker)
+                events.put(("ran", k, self._run_one(inputs[k], b, opts, keep_artifacts, worker)))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                events.put(("failed", k, e))
             finally:
                 free.put(worker)
 
         out: list[MeasureResult | None] = [None] * len(inputs)
+        done = 0
         with ThreadPoolExecutor(max_workers=1 + len(self._more), thread_name_prefix="rpc") as pool:
-            for fut in as_completed([pool.submit(one, k) for k in range(len(inputs))]):
-                k, r = fut.result()
-                out[k] = r
+            pool_feed = ThreadPoolExecutor(1, thread_name_prefix="rpc-feed")
+            pool_feed.submit(feed)
+            pool_feed.shutdown(wait=False)
+            while done < len(inputs):
+                kind, k, value = events.get()
+                if kind == "built":
+                    pool.submit(one, k, value)
+                    continue
+                if kind == "failed":
+                    raise value
+                out[k] = value
+                done += 1
                 if on_result is not None:
-                    on_result(inputs[k], r)  # here, not in a pool thread: the database is the caller's
+                    on_result(inputs[k], value)  # here, not in a pool thread: the database is the caller's
         return [r for r in out if r is not None]
 
     def close(self) -> None:
@@ -361,14 +394,15 @@ class Measurer(MeasurerBase):
         self.run_s = 0.0
         self._runner_started: Future[None] | None = None
 
-    def _build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+    def _build(self, inputs: Sequence[MeasureInput],
+               on_built: Callable[[int, BuildResult], None] | None = None) -> list[BuildResult]:
         if self._runner_started is None:  # the runner process starts while the first batch builds
             pool = ThreadPoolExecutor(1)
             self._runner_started = pool.submit(self.runner.start)
             pool.shutdown(wait=False)
         t0 = time.perf_counter()
         try:
-            return self.builder.build(inputs)
+            return self.builder.build(inputs, on_built)
         finally:
             self.build_s += time.perf_counter() - t0
 
@@ -389,8 +423,45 @@ class Measurer(MeasurerBase):
 
     def measure(self, inputs: Sequence[MeasureInput],
                 on_result: Callable[[MeasureInput, MeasureResult], None] | None = None) -> list[MeasureResult]:
-        """Build then run ``inputs`` (``on_result`` as each completes)."""
+        """Build then run ``inputs`` (``on_result`` as each completes). On RPC devices each
+        candidate is timed as soon as it is built (:meth:`RPCRunner.run_as_built`: building here
+        cannot disturb a timing there), and ``run_s`` counts the time the timing went on past
+        the building."""
+        if isinstance(self.runner, RPCRunner) and inputs:
+            return self._pipelined(inputs, on_result)
         return self._run(inputs, self._build(inputs), on_result)
+
+    def _pipelined(self, inputs: Sequence[MeasureInput],
+                   on_result: Callable[[MeasureInput, MeasureResult], None] | None) -> list[MeasureResult]:
+        assert isinstance(self.runner, RPCRunner)
+        built: queue.SimpleQueue[tuple[int, BuildResult]] = queue.SimpleQueue()
+        sent: set[int] = set()
+
+        def arrived(k: int, b: BuildResult) -> None:
+            sent.add(k)
+            built.put((k, b))
+
+        def build() -> None:
+            try:
+                self._build(inputs, arrived)
+            except Exception as e:  # noqa: BLE001 - what was not built is an error, and the runs go on
+                for k in range(len(inputs)):
+                    if k not in sent:
+                        arrived(k, BuildResult(None, ErrorKind.UNKNOWN, f"builder failed: {e}"))
+
+        pool = ThreadPoolExecutor(2, thread_name_prefix="build")
+        if self._runner_started is None:  # started here, not in the build thread: the runs wait on it
+            self._runner_started = pool.submit(self.runner.start)
+        t0, build_s = time.perf_counter(), self.build_s
+        building = pool.submit(build)
+        pool.shutdown(wait=False)
+        self._runner_started.result()
+        try:
+            with self.turn():
+                return self.runner.run_as_built(inputs, built, on_result)
+        finally:
+            building.result()
+            self.run_s += max(0.0, time.perf_counter() - t0 - (self.build_s - build_s))
 
     def measure_rounds(self, inputs: Sequence[MeasureInput], rounds: int,
                        on_result: Callable[[int, MeasureInput, MeasureResult], None] | None = None) -> list[list[MeasureResult]]:

@@ -180,7 +180,6 @@ class TaskScheduler:
         included)."""
         measurer, database = measurer or self.measurer, database or self.database
         self.current = mt
-        out = self.outcomes[mt.task.workload_key]
         # what is left of the run's CPU and energy (a sliver when spent: the tuner then stops at once)
         cpu_left = None if self.cpu_budget is None else max(self.cpu_budget - self.cpu_s, 1e-9)
         energy_left = None if self.energy_budget is None else max(self.energy_budget - (self.energy_j or 0.0), 1e-9)
