@@ -35,6 +35,54 @@ def generic_target_json(num_cores: int | None = None) -> dict[str, Any]:
     return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64", "num-cores": int(num_cores or cpu_count())}
 
 
+#: The ``--target`` words that name a target (anything else is an x86-64 LLVM cpu or a JSON object).
+TARGET_WORDS = ("native", "generic")
+
+
+class TargetError(ValueError):
+    """A target that cannot be tuned for (one line)."""
+
+
+def parse_target(spec: str | dict[str, Any] | None, num_cores: int | None = None) -> dict[str, Any]:
+    """The target dict ``--target`` names: ``native`` (or None: this CPU), ``generic`` (x86-64,
+    :func:`generic_target_json`), an LLVM cpu of x86-64 (``skylake-avx512``, ``znver4``: another
+    machine's CPU, cross-compiled here), or a JSON object of an LLVM target for x86-64. An LLVM
+    cpu LLVM does not know, or a target of another kind or triple, is a :class:`TargetError`:
+    kernels are linked by this machine's x86-64 compiler."""
+    import tvm
+
+    if spec is None or spec == "native":
+        return dict(host_target_json(num_cores))
+    if spec == "generic":
+        return generic_target_json(num_cores)
+    if isinstance(spec, dict):
+        d = dict(spec)
+    elif spec.lstrip().startswith("{"):
+        try:
+            d = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise TargetError(f"--target {spec!r}: not JSON ({e.msg})") from None
+    else:
+        d = {**host_target_json(num_cores), "mcpu": spec}
+    if d.get("kind") != "llvm" or d.get("mtriple", "x86_64-linux-gnu") != "x86_64-linux-gnu":
+        raise TargetError(f"--target {spec!r}: only LLVM targets of x86_64-linux-gnu are built here "
+                          "(kind llvm, mtriple x86_64-linux-gnu)")
+    d.setdefault("mtriple", "x86_64-linux-gnu")
+    d["num-cores"] = int(d.get("num-cores") or num_cores or cpu_count())
+    triple = make_target({"kind": "llvm", "mtriple": d["mtriple"]})  # not d: an unknown cpu makes LLVM log
+    known = [str(c) for c in tvm.get_global_func("target.llvm_get_cpu_archlist")(triple)]
+    if d.get("mcpu") and d["mcpu"] not in known:
+        raise TargetError(f"--target {spec!r}: LLVM knows no x86-64 cpu {d['mcpu']!r} "
+                          f"(e.g. {', '.join(k for k in known if k in ('x86-64-v3', 'skylake-avx512', 'znver4'))})")
+    return d
+
+
+def is_host(target_json: dict[str, Any]) -> bool:
+    """Whether code built for ``target_json`` is this machine's own (its CPU, same triple)."""
+    here = host_target_json()
+    return target_json.get("mcpu") == here["mcpu"] and target_json.get("mtriple") == here["mtriple"]
+
+
 def make_target(spec: dict[str, Any] | str | None = None) -> Any:
     """A ``tvm.target.Target`` from a dict, its JSON text, or None (the host CPU)."""
     import tvm

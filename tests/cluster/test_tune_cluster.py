@@ -165,6 +165,7 @@ def test_a_node_of_another_cpu_kind_is_refused_before_anything_is_measured(two_n
     (["--ray-address", "head-without-port"], "--ray-address takes auto or HOST:PORT"),
     (["--ray-address", "auto", "--rpc", "127.0.0.1:9190:k"], "--ray-address and --rpc"),
     (["--ray-address", "auto", "--scheduler", "round-robin"], "leave --scheduler at sequential"),
+    (["--ray-address", "auto", "--cpu-budget", "60"], "not a CPU or energy budget"),
 ])
 def test_what_a_cluster_run_cannot_take_is_refused_in_one_line(argv, says, tmp_path, capsys) -> None:
     from tensortune.cli import main

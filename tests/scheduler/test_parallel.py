@@ -40,7 +40,7 @@ class FakeTuner:
 
     def tune(self, budget, measurer, database=None, callbacks=()):
         t0 = time.perf_counter()
-        time.sleep(0.05)
+        time.sleep(0.3 if measurer.name.startswith("lost-late") else 0.05)
         if measurer.name.startswith("lost"):
             raise MeasurerLost(f"{measurer.name} died with a batch in flight")
         database.count(self.task.workload_key)
@@ -106,6 +106,28 @@ def test_a_lost_measurers_task_goes_to_the_others_with_a_fresh_tuner() -> None:
     assert {who for _, who, *_ in log} == {"a"}
     assert len(made) == 7  # the lost task's tuner made again (it resumes from the database)
     assert s.cost()["lost"] == s.lost and s.report()["untuned"] == []
+
+
+def test_a_task_handed_back_after_the_queue_ran_dry_is_still_tuned() -> None:
+    """The other slot has finished its task and found nothing left; the lost slot's task comes
+    back later, and that slot takes it rather than having ended."""
+    s, outcomes, log, made, _, _ = run(["a", "lost-late"], n_tasks=2)
+    assert len(s.lost) == 1 and sorted(name for name, *_ in log) == ["t0", "t1"]
+    assert s.report()["untuned"] == [] and all(o.measured == 4 for o in outcomes)
+
+
+def test_a_cpu_or_energy_budget_is_refused() -> None:
+    from tensortune.budget import BudgetError
+
+    with pytest.raises(BudgetError, match="not a CPU or energy budget"):
+        ParallelScheduler(tasks(1), lambda t, r: None, [measurer("a")], FakeDB([]), Budget(trials=1, cpu_s=10),
+                          lambda: FakeDB([]))
+
+
+def test_the_searches_cpu_is_counted_once_not_per_slot() -> None:
+    s, *_ = run(["a", "b", "c"])
+    cost = s.cost()
+    assert 0 <= cost["cpu_s"] < cost["wall_s"] * 2 + 0.5 and cost["energy_j"] is None  # 2 cores at most
 
 
 def test_when_every_measurer_is_lost_the_run_ends_and_says_what_is_left() -> None:

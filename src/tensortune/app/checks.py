@@ -135,3 +135,14 @@ def config_check() -> TrialCheck:
             raise ValueError(f"config does not match config_index {trial.config_index} of the task's space")
 
     return check
+
+
+def target_of(target: str | dict[str, Any] | None) -> dict[str, Any]:
+    """The target dict of a ``target`` argument (:func:`tensortune.target.parse_target`);
+    UsageError in one line for one that cannot be built here."""
+    from ..target import TargetError, parse_target
+
+    try:
+        return parse_target(target)
+    except TargetError as e:
+        raise UsageError(str(e)) from None

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .checks import check_db_path, open_db, readonly_db
+from .checks import check_db_path, open_db, readonly_db, target_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..models.comparison import BenchReport
@@ -54,16 +54,20 @@ def use_threads(threads: int | None = None) -> int:
     return n
 
 
-def compile(model: Any, database: str | None = None, layout: str | None = None) -> CompiledModel:  # noqa: A001
-    """``model`` built with the best records of ``database`` (None: the template defaults)."""
+def compile(model: Any, database: str | None = None, layout: str | None = None,  # noqa: A001
+            target: str | dict[str, Any] | None = None) -> CompiledModel:
+    """``model`` built with the best records of ``database`` (None: the template defaults) for
+    ``target`` (default this CPU; another x86-64 CPU, :func:`tensortune.target.parse_target`,
+    with the records measured for it, on its RPC devices or here)."""
     from ..models.compile import compile_model
     from ..models.layout import MODES
 
     if layout is not None and layout not in MODES:
         raise UsageError(f"layout {layout!r}: one of {', '.join(MODES)}")
+    tj = target_of(target)
     with readonly_db(database) as db:
         m = load(model)
-        return compile_model(m, db, layout=layout)
+        return compile_model(m, db, tj, layout=layout)
 
 
 def bench(model: Any, database: str | None = None, threads: int | None = None,

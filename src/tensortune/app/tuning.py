@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..budget import Budget
 from ..errors import UsageError
-from .checks import check_db_path, check_energy, check_output, check_scheduler, open_db, tuner_options
+from .checks import check_db_path, check_energy, check_output, check_scheduler, open_db, target_of, tuner_options
 from .deploy import PROFILE_RUNS, check_after_tuning, load
 from . import deploy
 
@@ -68,8 +68,11 @@ def make_measurer(options: MeasureOptions, rpc: str | None = None, rpc_workers: 
         raise UsageError(str(e)) from None
 
 
-def check_cluster(scheduler: str, rpc: str | None, slots_per_node: int) -> None:
+def check_cluster(scheduler: str, rpc: str | None, slots_per_node: int, budget: Budget) -> None:
     """UsageError in one line for what a cluster run cannot take."""
+    if budget.cpu_s is not None or budget.energy_j is not None:
+        raise UsageError("--ray-address takes --trials and --time-budget, not a CPU or energy budget (the tasks are "
+                         "tuned at once, and this machine's counters do not see the nodes)")
     if rpc is not None:
         raise UsageError("--ray-address and --rpc: the cluster's nodes time the candidates, or the tracker's devices; not both")
     if scheduler != DEFAULT_SCHEDULER:
@@ -87,11 +90,6 @@ def _noise(measurers: Sequence[MeasurerBase]) -> dict[str, Any]:
     return {"summary": f"timed on {len(measurers)} slots of a cluster: each trial's record has its node's verdict"}
 
 
-def _check_target(target: Any) -> None:
-    if target is not None:
-        raise UsageError(f"target {target!r}: only the host CPU (target=None) is tuned and run here")
-
-
 def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_TUNER, budget: Budget | int = DEFAULT_OP_BUDGET,
             database: str = "runs.db", *, seed: int = 0, batch_size: int | None = None,
             options: Mapping[str, Any] | Sequence[str] = (), rpc: str | None = None, rpc_workers: int = 1,
@@ -101,19 +99,20 @@ def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_TUNER, budget: B
     ``tuner`` until ``budget`` (a :class:`Budget` or a number of trials) is spent; ``options``: the
     tuner's settings (a mapping or ``KEY=VALUE`` texts); ``repeat`` / ``min_repeat_ms`` override the
     timing of each candidate; ``rpc`` / ``rpc_workers``: time them on a tracker's devices, that many
-    at once."""
+    at once; ``target``: the CPU the kernels are built for (``--target``:
+    :func:`tensortune.target.parse_target`; default this one's), whose records are its own."""
     from ..limits import check_seed
     from ..task import OpError, Task
     from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
     from ..utils.progress import ProgressBar
 
-    _check_target(target)
+    tj = target_of(target)
     budget = Budget.of(budget)
     check_energy(budget.energy_j)
     settings = tuner_options(tuner, options)
     try:
         check_seed(seed)
-        task = Task.from_op(op, shape)
+        task = Task.from_op(op, shape, target=tj)
     except (OpError, ValueError) as e:
         raise UsageError(str(e)) from None
     try:
@@ -263,7 +262,9 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     measured here, the in-model check times each tuned task's best inside the model and keeps the
     fastest there. ``options``: the tuner's settings; ``survey``: the survey scheduler's options;
     ``threads``: the threads candidates are timed on and the model is checked with (default: every
-    usable core); ``ray_address`` (``auto`` or ``HOST:PORT``): the tasks are tuned at once on
+    usable core); ``target``: another x86-64 CPU to build for (:func:`tensortune.target.parse_target`;
+    its candidates timed on ``rpc``'s devices, or here if this CPU runs its code; the in-model
+    check is then skipped), whose records ``compile(target=)`` uses; ``ray_address`` (``auto`` or ``HOST:PORT``): the tasks are tuned at once on
     ``slots_per_node`` slots of every node of that Ray cluster (:mod:`tensortune.cluster.nodes`,
     :class:`~tensortune.scheduler.ParallelScheduler`), this process writing the database;
     ``say`` gets the check's progress lines."""
@@ -272,11 +273,17 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
     from ..scheduler.progress import ModelProgress
 
-    _check_target(target)
+    from ..target import is_host
+
+    tj = target_of(target)
     budget = Budget.of(budget)
     settings = check_tuning(tuner, scheduler, budget, database, options)
     if ray_address is not None:
-        check_cluster(scheduler, rpc, slots_per_node)
+        check_cluster(scheduler, rpc, slots_per_node, budget)
+    foreign = not is_host(tj)
+    if foreign and (ray_address is not None or scheduler == "survey"):
+        raise UsageError(f"--target {tj['mcpu']}: the {'cluster' if ray_address else 'survey scheduler'} times on "
+                         "this machine's CPU kind; tune another CPU's target with --rpc or on this machine")
     try:
         check_seed(seed)
     except ValueError as e:
@@ -284,7 +291,7 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     m = load(model, example_inputs)
     from ..models.compile import model_tasks
 
-    tasks = model_tasks(m)
+    tasks = model_tasks(m, tj)
     bs = batch_size or DEFAULT_BATCH_SIZE
     # a bad rpc, or a cluster that cannot be joined, fails before the database is made
     if ray_address is None:
@@ -338,6 +345,8 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     out.wall_s = time.perf_counter() - t0
     if rpc:
         out.check = {"skipped": "candidates were timed on an RPC device, not on this machine"}
+    elif foreign:
+        out.check = {"skipped": f"built for {tj['mcpu']}, not this machine's CPU"}
     elif not check:
         out.check = {"skipped": "not asked for"}
     elif any(o.best_s < float("inf") for o in out.outcomes):

@@ -8,11 +8,12 @@ import sys
 from typing import Any
 
 from .. import app
+from ..app.checks import target_of
 from ..app.tuning import DEFAULT_MODEL_BUDGET, DEFAULT_SCHEDULER, DEFAULT_TUNER
 from ..budget import Budget
 from ..errors import UsageError
 from .args import (check_db, check_output, load_model, model_args, positive_float, positive_int, seed, speedup,
-                   threads as threads_arg, tuner_option_arg)
+                   target_arg, threads as threads_arg, tuner_option_arg)
 
 #: The main job on defaults: tune this built-in model for a few minutes, then compare.
 DEMO_MODEL, DEMO_DB = "resnet18", "tensortune_demo.db"
@@ -32,6 +33,7 @@ def add_parsers(sub: Any) -> None:
                     help="time candidates on a device of this TVM RPC tracker (built here)")
     tm.add_argument("--rpc-workers", type=positive_int, default=1, metavar="N",
                     help="with --rpc: candidates timed at once, each on a device of its own (default 1)")
+    target_arg(tm)
     tm.add_argument("--ray-address", default=None, metavar="ADDR",
                     help="tune tasks at once on the nodes of this Ray cluster (auto: the one this machine is in; "
                          "HOST:PORT); the nodes build and time, this process writes --db (needs the ray extra)")
@@ -70,6 +72,7 @@ def add_parsers(sub: Any) -> None:
     c = sub.add_parser("compile", help="build a model with the best stored schedules")
     model_args(c)
     c.add_argument("--db", default=None, help="database of tuning records (none: template defaults)")
+    target_arg(c, "the library is built for (its records are used)")
     c.add_argument("-o", "--output", required=True, help="shared library to write (a .json description goes beside it)")
     c.add_argument("--force", action="store_true", help="overwrite existing output files")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -141,11 +144,12 @@ def cmd_tune(a: argparse.Namespace) -> int:
     threads = app.use_threads(a.threads)
     check_db(a.db, must_exist=False)
     check_tuning(a.tuner, a.scheduler, budget, a.db, a.tuner_options)  # before importing a model
+    target_of(a.target)
     if a.ray_address is not None:
         from ..app.tuning import check_cluster
         from ..cluster.nodes import connect
 
-        check_cluster(a.scheduler, a.rpc, a.slots_per_node)
+        check_cluster(a.scheduler, a.rpc, a.slots_per_node, budget)
         connect(a.ray_address)
     model = load_model(a)
     survey = None
@@ -160,7 +164,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
                            options=a.tuner_options, seed=a.seed, batch_size=a.batch_size, rpc=a.rpc,
                            rpc_workers=a.rpc_workers, survey=survey, check=not a.no_check, progress=not quiet,
                            say=None if quiet else _say, threads=threads, ray_address=a.ray_address,
-                           slots_per_node=a.slots_per_node)
+                           slots_per_node=a.slots_per_node, target=a.target)
     if a.no_check and not a.rpc:
         tuned.check = {"skipped": "--no-check"}
     if a.json:
@@ -224,8 +228,9 @@ def cmd_compile(a: argparse.Namespace) -> int:
         check_output(path, a.force, db=a.db)
     if a.db is not None:
         check_db(a.db, must_exist=True)
+    target_of(a.target)  # before the (slow) model import
     model = load_model(a)
-    cm = app.compile(model, a.db)
+    cm = app.compile(model, a.db, target=a.target)
     lib, meta = cm.export(a.output)
     if a.json:
         print(json.dumps({"model": model.name, "library": lib, "description": meta, "counts": cm.counts(),

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..app.checks import tuner_options
 from ..app.tuning import DEFAULT_TUNER
-from .args import check_db, int_in, parse_shape, positive_float, positive_int, seed, tuner_option_arg
+from .args import check_db, int_in, parse_shape, positive_float, positive_int, seed, target_arg, tuner_option_arg
 
 
 def add_parsers(sub: Any) -> None:
@@ -35,6 +35,7 @@ def add_parsers(sub: Any) -> None:
                    help="time candidates on a device of this TVM RPC tracker (built here)")
     t.add_argument("--rpc-workers", type=positive_int, default=1, metavar="N",
                     help="with --rpc: candidates timed at once, each on a device of its own (default 1)")
+    target_arg(t)
     t.add_argument("--db", required=True, help="SQLite database file (created if missing)")
     t.add_argument("--seed", type=seed, default=0, help="seed of the randomness (default 0)")
     t.add_argument("--repeat", type=int_in(1, 1000), default=None,
@@ -67,7 +68,7 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
     check_db(a.db, must_exist=False)
     res = tune_op(a.op, parse_shape(a.shape), a.tuner, budget, a.db, seed=a.seed, batch_size=a.batch_size,
                   options=options, rpc=a.rpc, rpc_workers=a.rpc_workers, repeat=a.repeat,
-                  min_repeat_ms=a.min_repeat_ms,
+                  min_repeat_ms=a.min_repeat_ms, target=a.target,
                   progress=not (a.no_progress or a.json))
     out = res.to_json()
     if res.tuner_status:

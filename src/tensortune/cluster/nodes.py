@@ -4,7 +4,8 @@ A slot is a Ray actor pinned to one node (hard node affinity, ``num_cpus`` = the
 candidate is timed on, so Ray places nothing else on those cores). It holds a local
 :class:`~tensortune.measure.Measurer` on its node: the candidates of a batch are built in parallel
 there and timed one at a time while the node's measurement lock is held (:func:`~.race.host_lock`,
-shared with races on the node). Only configs travel: the task as its JSON text, each config as
+shared with races on the node; with several slots on a node, for the whole batch, builds too).
+Only configs travel: the task as its JSON text, each config as
 its index, and the results come back to the driver, which writes them to its database. The
 nodes must be of the driver's CPU kind (CPU model and LLVM cpu): their records are then this
 machine's records for ``compile``; :func:`start_slots` refuses another kind in one line.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -71,15 +73,22 @@ def make_slot_actor() -> Any:
     class SlotActor:
         """A node's measurement slot: a local measurer behind the node's lock."""
 
-        def __init__(self, options: MeasureOptions, name: str) -> None:
+        def __init__(self, options: MeasureOptions, name: str, slots: int) -> None:
+            from contextlib import nullcontext
+
             from ..measure import Measurer
+            from ..target import cpu_count
             from .race import host_lock
 
             self.info = this_node_info()
             self.name = name
             self.lock = host_lock(self.info.node_id)
             self.timed: list[tuple[float, float]] = []
-            self.measurer = Measurer(options, turn=self._turn)
+            # alone on its node, a slot holds the lock for its timings only; beside other slots
+            # for the whole batch, so that no slot's builds run beside another's timing
+            self.whole = slots > 1
+            options = replace(options, n_parallel=max(1, cpu_count() // slots))
+            self.measurer = Measurer(options, turn=nullcontext if self.whole else self._turn)
             self.measurer.start()
             self._tasks: dict[str, Any] = {}
 
@@ -112,19 +121,25 @@ def make_slot_actor() -> Any:
                     check: bool = False) -> dict[str, Any]:
             """Build the configs and time them: once, ``rounds`` > 0 interleaved rounds, or
             ``check``: once with the correctness check forced on."""
+            from contextlib import nullcontext
+
             inputs = self._inputs(task_json, indices)
             m, self.timed = self.measurer, []
             b0, r0 = m.build_s, m.run_s
-            if rounds:
-                out = m.measure_rounds(inputs, rounds)
-            elif check:
-                out = [[m.verify(inputs[0])]]
-            else:
-                out = [m.measure(inputs)]
+            with self._turn() if self.whole else nullcontext():
+                if rounds:
+                    out = m.measure_rounds(inputs, rounds)
+                elif check:
+                    out = [[m.verify(inputs[0])]]
+                else:
+                    out = [m.measure(inputs)]
             return {"results": out, "build_s": m.build_s - b0, "run_s": m.run_s - r0, "timed": self.timed}
 
         def wait_quiet(self, max_s: float | None = None) -> bool | None:
-            return self.measurer.wait_quiet(max_s)
+            from .race import host_turn
+
+            with host_turn(self.lock, self.name):  # its looks are timings too
+                return self.measurer.wait_quiet(max_s)
 
         def close(self) -> None:
             self.measurer.close()
@@ -153,6 +168,7 @@ class NodeMeasurer(MeasurerBase):
             out = ray.get(self.actor.measure.remote(task_json, indices, rounds, check))
         except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError) as e:
             self.lost = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self._forget()
             raise NodeLost(f"node {self.info.address} ({self.name}) died with a batch in flight: {self.lost}") from None
         self.build_s += out["build_s"]
         self.run_s += out["run_s"]
@@ -199,6 +215,19 @@ class NodeMeasurer(MeasurerBase):
         except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError):
             return None
 
+    def _forget(self) -> None:
+        """Tell the node's lock this slot is gone: released if it held it (an actor killed in a
+        timing), never granted to it again; nothing to tell when the node went with it."""
+        import ray
+
+        from .race import LOCK_NAMESPACE, lock_name
+
+        try:
+            lock = ray.get_actor(lock_name(self.info.node_id), namespace=LOCK_NAMESPACE)
+            ray.get(lock.forget.remote(self.name), timeout=30)
+        except (ValueError, ray.exceptions.RayError):
+            pass
+
     def close(self) -> None:
         import ray
 
@@ -208,6 +237,8 @@ class NodeMeasurer(MeasurerBase):
             except ray.exceptions.RayError:
                 pass
         ray.kill(self.actor, no_restart=True)
+        if not self.lost:  # killed, perhaps in a timing (an interrupted run): the lock must not stay held
+            self._forget()
 
 
 def connect(address: str) -> None:
@@ -254,11 +285,12 @@ def start_slots(options: MeasureOptions, slots_per_node: int = 1, nodes: Sequenc
     node_options = replace(options, rpc=None, rpc_workers=1)
     cls = make_slot_actor()
     actors = []
+    run = uuid.uuid4().hex[:8]  # a lock forgets a dead slot's name for good: names are this run's own
     for n in fit:
         for k in range(slots_per_node):
-            name = f"slot-{n['NodeManagerAddress']}-{n['NodeID'][:8]}-{k}"
+            name = f"slot-{run}-{n['NodeManagerAddress']}-{n['NodeID'][:8]}-{k}"
             actors.append((name, cls.options(num_cpus=threads, scheduling_strategy=NodeAffinitySchedulingStrategy(
-                node_id=n["NodeID"], soft=False)).remote(node_options, name)))
+                node_id=n["NodeID"], soft=False)).remote(node_options, name, slots_per_node)))
     try:
         infos = ray.get([a.node.remote() for _, a in actors], timeout=START_TIMEOUT_S)
     except (ray.exceptions.RayError, TimeoutError) as e:

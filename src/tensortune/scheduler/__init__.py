@@ -194,11 +194,7 @@ class TaskScheduler:
         """Add a ``tune`` call's result to the run's cost and the task's outcome."""
         out = self.outcomes[mt.task.workload_key]
         if res.cost is not None:
-            self.cpu_s += res.cost.cpu_s
-            if res.cost.energy_j is not None:
-                self.energy_j = (self.energy_j or 0.0) + res.cost.energy_j
-            else:
-                self.energy_note = res.cost.energy_note
+            self._add_cost(res.cost)
         out.measured += res.trials_measured
         out.trials_total = database.count(mt.task.workload_key)
         for k, v in res.errors.items():
@@ -207,6 +203,14 @@ class TaskScheduler:
             out.best_s = res.best_cost
         out.stop_reason = res.stop_reason
         out.search = self.tuner_for(mt).search_report()
+
+    def _add_cost(self, cost: Any) -> None:
+        """Add one ``tune`` call's :class:`~tensortune.measure.cost.RunCost` to the run's."""
+        self.cpu_s += cost.cpu_s
+        if cost.energy_j is not None:
+            self.energy_j = (self.energy_j or 0.0) + cost.energy_j
+        else:
+            self.energy_note = cost.energy_note
 
     def _callback(self, tuner: Tuner, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """After each batch: the task's best so far (progress only; :meth:`_tune` sets the final one)."""

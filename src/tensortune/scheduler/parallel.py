@@ -7,6 +7,10 @@ share of the time are spent, then takes the next. Every thread writes through it
 connection to the one database (the session claims configs, so no config is measured twice),
 so the driver alone writes it and a rerun resumes as with the other schedulers.
 
+The run's CPU-seconds are this process's own over the whole run (every slot's search at
+once) plus each candidate's building and running; a CPU or energy budget is not taken (the
+sessions run at once, and the driver's energy counter does not see the nodes).
+
 With a time budget a task's share is its part (weight x FLOPs) of the time left times the
 measurers still at work, at least :data:`~tensortune.scheduler.MIN_SHARE` of an even split.
 A measurer that is lost (:class:`~tensortune.measure.base.MeasurerLost`: its node died) loses
@@ -16,10 +20,11 @@ resumes from the stored trials) for the others, and the run goes on while one me
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..budget import Budget
+from ..budget import Budget, BudgetError
 from ..measure.base import MeasurerLost
 from ..task.model_task import ModelTask
 from . import MIN_SHARE, MIN_TASK_BUDGET_S, TaskScheduler
@@ -41,6 +46,8 @@ class ParallelScheduler(TaskScheduler):
                  batch_size: int = 16) -> None:
         if not measurers:
             raise ValueError("the parallel scheduler needs at least one measurer")
+        if budget.cpu_s is not None or budget.energy_j is not None:
+            raise BudgetError("the parallel scheduler takes trials and a time budget, not a CPU or energy budget")
         self._local = threading.local()
         super().__init__(tasks, make_tuner, measurers[0], database, budget, callbacks, batch_size)
         self.measurers = list(measurers)
@@ -49,8 +56,12 @@ class ParallelScheduler(TaskScheduler):
         self.lost: list[str] = []
         self._queue: deque[ModelTask] = deque()
         self._cost: dict[str, float] = {}
-        self._working = 0
+        self._working = 0  # slots not lost
+        self._busy = 0  # slots tuning a task now (one of them may hand its task back)
         self._floor = 0.0
+        self._changed = threading.Condition(self._guard)
+        self._cpu0 = 0.0
+        self._candidates_cpu = 0.0
 
     @property
     def database(self) -> Database:
@@ -66,6 +77,8 @@ class ParallelScheduler(TaskScheduler):
         self._queue = deque(self.tasks)
         self._cost = {t.task.workload_key: max(t.weight * t.task.flops, 1.0) for t in self.tasks}
         self._working = len(self.measurers)
+        self._cpu0 = time.process_time()
+        self.energy_j, self.energy_note = None, "not counted: the candidates ran on the measurers' machines"
         if self.time_budget:
             self._floor = MIN_SHARE * self.time_budget * len(self.measurers) / max(len(self.tasks), 1)
         errors: list[BaseException] = []
@@ -79,11 +92,20 @@ class ParallelScheduler(TaskScheduler):
             raise errors[0]
 
     def _next(self) -> tuple[ModelTask, float | None] | None:
-        """The next task and its time budget, or None when the run is over (under the guard)."""
-        left = self.remaining()
-        if not self._queue or (left is not None and left <= 0) or self.spent():
-            return None
+        """The next task and its time budget, or None when the run is over (under the guard).
+        With the queue empty it waits while another slot is busy: a slot that is lost hands its
+        task back."""
+        while True:
+            left = self.remaining()
+            if (left is not None and left <= 0) or self.spent():
+                return None
+            if self._queue:
+                break
+            if not self._busy:
+                return None
+            self._changed.wait(timeout=None if left is None else max(left, 0.01))
         mt = self._queue.popleft()
+        self._busy += 1
         if left is None:
             return mt, None
         rest = self._cost[mt.task.workload_key] + sum(self._cost[t.task.workload_key] for t in self._queue)
@@ -110,14 +132,30 @@ class ParallelScheduler(TaskScheduler):
                     with self._guard:
                         self.lost.append(str(e))
                         self._working -= 1
+                        self._busy -= 1
                         self._queue.appendleft(mt)  # for the others, with a tuner that resumes from the database
                         self.tuners.pop(mt.task.workload_key, None)
+                        self.outcomes[mt.task.workload_key].trials_total = db.count(mt.task.workload_key)
+                        self._changed.notify_all()
                     return
+                with self._guard:
+                    self._busy -= 1
+                    self._changed.notify_all()
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
             errors.append(e)
+            with self._guard:  # the others stop too: a bug, not a lost measurer
+                self._queue.clear()
+                self._busy = 0
+                self._changed.notify_all()
         finally:
             self._local.db = None
             db.close()
+
+    def _add_cost(self, cost: Any) -> None:
+        """The candidates' CPU from each call; the process's own once, for the whole run (each
+        call's meter reads every thread's, so adding them would count the searches N times)."""
+        self._candidates_cpu += cost.build_cpu_s + cost.run_cpu_s
+        self.cpu_s = time.process_time() - self._cpu0 + self._candidates_cpu
 
     def _build_run_s(self) -> tuple[float | None, float | None]:
         build = [m.build_s for m in self.measurers]
@@ -129,6 +167,8 @@ class ParallelScheduler(TaskScheduler):
     def cost(self) -> dict[str, Any]:
         """The base's cost, with ``build_s`` / ``run_s`` summed over the measurers (so they can
         exceed the wall time), the measurers used and those lost."""
+        if self._cpu0:
+            self.cpu_s = time.process_time() - self._cpu0 + self._candidates_cpu
         out = super().cost()
         out["measurers"] = len(self.measurers)
         if self.lost:

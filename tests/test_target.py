@@ -1,0 +1,80 @@
+"""``--target``: another x86-64 CPU's kernels, built here; its records are its own, and
+``compile --target`` uses them."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensortune.target import TargetError, host_target_json, is_host, parse_target
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "models"))
+
+
+def test_the_words_cpus_and_json_a_target_takes() -> None:
+    here = host_target_json()
+    assert parse_target(None) == parse_target("native") == here and is_host(here)
+    generic = parse_target("generic")
+    assert generic["mcpu"] == "x86-64" and not is_host(generic) or here["mcpu"] == "x86-64"
+    z4 = parse_target("znver4", num_cores=4)
+    assert z4 == {**here, "mcpu": "znver4", "num-cores": 4}
+    assert parse_target('{"kind": "llvm", "mcpu": "skylake-avx512"}')["mtriple"] == "x86_64-linux-gnu"
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("nonsense", "LLVM knows no x86-64 cpu 'nonsense'"),
+    ('{"kind": "cuda"}', "only LLVM targets of x86_64-linux-gnu"),
+    ('{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}', "only LLVM targets of x86_64-linux-gnu"),
+    ("{bad", "not JSON"),
+])
+def test_what_cannot_be_built_here_is_one_line(spec, says) -> None:
+    with pytest.raises(TargetError, match=says.replace("(", r"\(")):
+        parse_target(spec)
+
+
+def test_a_bad_target_is_refused_before_anything_is_written(tmp_path, capsys) -> None:
+    from tensortune.cli import main
+
+    db = tmp_path / "t.db"
+    for argv in (["tune-op", "matmul", "--shape", "16,16,16", "--trials", "2"], ["tune", "resnet18", "--trials", "2"]):
+        assert main([*argv, "--target", "nonsense", "--db", str(db)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "LLVM knows no x86-64 cpu" in err[0], err
+    assert not db.exists()
+    assert main(["compile", "resnet18", "--target", "nonsense", "-o", str(tmp_path / "m.so")]) == 2
+    assert not (tmp_path / "m.so").exists()
+
+
+@pytest.mark.timeout(900)
+def test_tune_for_generic_x86_64_then_compile_for_it_uses_its_records(tmp_path, capsys) -> None:
+    """A tiny model tuned for x86-64 (its code runs here too): the in-model check is skipped, the
+    records carry that target, compile --target generic builds every tuned task from them and its
+    library computes what PyTorch does; compile for this CPU finds none of them."""
+    from tiny import tiny
+
+    from tensortune.cli import main
+    from tensortune.database import Database
+    from tensortune.models.compile import load_library
+    from tensortune.models.reference import export_onnx
+    from tensortune.target import target_key
+
+    m, x = tiny()
+    path = export_onnx(m, x, str(tmp_path / "tiny.onnx"))
+    db = str(tmp_path / "g.db")
+    assert main(["tune", path, "--target", "generic", "--tuner", "random", "--trials", "2", "--batch-size", "2",
+                 "--db", db, "--json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["in_model_check"]["skipped"].startswith("built for x86-64")
+    with Database(db, readonly=True) as d:
+        targets = {r.target for t in d.tasks() for r in d.trials(t.workload_key)}
+    assert targets == {target_key(parse_target("generic"))}
+    assert main(["compile", path, "--db", db, "--target", "generic", "-o", str(tmp_path / "g.so"), "--json"]) == 0
+    gen = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert gen["counts"]["tuned"] == len(out["tasks"]) > 0
+    got = load_library(str(tmp_path / "g.so"))(x[0].numpy())[0]
+    np.testing.assert_allclose(got, m(x[0]).detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert main(["compile", path, "--db", db, "-o", str(tmp_path / "n.so"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["counts"]["tuned"] == 0
