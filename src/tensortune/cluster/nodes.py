@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -74,8 +74,6 @@ def make_slot_actor() -> Any:
         """A node's measurement slot: a local measurer behind the node's lock."""
 
         def __init__(self, options: MeasureOptions, name: str, slots: int) -> None:
-            from contextlib import nullcontext
-
             from ..measure import Measurer
             from ..target import cpu_count
             from .race import host_lock
@@ -121,8 +119,6 @@ def make_slot_actor() -> Any:
                     check: bool = False) -> dict[str, Any]:
             """Build the configs and time them: once, ``rounds`` > 0 interleaved rounds, or
             ``check``: once with the correctness check forced on."""
-            from contextlib import nullcontext
-
             inputs = self._inputs(task_json, indices)
             m, self.timed = self.measurer, []
             b0, r0 = m.build_s, m.run_s

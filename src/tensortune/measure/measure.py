@@ -10,6 +10,7 @@ import os
 import queue
 import shutil
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
@@ -278,8 +279,6 @@ class RPCRunner(LocalRunner):
         """Time each candidate on a free device as soon as its build arrives on ``built`` (``(k,
         build)`` pairs, one per input, in any order), so building and timing overlap; results are
         handed to ``on_result`` in the caller's thread as they finish. Returns them in input order."""
-        from concurrent.futures import ThreadPoolExecutor
-
         opts = self._opts(check_correctness)
         free: queue.Queue[Worker] = queue.Queue()
         for w in [self._worker, *self._more]:
@@ -303,9 +302,7 @@ class RPCRunner(LocalRunner):
         out: list[MeasureResult | None] = [None] * len(inputs)
         done = 0
         with ThreadPoolExecutor(max_workers=1 + len(self._more), thread_name_prefix="rpc") as pool:
-            pool_feed = ThreadPoolExecutor(1, thread_name_prefix="rpc-feed")
-            pool_feed.submit(feed)
-            pool_feed.shutdown(wait=False)
+            threading.Thread(target=feed, name="rpc-feed", daemon=True).start()
             while done < len(inputs):
                 kind, k, value = events.get()
                 if kind == "built":
