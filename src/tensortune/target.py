@@ -1,10 +1,11 @@
 """Targets: the host CPU named explicitly (TVM 0.27 wants the dict form, and "native" loses AVX-512)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 
 def cpu_count() -> int:
@@ -35,20 +36,31 @@ def generic_target_json(num_cores: int | None = None) -> dict[str, Any]:
     return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64", "num-cores": int(num_cores or cpu_count())}
 
 
-#: The ``--target`` words that name a target (anything else is an x86-64 LLVM cpu or a JSON object).
-TARGET_WORDS = ("native", "generic")
+#: The ``--target`` words that name a target (anything else is an LLVM cpu, ``aarch64:CPU`` or JSON).
+TARGET_WORDS = ("native", "generic", "aarch64")
+
+#: The LLVM triples kernels are built for, and the architecture each names in messages.
+TRIPLES = {"x86_64-linux-gnu": "x86-64", "aarch64-linux-gnu": "aarch64"}
+HOST_TRIPLE = "x86_64-linux-gnu"
 
 
 class TargetError(ValueError):
     """A target that cannot be tuned for (one line)."""
 
 
+def aarch64_target_json(mcpu: str = "generic", num_cores: int | None = None) -> dict[str, Any]:
+    """The dict form of an LLVM target for a 64-bit Arm Linux device (NEON; ``mcpu`` an LLVM
+    aarch64 cpu such as ``cortex-a72`` or ``neoverse-v1``)."""
+    return {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": mcpu, "num-cores": int(num_cores or cpu_count())}
+
+
 def parse_target(spec: str | dict[str, Any] | None, num_cores: int | None = None) -> dict[str, Any]:
     """The target dict ``--target`` names: ``native`` (or None: this CPU), ``generic`` (x86-64,
     :func:`generic_target_json`), an LLVM cpu of x86-64 (``skylake-avx512``, ``znver4``: another
-    machine's CPU, cross-compiled here), or a JSON object of an LLVM target for x86-64. An LLVM
-    cpu LLVM does not know, or a target of another kind or triple, is a :class:`TargetError`:
-    kernels are linked by this machine's x86-64 compiler."""
+    machine's CPU, cross-compiled here), ``aarch64`` or ``aarch64:CPU`` (a 64-bit Arm Linux device,
+    linked by a cross linker, :func:`cross_linker`), or a JSON object of an LLVM target of one of
+    :data:`TRIPLES`. An LLVM cpu LLVM does not know, a target of another kind or triple, or an Arm
+    target without a linker here is a :class:`TargetError`."""
     import tvm
 
     if spec is None or spec == "native":
@@ -62,19 +74,74 @@ def parse_target(spec: str | dict[str, Any] | None, num_cores: int | None = None
             d = json.loads(spec)
         except json.JSONDecodeError as e:
             raise TargetError(f"--target {spec!r}: not JSON ({e.msg})") from None
+    elif spec == "aarch64" or spec.startswith("aarch64:"):
+        d = aarch64_target_json(spec.partition(":")[2] or "generic", num_cores)
     else:
         d = {**host_target_json(num_cores), "mcpu": spec}
-    if d.get("kind") != "llvm" or d.get("mtriple", "x86_64-linux-gnu") != "x86_64-linux-gnu":
-        raise TargetError(f"--target {spec!r}: only LLVM targets of x86_64-linux-gnu are built here "
-                          "(kind llvm, mtriple x86_64-linux-gnu)")
-    d.setdefault("mtriple", "x86_64-linux-gnu")
+    if not isinstance(d, dict) or d.get("kind") != "llvm" or d.get("mtriple", HOST_TRIPLE) not in TRIPLES:
+        raise TargetError(f"--target {spec!r}: only LLVM targets are built here (kind llvm, mtriple "
+                          f"{' or '.join(TRIPLES)})")
+    d.setdefault("mtriple", HOST_TRIPLE)
     d["num-cores"] = int(d.get("num-cores") or num_cores or cpu_count())
+    arch = TRIPLES[d["mtriple"]]
     triple = make_target({"kind": "llvm", "mtriple": d["mtriple"]})  # not d: an unknown cpu makes LLVM log
     known = [str(c) for c in tvm.get_global_func("target.llvm_get_cpu_archlist")(triple)]
-    if d.get("mcpu") and d["mcpu"] not in known:
-        raise TargetError(f"--target {spec!r}: LLVM knows no x86-64 cpu {d['mcpu']!r} "
-                          f"(e.g. {', '.join(k for k in known if k in ('x86-64-v3', 'skylake-avx512', 'znver4'))})")
+    if d.get("mcpu") and d["mcpu"] not in known and d["mcpu"] != "generic":
+        examples = ("x86-64-v3", "skylake-avx512", "znver4", "cortex-a72", "neoverse-n1", "neoverse-v2")
+        raise TargetError(f"--target {spec!r}: LLVM knows no {arch} cpu {d['mcpu']!r} "
+                          f"(e.g. {', '.join(k for k in known if k in examples)})")
+    if d["mtriple"] != HOST_TRIPLE:
+        cross_linker(d)  # refused now, not at the first build
     return d
+
+
+def runs_here(target_json: dict[str, Any]) -> bool:
+    """Whether this machine can run code built for ``target_json`` at all (its triple is this
+    machine's; an x86-64 cpu with instructions this one lacks still fails at run time)."""
+    return target_json.get("mtriple", HOST_TRIPLE) == HOST_TRIPLE
+
+
+#: How a kernel library for another triple is linked: that triple's GNU linker when on PATH, else
+#: Zig's bundled clang (the ``cross`` extra, ``ziglang`` on PyPI), which links for every triple.
+CROSS_GCC = {"aarch64-linux-gnu": "aarch64-linux-gnu-gcc"}
+
+
+def cross_linker(target_json: dict[str, Any]) -> Callable[..., None] | None:
+    """The ``fcompile`` that links kernels for ``target_json``'s triple (None: this machine's own
+    compiler, TVM's default). A :class:`TargetError` when neither the triple's GNU linker nor the
+    ``ziglang`` package is installed."""
+    import shutil
+
+    triple = target_json.get("mtriple", HOST_TRIPLE)
+    if triple == HOST_TRIPLE:
+        return None
+    gcc = shutil.which(CROSS_GCC.get(triple, f"{triple}-gcc"))
+    if gcc:
+        from tvm.contrib import cc
+
+        return cc.cross_compiler(gcc, options=["-shared", "-fPIC"])
+    if importlib.util.find_spec("ziglang") is None:
+        raise TargetError(f"--target {TRIPLES.get(triple, triple)}: no linker for {triple} here; install one "
+                          f"with pip install 'tensortune[cross]' (Zig's clang) or {CROSS_GCC.get(triple, 'gcc')}")
+    return _zig_linker(triple)
+
+
+def _zig_linker(triple: str) -> Callable[..., None]:
+    """An ``fcompile`` linking TVM's objects into a shared library for ``triple`` with Zig's clang.
+    ``-nostdlib``: the symbols the kernels use (libm, the TVM runtime) are the loading process's."""
+    import subprocess
+    import sys
+
+    def link(output: str, objects: list[str] | str, options: list[str] | None = None) -> None:
+        objs = [objects] if isinstance(objects, str) else list(objects)
+        cmd = [sys.executable, "-m", "ziglang", "cc", "-target", triple, "-shared", "-fPIC", "-nostdlib",
+               "-o", output, *objs, *(options or [])]
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"linking for {triple} failed: {(r.stderr or r.stdout).strip()[-1500:]}")
+
+    link.output_format = "so"  # type: ignore[attr-defined]
+    return link
 
 
 def is_host(target_json: dict[str, Any]) -> bool:

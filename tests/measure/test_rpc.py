@@ -188,3 +188,42 @@ def test_bad_rpc_is_refused_in_one_line(tmp_path, capsys) -> None:
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and words in err[0], err
     assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.slow  # end to end: a tracker and two servers, a model tuned and compiled
+@pytest.mark.timeout(900)
+def test_tune_rpc_for_another_target_then_compile_target_uses_the_device_records(tmp_path, capsys) -> None:
+    """Kernels built for another CPU (x86-64 ``generic``), timed on the tracker's devices: the
+    records carry that target and the device (``rpc:KEY``); ``compile --target generic`` builds
+    every tuned task from them and its library computes what PyTorch does."""
+    import json
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from tiny import tiny
+
+    from tensortune.cli import main
+    from tensortune.models.compile import load_library
+    from tensortune.models.reference import export_onnx
+    from tensortune.target import parse_target, target_key
+
+    m, x = tiny()
+    path = export_onnx(m, x, str(tmp_path / "tiny.onnx"))
+    db = str(tmp_path / "r.db")
+    with loopback_cluster(2, threads=1) as (port, _):
+        assert main(["tune", path, "--target", "generic", "--rpc", f"127.0.0.1:{port}:{KEY}", "--rpc-workers", "2",
+                     "--tuner", "random", "--trials", "2", "--batch-size", "2", "--db", db, "--json",
+                     "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    with Database(db, readonly=True) as d:
+        seen = {(r.target, r.cpu_model) for t in d.tasks() for r in d.trials(t.workload_key)}
+    assert seen == {(target_key(parse_target("generic")), f"rpc:{KEY}")}
+    assert main(["compile", path, "--db", db, "--target", "generic", "-o", str(tmp_path / "g.so"), "--json"]) == 0
+    gen = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert gen["counts"]["tuned"] == len(out["tasks"]) > 0
+    assert all("RPC device" in c["reason"] for c in gen["tasks"] if c["source"] == "tuned"), gen["tasks"]
+    got = load_library(str(tmp_path / "g.so"))(x[0].numpy())[0]
+    np.testing.assert_allclose(got, m(x[0]).detach().numpy(), rtol=1e-4, atol=1e-5)

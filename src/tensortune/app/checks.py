@@ -146,3 +146,13 @@ def target_of(target: str | dict[str, Any] | None) -> dict[str, Any]:
         return parse_target(target)
     except TargetError as e:
         raise UsageError(str(e)) from None
+
+
+def check_runnable(target_json: dict[str, Any], rpc: str | None) -> None:
+    """Refuse to time kernels here that this machine cannot run (another triple) without ``rpc``."""
+    from ..target import TRIPLES, runs_here
+
+    if rpc is None and not runs_here(target_json):
+        arch = TRIPLES.get(target_json.get("mtriple", ""), target_json.get("mtriple"))
+        raise UsageError(f"--target {arch}: this machine cannot run its kernels; time them on its devices "
+                         "with --rpc TRACKER:PORT:KEY (compile --target builds for it here)")

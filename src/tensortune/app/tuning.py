@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..budget import Budget
 from ..errors import UsageError
-from .checks import check_db_path, check_energy, check_output, check_scheduler, open_db, target_of, tuner_options
+from .checks import check_db_path, check_energy, check_output, check_runnable, check_scheduler, open_db, target_of, tuner_options
 from .deploy import PROFILE_RUNS, check_after_tuning, load
 from . import deploy
 
@@ -107,6 +107,7 @@ def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_TUNER, budget: B
     from ..utils.progress import ProgressBar
 
     tj = target_of(target)
+    check_runnable(tj, rpc)
     budget = Budget.of(budget)
     check_energy(budget.energy_j)
     settings = tuner_options(tuner, options)
@@ -276,6 +277,7 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     from ..target import is_host
 
     tj = target_of(target)
+    check_runnable(tj, rpc)
     budget = Budget.of(budget)
     settings = check_tuning(tuner, scheduler, budget, database, options)
     if ray_address is not None:

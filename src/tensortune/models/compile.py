@@ -114,12 +114,12 @@ class CompiledModel:
         """
         import tvm
 
-        from ..target import machine_id
+        from ..target import cross_linker, machine_id
         from ..utils.atomic import atomic_path, atomic_write
 
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
         with atomic_path(path, suffix=os.path.splitext(path)[1] or ".so") as tmp:
-            self.executable.export_library(str(tmp))
+            self.executable.export_library(str(tmp), fcompile=cross_linker(self.target_json))
         meta = {
             "model": self.model.name, "source": self.model.source, "batch": self.model.batch,
             "inputs": [s.to_json() for s in self.model.inputs], "target": self.target_json,

@@ -78,7 +78,10 @@ def vector_lanes(task: "Task") -> int:
 
 
 def target_lanes(target_json: dict[str, Any]) -> int:
-    """float32 lanes of the widest vector register of a target (16 with AVX-512, else 8)."""
+    """float32 lanes of the widest vector register of a target (16 with AVX-512, 4 on aarch64's
+    NEON, else 8)."""
+    if str(target_json.get("mtriple", "")).startswith("aarch64"):
+        return 4
     mcpu = str(target_json.get("mcpu", ""))
     wide = ("skylake-avx512", "cascadelake", "icelake", "sapphirerapids", "znver4", "znver5", "tigerlake",
             "cooperlake", "rocketlake", "emeraldrapids", "graniterapids")
