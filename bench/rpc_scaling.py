@@ -37,18 +37,18 @@ TASK = ("matmul", [64, 64, 64])
 
 def fixed_time_run(task_json: str, artifact: str, opts: dict[str, Any], device: tuple[str, int, str],
                    seconds: float) -> tuple[str, list[float], str, int, float]:
-    """The simulated device's run of a candidate: a real session, upload and load, then a timing
-    that takes ``seconds`` and reports a fixed latency (what ``rpc_run_candidate`` returns)."""
-    from tvm import rpc
+    """The simulated device's run of a candidate: a real session (this runner's, reused as
+    ``rpc_run_candidate`` reuses it), upload and load, then a timing that takes ``seconds`` and
+    reports a fixed latency (what ``rpc_run_candidate`` returns)."""
+    from tensortune.measure.worker import rpc_done, rpc_session
 
-    host, port, key = device
-    remote = rpc.connect_tracker(host, int(port)).request(key, priority=1,
-                                                          session_timeout=float(opts.get("session_timeout", 0)))
+    remote, _ = rpc_session(device, opts)
     name = os.path.basename(artifact)
     remote.upload(artifact)
     remote.load_module(name)
-    time.sleep(seconds)
     remote.remove(name)
+    time.sleep(seconds)
+    rpc_done(device, healthy=True)
     return "none", [1e-4 * (1 + (sum(name.encode()) % 97) / 97)] * int(opts["repeat"]), "", 1, seconds
 
 
@@ -59,20 +59,21 @@ def _runner(options: Any, seconds: float) -> Any:
         """RPC devices whose timing takes ``seconds`` (the rest of the path is TVM's own)."""
 
         def _call(self, inp: Any, b: Any, opts: dict[str, Any]) -> tuple[Any, tuple]:
-            return fixed_time_run, (inp.task.json_text, b.artifact,
-                                    {**opts, "session_timeout": self.options.run_timeout}, self.device, seconds)
+            return fixed_time_run, (inp.task.json_text, b.artifact, self.session_opts(opts), self.device, seconds)
 
     return FixedTimeDevices(options)
 
 
-def one_run(port: int, devices: int, seconds: float, trials: int, batch: int) -> dict[str, Any]:
+def one_run(port: int, devices: int, seconds: float, trials: int, batch: int,
+            session_reuse: int | None = None) -> dict[str, Any]:
     """Tune the matmul on ``devices`` simulated devices; its wall time and what it measured."""
     from tensortune.database import Database
     from tensortune.measure import MeasureOptions, Measurer
     from tensortune.task import Task
     from tensortune.tuners import get_tuner
 
-    options = MeasureOptions(repeat=3, rpc=f"127.0.0.1:{port}:{KEY}", rpc_workers=devices, run_timeout=60.0)
+    reuse = {} if session_reuse is None else {"rpc_session_reuse": session_reuse}
+    options = MeasureOptions(repeat=3, rpc=f"127.0.0.1:{port}:{KEY}", rpc_workers=devices, run_timeout=60.0, **reuse)
     task = Task.from_op(*TASK)
     with tempfile.TemporaryDirectory() as tmp, Measurer(options) as m, Database(Path(tmp) / "s.db") as db:
         m.runner.close()
@@ -110,6 +111,7 @@ def report(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
              f"{meta['machine']['llvm_cpu']}, {meta['machine']['cores']} cores)", "",
              f"{meta['trials']} random-search trials of matmul {TASK[1]} per run, batches of {meta['batch']}; "
              f"each device's timing takes {meta['device_s']} s (simulated; the session, upload and load are TVM's); "
+             f"a session serves up to {meta.get('session_reuse', 1)} candidates; "
              f"{meta['rounds']} interleaved rounds, medians.", "",
              "| devices | trials/min | speed-up | speed-up / N | wall per trial | driver overhead per trial | errors |",
              "|---|---|---|---|---|---|---|"]
@@ -126,6 +128,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=64, help="trials per run (64)")
     p.add_argument("--batch", type=int, default=32, help="the tuner's batch (32)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the device counts (2)")
+    p.add_argument("--session-reuse", type=int, default=None,
+                   help="candidates a runner times in one device session (default: MeasureOptions'; 1: a session each)")
     p.add_argument("--out", default=None, help="results folder (default bench/results/rpc-scaling-MCPU-DATE)")
     return p
 
@@ -137,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
 
     a = parser().parse_args(argv)
     counts = [int(x) for x in a.devices.split(",") if x.strip()]
-    if not counts or min(counts) < 1 or a.device_s <= 0 or a.trials < 1 or a.rounds < 1:
-        print("rpc-scaling: --devices takes counts >= 1, --device-s, --trials and --rounds positive", file=sys.stderr)
+    if not counts or min(counts) < 1 or a.device_s <= 0 or a.trials < 1 or a.rounds < 1 or (a.session_reuse or 1) < 1:
+        print("rpc-scaling: --devices takes counts >= 1, --device-s, --trials, --rounds and --session-reuse positive",
+              file=sys.stderr)
         return 2
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the runner's workers cannot import bench
     machine = machine_id()
@@ -149,11 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(a.rounds):
             order = counts if r % 2 == 0 else counts[::-1]
             for n in order:
-                row = {"round": r + 1, **one_run(port, n, a.device_s, a.trials, a.batch)}
+                row = {"round": r + 1, **one_run(port, n, a.device_s, a.trials, a.batch, a.session_reuse)}
                 rows.append(row)
                 print(f"round {r + 1}: {n} device(s): {row['measured']} trials in {row['wall_s']:.1f} s", flush=True)
+    from tensortune.measure import MeasureOptions
+
+    reuse = a.session_reuse if a.session_reuse is not None else MeasureOptions().rpc_session_reuse
     meta = {"machine": machine, "date": time.strftime("%Y-%m-%d %H:%M"), "device_s": a.device_s, "trials": a.trials,
-            "batch": a.batch, "rounds": a.rounds}
+            "batch": a.batch, "rounds": a.rounds, "session_reuse": reuse}
     summary = summarise(rows, a.device_s)
     (out / "scaling.json").write_text(json.dumps({**meta, "runs": rows, "summary": summary}, indent=1) + "\n")
     write_text(out / "report.md", report(summary, meta))

@@ -227,3 +227,54 @@ def test_tune_rpc_for_another_target_then_compile_target_uses_the_device_records
     assert all("RPC device" in c["reason"] for c in gen["tasks"] if c["source"] == "tuned"), gen["tasks"]
     got = load_library(str(tmp_path / "g.so"))(x[0].numpy())[0]
     np.testing.assert_allclose(got, m(x[0]).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow  # end to end: a tracker and one server, the worker's session calls in this process
+def test_a_session_is_reused_released_to_a_waiting_requester_and_dropped_when_it_fails(tmp_path) -> None:
+    """One runner keeps its device's session across candidates (warm-up only in a fresh one), up to
+    ``session_reuse``; a second requester waiting at the tracker gets the device after the next
+    candidate; a session whose device died costs that one candidate, and the next gets a new one."""
+    import threading
+
+    from tensortune.measure import worker
+
+    task = Task.from_op("matmul", [16, 16, 16])
+    with loopback_cluster(1, threads=1) as (port, servers):
+        device = ("127.0.0.1", port, KEY)
+        opts = {**MeasureOptions(repeat=2, min_repeat_ms=1, warmup_s=0.05).runner_opts(), "session_timeout": 60.0,
+                "session_reuse": 3}
+
+        def run_one(k: int) -> tuple:
+            kind, path, msg, _ = worker.build_candidate(task.json_text, task.space.get(k).to_json()["knobs"],
+                                                        str(tmp_path))
+            assert kind == "none", msg
+            return worker.rpc_run_candidate(task.json_text, path, opts, device)
+
+        try:
+            sessions = []
+            for k in range(4):
+                assert run_one(k)[0] == "none"
+                sessions.append(id(worker._SESSIONS[device][0]))
+            assert sessions[0] == sessions[1] == sessions[2] != sessions[3]  # 3 per session, then a new one
+            got: list = []
+            from tvm import rpc
+
+            waiter = threading.Thread(target=lambda: got.append(rpc.connect_tracker("127.0.0.1", port).request(
+                KEY, priority=1, session_timeout=30)))
+            waiter.start()
+            time.sleep(1.0)  # the waiter is pending at the tracker now
+            assert run_one(4)[0] == "none" and device not in worker._SESSIONS  # released to it
+            waiter.join(60)
+            assert got, "the waiting requester never got the device"
+            got.clear()
+            assert run_one(5)[0] == "none" and device in worker._SESSIONS
+            kill(servers[0])  # its session dies with it
+            servers.append(spawn_server(port, KEY, 1))
+            kind, _, msg, _, _ = run_one(6)
+            assert kind == "runtime" and msg.startswith("rpc") and device not in worker._SESSIONS, msg
+            from bench.loopback import servers_up
+
+            servers_up(port, KEY, 1)
+            assert run_one(7)[0] == "none"
+        finally:
+            worker.rpc_release()

@@ -23,7 +23,7 @@ from .noise import QUIET_LOOK_S, QUIET_LOOKS, RECENT_S, NoiseLog, Sample
 from .options import MeasureOptions
 from .pool import WORKERS, Worker
 from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult
-from .worker import build_candidate, init_worker, probe_state, rpc_run_candidate, run_candidate
+from .worker import SESSION_SPAN, build_candidate, init_worker, probe_state, rpc_run_candidate, run_candidate
 
 
 class LocalBuilder:
@@ -242,8 +242,9 @@ class RPCRunner(LocalRunner):
     ``RPCRunner``): each candidate is uploaded to a device of ``options.rpc`` (``host:port:key``),
     checked against the reference computed here and timed there, from the same kind of persistent
     worker process (so a hung device ends at the run timeout). ``options.rpc_workers`` candidates
-    are on devices at once, each in a session of its own that the tracker gives to a free device
-    (AutoTVM's ``n_parallel``), so N devices time N candidates at a time and one that drops out
+    are on devices at once, each runner holding a session that the tracker gave it on a free device
+    (AutoTVM's ``n_parallel``) for up to ``options.rpc_session_reuse`` candidates, so N devices
+    time N candidates at a time; a session that fails is dropped, so a device that drops out
     leaves the next candidates to the others. A candidate goes to a device as soon as it is built
     (:meth:`run_as_built`), and results are handed back in the caller's thread, in the order the
     candidates finish. Energy is not measured (the counters here do not see the
@@ -322,8 +323,12 @@ class RPCRunner(LocalRunner):
         super().close()
 
     def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
-        return rpc_run_candidate, (inp.task.json_text, b.artifact, {**opts, "session_timeout": self.options.run_timeout},
-                                   self.device)
+        return rpc_run_candidate, (inp.task.json_text, b.artifact, self.session_opts(opts), self.device)
+
+    def session_opts(self, opts: dict[str, Any]) -> dict[str, Any]:
+        """``opts`` with the device session's timeout: :data:`~tensortune.measure.worker.SESSION_SPAN`
+        run timeouts, as a session may be kept for several candidates (each ended by the run timeout)."""
+        return {**opts, "session_timeout": self.options.run_timeout * SESSION_SPAN}
 
 
 #: What a failed library load says when the process, not the candidate, is at fault (its memory

@@ -26,7 +26,9 @@ class MeasureOptions:
     ``check_correctness`` compares every candidate's output with the reference first;
     ``rpc`` (``"tracker_host:port:key"``) times candidates on a device of a TVM RPC tracker
     instead of this machine (they are still built here), ``rpc_workers`` of them at once (one
-    device each); ``runner_restart`` candidates are run by one runner process before a fresh one
+    device each), each runner keeping its device's session for up to ``rpc_session_reuse``
+    candidates (a new session costs about 0.1 s and a warm-up; 1: a session per candidate);
+    ``runner_restart`` candidates are run by one runner process before a fresh one
     takes over: a process keeps every kernel library it loaded mapped (about 5 of the kernel's
     65,530 memory maps each), and past about 13,000 every further load fails;
     ``warmup_s`` seconds of untimed runs precede the first timing in a fresh process (a runner
@@ -51,6 +53,7 @@ class MeasureOptions:
     imports: tuple[str, ...] = ()
     rpc: str | None = None
     rpc_workers: int = 1
+    rpc_session_reuse: int = 32
     runner_restart: int = 2000
     warmup_s: float = 0.5
     probe: bool = True
@@ -88,5 +91,7 @@ class MeasureOptions:
     def runner_opts(self) -> dict[str, Any]:
         """The settings the runner worker needs."""
         d = asdict(self)
-        return {k: d[k] for k in ("number", "repeat", "min_repeat_ms", "cooldown_ms", "flush_cache", "check_correctness", "seed",
-                                  "warmup_s", "probe")}
+        out = {k: d[k] for k in ("number", "repeat", "min_repeat_ms", "cooldown_ms", "flush_cache", "check_correctness",
+                                 "seed", "warmup_s", "probe")}
+        out["session_reuse"] = max(1, int(self.rpc_session_reuse))
+        return out

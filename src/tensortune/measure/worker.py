@@ -198,27 +198,85 @@ def _numpy_data(task: Task, seed: int) -> tuple[list[Any], Any, Any]:
     return _NUMPY[key]
 
 
+#: This worker's RPC session per device, kept across candidates: ``[session, candidates run, opened at]``.
+_SESSIONS: dict[tuple[str, int, str], list[Any]] = {}
+
+
+def rpc_session(device: tuple[str, int, str], opts: dict[str, Any]) -> tuple[Any, bool]:
+    """A session on a device of ``device`` (``(tracker host, port, key)``) and whether it is
+    fresh. The session this worker holds is reused while it has run fewer than
+    ``opts["session_reuse"]`` candidates and is young enough that the next one ends before the
+    device's session timeout (``session_timeout``, the run timeout times :data:`SESSION_SPAN`);
+    else a new one is requested from the tracker (the request, a process forked on the device,
+    costs about 0.1 s)."""
+    from tvm import rpc
+
+    held = _SESSIONS.get(device)
+    timeout = float(opts.get("session_timeout", 0))
+    if held is not None:
+        young = not timeout or time.time() - held[2] < timeout * (SESSION_SPAN - 1) / SESSION_SPAN
+        if held[1] < int(opts.get("session_reuse", 1)) and young:
+            return held[0], False
+        rpc_release()
+    host, port, key = device
+    remote = rpc.connect_tracker(host, int(port)).request(key, priority=1, session_timeout=timeout)
+    _SESSIONS[device] = [remote, 0, time.time()]
+    return remote, True
+
+
+#: A reused session lives at most this many run timeouts (so a hung kernel holds its device that long).
+SESSION_SPAN = 3
+
+
+def rpc_done(device: tuple[str, int, str], healthy: bool) -> None:
+    """After a candidate: a session that failed is dropped (the next candidate asks for a new
+    one); a healthy one is kept unless another requester waits at the tracker for a device of the
+    key (so more workers than devices still share them, as with a session per candidate)."""
+    held = _SESSIONS.get(device)
+    if held is None:
+        return
+    held[1] += 1
+    if not healthy or _others_waiting(device):
+        rpc_release()
+
+
+def _others_waiting(device: tuple[str, int, str]) -> bool:
+    from tvm import rpc
+
+    host, port, key = device
+    try:
+        queue = rpc.connect_tracker(host, int(port)).summary().get("queue_info", {})
+    except Exception:  # noqa: BLE001 - a tracker that does not answer: let the device go
+        return True
+    return any(int(q.get("pending", 0)) > 0 for k, q in queue.items() if k == key or k.endswith(key))
+
+
+def rpc_release() -> bool:
+    """Close this worker's RPC sessions (the devices go back to the tracker); whether one was held."""
+    held = bool(_SESSIONS)
+    _SESSIONS.clear()
+    return held
+
+
 def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], device: tuple[str, int, str]
                       ) -> tuple[str, list[float], str, int, float]:
     """Upload, check and time one built candidate on a device of a TVM RPC tracker.
 
-    ``device`` is ``(tracker host, port, key)``; a session is requested for this candidate alone
-    (so a device that died leaves the next candidate to another one). Returns what
-    :func:`run_candidate` returns; the thread count is the device's own (``runtime.NumThreads``
-    there). Any failure of the session (no device, a lost connection) is a ``"runtime"`` result
-    whose message starts with ``rpc``.
+    ``device`` is ``(tracker host, port, key)``; the session comes from :func:`rpc_session` (this
+    worker's, reused, or a new one) and is dropped when anything fails, so a device that died
+    leaves the next candidate to another one. Returns what :func:`run_candidate` returns; the
+    thread count is the device's own (``runtime.NumThreads`` there). Any failure of the session
+    (no device, a lost connection) is a ``"runtime"`` result whose message starts with ``rpc``.
     """
     import numpy as np
     import tvm
-    from tvm import rpc
 
     from ..task.task import ATOL, RTOL
 
     host, port, key = device
     where = f"rpc device {key!r} of {host}:{port}"
     try:
-        remote = rpc.connect_tracker(host, int(port)).request(key, priority=1,
-                                                              session_timeout=float(opts.get("session_timeout", 0)))
+        remote, fresh = rpc_session(device, opts)
     except Exception as e:  # noqa: BLE001
         return "runtime", [], f"{where}: no session ({_short(e)})", 0, 0.0
     name = os.path.basename(artifact)
@@ -227,6 +285,7 @@ def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], devic
         task = _task(task_json)
         remote.upload(artifact)
         mod = remote.load_module(name)
+        remote.remove(name)  # loaded: the file is no longer needed there
         dev = remote.cpu()
         inputs, expected, sentinel = _numpy_data(task, int(opts.get("seed", 0)))
         args = [tvm.runtime.tensor(x, dev) for x in inputs]
@@ -235,9 +294,10 @@ def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], devic
             mod["main"](*args, out)
             got = out.numpy()
             if got.shape != expected.shape or not np.allclose(got, expected, rtol=RTOL, atol=ATOL):
+                rpc_done(device, healthy=True)
                 return "wrong_answer", [], "output does not match the reference (on the rpc device)", threads, 0.0
-        # every session is a fresh process on the device (TVM's server forks one per session)
-        warm_up(lambda: mod["main"](*args, out), float(opts.get("warmup_s", 0.0)))
+        if fresh:  # a session is a fresh process on the device (TVM's server forks one per session)
+            warm_up(lambda: mod["main"](*args, out), float(opts.get("warmup_s", 0.0)))
         timer = mod.time_evaluator(
             "main", dev, number=int(opts["number"]), repeat=int(opts["repeat"]),
             min_repeat_ms=int(opts["min_repeat_ms"]), cooldown_interval_ms=int(opts["cooldown_ms"]),
@@ -246,9 +306,7 @@ def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], devic
         costs = [float(c) for c in timer(*args, out).results]
         timed = time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001
+        rpc_done(device, healthy=False)
         return "runtime", [], f"rpc: {where}: {_short(e)}", 0, 0.0
-    try:
-        remote.remove(name)
-    except Exception:  # noqa: BLE001 - the device's temporary folder goes with its session anyway
-        pass
+    rpc_done(device, healthy=True)
     return "none", costs, "", threads, timed
