@@ -22,7 +22,7 @@ def host_target_json(num_cores: int | None = None) -> dict[str, Any]:
     import tvm
 
     cpu = tvm.get_global_func("target.llvm_get_system_cpu")()
-    return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": str(cpu), "num-cores": int(num_cores or cpu_count())}
+    return {"kind": "llvm", "mtriple": HOST_TRIPLE, "mcpu": str(cpu), "num-cores": int(num_cores or cpu_count())}
 
 
 def generic_target_json(num_cores: int | None = None) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def generic_target_json(num_cores: int | None = None) -> dict[str, Any]:
     for it runs here with 128-bit vectors, so profiles, measurements and models can be compared
     across two targets. It is not a different machine (same caches, memory and clock).
     """
-    return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64", "num-cores": int(num_cores or cpu_count())}
+    return {"kind": "llvm", "mtriple": HOST_TRIPLE, "mcpu": "x86-64", "num-cores": int(num_cores or cpu_count())}
 
 
 #: The ``--target`` words that name a target (anything else is an LLVM cpu, ``aarch64:CPU`` or JSON).

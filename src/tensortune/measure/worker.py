@@ -198,6 +198,9 @@ def _numpy_data(task: Task, seed: int) -> tuple[list[Any], Any, Any]:
     return _NUMPY[key]
 
 
+#: A reused session lives at most this many run timeouts (so a hung kernel holds its device that long).
+SESSION_SPAN = 3
+
 #: This worker's RPC session per device, kept across candidates: ``[session, candidates run, opened at]``.
 _SESSIONS: dict[tuple[str, int, str], list[Any]] = {}
 
@@ -224,10 +227,6 @@ def rpc_session(device: tuple[str, int, str], opts: dict[str, Any]) -> tuple[Any
     return remote, True
 
 
-#: A reused session lives at most this many run timeouts (so a hung kernel holds its device that long).
-SESSION_SPAN = 3
-
-
 def rpc_done(device: tuple[str, int, str], healthy: bool) -> None:
     """After a candidate: a session that failed is dropped (the next candidate asks for a new
     one); a healthy one is kept unless another requester waits at the tracker for a device of the
@@ -251,11 +250,9 @@ def _others_waiting(device: tuple[str, int, str]) -> bool:
     return any(int(q.get("pending", 0)) > 0 for k, q in queue.items() if k == key or k.endswith(key))
 
 
-def rpc_release() -> bool:
-    """Close this worker's RPC sessions (the devices go back to the tracker); whether one was held."""
-    held = bool(_SESSIONS)
+def rpc_release() -> None:
+    """Close this worker's RPC sessions (the devices go back to the tracker)."""
     _SESSIONS.clear()
-    return held
 
 
 def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], device: tuple[str, int, str]
