@@ -36,8 +36,9 @@ def generic_target_json(num_cores: int | None = None) -> dict[str, Any]:
     return {"kind": "llvm", "mtriple": HOST_TRIPLE, "mcpu": "x86-64", "num-cores": int(num_cores or cpu_count())}
 
 
-#: The ``--target`` words that name a target (anything else is an LLVM cpu, ``aarch64:CPU`` or JSON).
-TARGET_WORDS = ("native", "generic", "aarch64")
+#: The ``--target`` words that name a target (anything else is an LLVM cpu, ``aarch64:CPU``,
+#: ``cuda:sm_XX`` or JSON).
+TARGET_WORDS = ("native", "generic", "aarch64", "cuda")
 
 #: The LLVM triples kernels are built for, and the architecture each names in messages.
 TRIPLES = {"x86_64-linux-gnu": "x86-64", "aarch64-linux-gnu": "aarch64"}
@@ -52,6 +53,45 @@ def aarch64_target_json(mcpu: str = "generic", num_cores: int | None = None) -> 
     """The dict form of an LLVM target for a 64-bit Arm Linux device (NEON; ``mcpu`` an LLVM
     aarch64 cpu such as ``cortex-a72`` or ``neoverse-v1``)."""
     return {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": mcpu, "num-cores": int(num_cores or cpu_count())}
+
+
+#: The CUDA architecture ``--target cuda`` builds for (Hopper; nvcc 12 and 13 both know it).
+DEFAULT_CUDA_ARCH = "sm_90"
+
+#: The launch limits of every NVIDIA GPU since Volta: threads per block, static shared memory per
+#: block (more needs an opt-in at launch), warp size, 32-bit registers per block. The templates'
+#: spaces exclude what these cannot launch; a JSON target can state other limits.
+CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
+               "registers_per_block": 65536}
+
+
+def cuda_target_json(arch: str = DEFAULT_CUDA_ARCH, num_cores: int | None = None) -> dict[str, Any]:
+    """The dict form of a CUDA target for an NVIDIA GPU of ``arch`` (``sm_80``, ``sm_90``): its
+    launch limits (:data:`CUDA_LIMITS`) as attributes, and this machine's CPU as the host that
+    launches the kernels."""
+    return {"kind": "cuda", "arch": arch, **CUDA_LIMITS, "host": dict(host_target_json(num_cores))}
+
+
+def is_cuda(target_json: dict[str, Any]) -> bool:
+    """Whether ``target_json`` is a CUDA target (kernels for an NVIDIA GPU)."""
+    return target_json.get("kind") == "cuda"
+
+
+def _parse_cuda(spec: str, d: dict[str, Any], num_cores: int | None) -> dict[str, Any]:
+    """A CUDA target dict completed with the default limits and host, its ``arch`` checked."""
+    import re
+    import shutil
+
+    arch = str(d.get("arch", DEFAULT_CUDA_ARCH))
+    if not re.fullmatch(r"sm_[1-9][0-9]{1,2}[af]?", arch):
+        raise TargetError(f"--target {spec!r}: {arch!r} is not a CUDA architecture (sm_80, sm_89, sm_90, sm_100)")
+    d = {**cuda_target_json(arch, num_cores), **d, "arch": arch}
+    if int(d["max_threads_per_block"]) < 32 or int(d["max_shared_memory_per_block"]) < 1024:
+        raise TargetError(f"--target {spec!r}: the device limits are too small to launch a kernel")
+    if shutil.which("nvcc") is None:
+        raise TargetError(f"--target {spec!r}: CUDA kernels are compiled by nvcc, which is not on PATH here "
+                          "(install the CUDA toolkit)")
+    return d
 
 
 def parse_target(spec: str | dict[str, Any] | None, num_cores: int | None = None) -> dict[str, Any]:
@@ -76,11 +116,15 @@ def parse_target(spec: str | dict[str, Any] | None, num_cores: int | None = None
             raise TargetError(f"--target {spec!r}: not JSON ({e.msg})") from None
     elif spec == "aarch64" or spec.startswith("aarch64:"):
         d = aarch64_target_json(spec.partition(":")[2] or "generic", num_cores)
+    elif spec == "cuda" or spec.startswith("cuda:"):
+        d = {"kind": "cuda", "arch": spec.partition(":")[2] or DEFAULT_CUDA_ARCH}
     else:
         d = {**host_target_json(num_cores), "mcpu": spec}
+    if isinstance(d, dict) and d.get("kind") == "cuda":
+        return _parse_cuda(str(spec), d, num_cores)
     if not isinstance(d, dict) or d.get("kind") != "llvm" or d.get("mtriple", HOST_TRIPLE) not in TRIPLES:
-        raise TargetError(f"--target {spec!r}: only LLVM targets are built here (kind llvm, mtriple "
-                          f"{' or '.join(TRIPLES)})")
+        raise TargetError(f"--target {spec!r}: only LLVM targets (kind llvm, mtriple {' or '.join(TRIPLES)}) "
+                          "and CUDA targets (kind cuda) are built here")
     d.setdefault("mtriple", HOST_TRIPLE)
     d["num-cores"] = int(d.get("num-cores") or num_cores or cpu_count())
     arch = TRIPLES[d["mtriple"]]
@@ -97,8 +141,9 @@ def parse_target(spec: str | dict[str, Any] | None, num_cores: int | None = None
 
 def runs_here(target_json: dict[str, Any]) -> bool:
     """Whether this machine can run code built for ``target_json`` at all (its triple is this
-    machine's; an x86-64 cpu with instructions this one lacks still fails at run time)."""
-    return target_json.get("mtriple", HOST_TRIPLE) == HOST_TRIPLE
+    machine's; an x86-64 cpu with instructions this one lacks still fails at run time). CUDA
+    kernels never run here: tensortune times them on a GPU machine."""
+    return not is_cuda(target_json) and target_json.get("mtriple", HOST_TRIPLE) == HOST_TRIPLE
 
 
 #: How a kernel library for another triple is linked: that triple's GNU linker when on PATH, else
@@ -112,7 +157,8 @@ def cross_linker(target_json: dict[str, Any]) -> Callable[..., None] | None:
     ``ziglang`` package is installed."""
     import shutil
 
-    triple = target_json.get("mtriple", HOST_TRIPLE)
+    triple = (target_json.get("host") or {}).get("mtriple", HOST_TRIPLE) if is_cuda(target_json) \
+        else target_json.get("mtriple", HOST_TRIPLE)
     if triple == HOST_TRIPLE:
         return None
     gcc = shutil.which(CROSS_GCC.get(triple, f"{triple}-gcc"))

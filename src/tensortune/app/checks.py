@@ -148,10 +148,23 @@ def target_of(target: str | dict[str, Any] | None) -> dict[str, Any]:
         raise UsageError(str(e)) from None
 
 
-def check_runnable(target_json: dict[str, Any], rpc: str | None) -> None:
-    """Refuse to time kernels here that this machine cannot run (another triple) without ``rpc``."""
-    from ..target import TRIPLES, runs_here
+def check_compilable(target_json: dict[str, Any]) -> None:
+    """Refuse to compile a whole model for a CUDA target (its kernels are built op by op only)."""
+    from ..target import is_cuda
 
+    if is_cuda(target_json):
+        raise UsageError(f"compile --target cuda:{target_json.get('arch')}: models are compiled for CPUs only in "
+                         "this version (CUDA templates schedule single operators)")
+
+
+def check_runnable(target_json: dict[str, Any], rpc: str | None) -> None:
+    """Refuse to time kernels here that this machine cannot run (another triple) without ``rpc``,
+    and CUDA kernels in any case (they are built here; no GPU runner times them yet)."""
+    from ..target import TRIPLES, is_cuda, runs_here
+
+    if is_cuda(target_json):
+        raise UsageError(f"--target cuda:{target_json.get('arch')}: CUDA kernels are built here but timed only on a "
+                         "GPU, and this version has no GPU runner")
     if rpc is None and not runs_here(target_json):
         arch = TRIPLES.get(target_json.get("mtriple", ""), target_json.get("mtriple"))
         raise UsageError(f"--target {arch}: this machine cannot run its kernels; time them on its devices "

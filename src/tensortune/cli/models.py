@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .. import app
-from ..app.checks import target_of
+from ..app.checks import check_compilable, target_of
 from ..app.tuning import DEFAULT_MODEL_BUDGET, DEFAULT_SCHEDULER, DEFAULT_TUNER
 from ..budget import Budget
 from ..errors import UsageError
@@ -228,7 +228,7 @@ def cmd_compile(a: argparse.Namespace) -> int:
         check_output(path, a.force, db=a.db)
     if a.db is not None:
         check_db(a.db, must_exist=True)
-    target_of(a.target)  # before the (slow) model import
+    check_compilable(target_of(a.target))  # before the (slow) model import
     model = load_model(a)
     cm = app.compile(model, a.db, target=a.target)
     lib, meta = cm.export(a.output)

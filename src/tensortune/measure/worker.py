@@ -61,7 +61,7 @@ def build_candidate(task_json: str, knobs: dict[str, Any], out_dir: str) -> tupl
     """
     import tvm
 
-    from ..target import cross_linker, make_target
+    from ..target import cross_linker, is_cuda, make_target
 
     t0 = time.perf_counter()
     try:
@@ -73,7 +73,12 @@ def build_candidate(task_json: str, knobs: dict[str, Any], out_dir: str) -> tupl
     try:
         ex = tvm.compile(mod, target=make_target(task.target_json))
         path = os.path.join(out_dir, f"{task.workload_key}_{config.index}_{uuid.uuid4().hex[:8]}.so")
-        ex.export_library(path, fcompile=cross_linker(task.target_json))
+        if is_cuda(task.target_json):
+            from .cuda import export_cuda
+
+            export_cuda(ex, path, task.target_json)
+        else:
+            ex.export_library(path, fcompile=cross_linker(task.target_json))
     except Exception as e:  # noqa: BLE001
         return "compile", None, _short(e), time.perf_counter() - t0
     return "none", path, "", time.perf_counter() - t0

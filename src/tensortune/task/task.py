@@ -11,7 +11,7 @@ import numpy as np
 
 from ..space import Config, ConfigSpace
 from ..target import host_target_json, target_key
-from ..templates.registry import Template, get_template
+from ..templates.registry import Template, get_template, template_for
 from .ops import OpError, get_op
 
 #: Relative / absolute tolerance of the correctness check (float32, reductions up to ~5k terms).
@@ -40,12 +40,12 @@ class Task:
         if op == "primfunc":
             if func_json is None:
                 raise OpError("a primfunc task needs its function")
-            self.template_name = template or "generic"
+            self.template_name = template_for(template or "generic", self.target_json)
             self._kernel_class = kernel_class or "generic"
         else:
             opdef = get_op(op)
             self.args = opdef.parse_args(self.args)
-            self.template_name = template or opdef.template
+            self.template_name = template_for(template or opdef.template, self.target_json)
             self._kernel_class = kernel_class or opdef.kernel_class
 
     # ---------------------------------------------------------------- constructors

@@ -68,7 +68,29 @@ TEMPLATES: Registry[Any] = Registry("template", {
     "depthwise_conv2d": "tensortune.templates.depthwise:DepthwiseTemplate",
     "depthwise_conv2d_nchwc": "tensortune.templates.depthwise_nchwc:DepthwiseNCHWcTemplate",
     "depthwise_conv2d_nchwc_general": "tensortune.templates.depthwise_nchwc:DepthwiseNCHWcGeneralTemplate",
+    "conv2d_cuda": "tensortune.templates.conv2d_cuda:Conv2dCudaTemplate",
+    "depthwise_conv2d_cuda": "tensortune.templates.conv2d_cuda:DepthwiseCudaTemplate",
+    "gemm_cuda": "tensortune.templates.gemm_cuda:GemmCudaTemplate",
+    "generic_cuda": "tensortune.templates.generic_cuda:GenericCudaTemplate",
 })
+
+#: The CUDA template that takes an op's (CPU) default template's place on a ``cuda`` target. The
+#: CPU-only layouts (packed dense, NCHWc) have none; a function without an op template gets dlight.
+CUDA_TEMPLATES = {"gemm": "gemm_cuda", "conv2d": "conv2d_cuda", "depthwise_conv2d": "depthwise_conv2d_cuda",
+                  "generic": "generic_cuda", "attention": "generic_cuda", "none": "none"}
+
+
+def template_for(name: str, target_json: dict[str, Any]) -> str:
+    """The template called ``name`` becomes on ``target_json``: itself on a CPU; on CUDA its
+    :data:`CUDA_TEMPLATES` counterpart, itself when it is a CUDA template or a plug-in's, and a
+    :class:`TemplateError` for a built-in CPU-only template."""
+    if target_json.get("kind") != "cuda" or name.endswith("_cuda"):
+        return name
+    if name in CUDA_TEMPLATES:
+        return CUDA_TEMPLATES[name]
+    if name in TEMPLATES:
+        raise TemplateError(f"template {name!r} is for CPUs and has no CUDA counterpart")
+    return name
 
 
 def register_template(t: Template) -> Template:

@@ -1,0 +1,48 @@
+"""CUDA candidates built here: the library TVM exports (the host code that launches the kernels
+and the kernels' CUDA source, compiled when a GPU process loads it) and beside it the kernels
+compiled by nvcc for the device's architecture, so that a kernel nvcc or ptxas rejects is a compile
+error here, before anything travels to a GPU, and the GPU needs no compiler."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..target import make_target
+
+#: The suffix of the compiled kernels written beside a candidate's library (``x.so.fatbin``).
+FATBIN_SUFFIX = ".fatbin"
+
+
+def device_source(executable: Any) -> str:
+    """The CUDA source of an executable's kernels (``tvm.compile``'s result for a CUDA target)."""
+    mod = getattr(executable, "mod", executable)
+    cuda = [m for m in mod.imports if m.kind == "cuda"]
+    if not cuda:
+        raise RuntimeError("the built module holds no CUDA kernels")
+    return "\n".join(m.inspect_source() for m in cuda)
+
+
+def compile_fatbin(source: str, target_json: dict[str, Any]) -> bytes:
+    """The fatbin nvcc makes of ``source`` for the target's ``arch`` (a RuntimeError carrying
+    nvcc's message when it fails)."""
+    from tvm.support import nvcc
+
+    device = {k: v for k, v in target_json.items() if k != "host"}
+    with make_target(device):
+        try:
+            return bytes(nvcc.compile_cuda(source, target_format="fatbin", compiler="nvcc"))
+        except RuntimeError as e:  # TVM's message is the whole source, then nvcc's output
+            raise RuntimeError("nvcc: " + str(e).rpartition("Compilation error:\n")[2].strip()[-1500:]) from None
+
+
+def export_cuda(executable: Any, path: str, target_json: dict[str, Any]) -> str:
+    """Write the candidate's library to ``path`` and its compiled kernels to ``path`` +
+    :data:`FATBIN_SUFFIX`; returns the fatbin's path."""
+    from ..target import cross_linker
+
+    executable.export_library(path, fcompile=cross_linker(target_json))
+    fatbin = path + FATBIN_SUFFIX
+    with open(fatbin + ".tmp", "wb") as f:
+        f.write(compile_fatbin(device_source(executable), target_json))
+    os.replace(fatbin + ".tmp", fatbin)
+    return fatbin
