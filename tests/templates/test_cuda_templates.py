@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from math import prod
 
 import pytest
 
@@ -15,7 +16,7 @@ from tensortune.measure.worker import build_candidate
 from tensortune.target import CUDA_LIMITS, TargetError, is_cuda, parse_target, runs_here
 from tensortune.task import Task
 from tensortune.templates import TemplateError
-from tensortune.templates.gpu import MAX_ACCUMULATORS, MAX_VTHREADS, prod
+from tensortune.templates.gpu import MAX_ACCUMULATORS, MAX_VTHREADS
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
 

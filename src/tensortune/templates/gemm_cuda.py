@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, anchored_schedule, pick_entity
-from .gpu import (FLOAT_BYTES, UNROLL_STEPS, accumulate_locally, annotate_unroll, bind_tiles, check_launch,
+from .base import Template, anchored_schedule, annotate_unroll, pick_entity
+from .gpu import (FLOAT_BYTES, UNROLL_STEPS, accumulate_locally, bind_tiles, check_launch,
                   cooperative_fetch, define_launch_constraints)
 
 if TYPE_CHECKING:  # pragma: no cover

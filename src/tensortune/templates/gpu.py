@@ -10,10 +10,12 @@ copied into shared memory by all the block's threads together.
 """
 from __future__ import annotations
 
+from math import prod
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..space import Config, ConfigSpace
+from ..space import ConfigSpace
 from ..target import CUDA_LIMITS
+from .base import fuse_epilogue
 from .registry import TemplateError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,14 +35,6 @@ def limits(task: "Task") -> dict[str, int]:
     """The launch limits of the task's device (:data:`tensortune.target.CUDA_LIMITS` unless its
     target states others)."""
     return {k: int(task.target_json.get(k, v)) for k, v in CUDA_LIMITS.items()}
-
-
-def prod(values: Sequence[int]) -> int:
-    """The product of ``values``."""
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
 
 
 def define_launch_constraints(s: ConfigSpace, task: "Task", spatial: Sequence[str],
@@ -90,21 +84,12 @@ def accumulate_locally(sch: Any, block: Any, pattern: Any, thread_loop: Any) -> 
     """Keep ``block``'s output tile in registers and write it out once per thread at
     ``thread_loop``: through the fused epilogue (bias, residual, activation) when there is one, else
     a plain copy."""
-    from .base import fuse_epilogue
-
     out = fuse_epilogue(sch, pattern)
     if out is None:
         out = sch.cache_write(block, 0, "local")
     else:
         sch.set_scope(block, 0, "local")
     sch.reverse_compute_at(out, thread_loop)
-
-
-def annotate_unroll(sch: Any, loop: Any, config: Config) -> None:
-    """AutoTVM's ``auto_unroll_max_step`` / ``unroll_explicit`` knobs on the kernel's outer loop."""
-    from .base import annotate_unroll as on_loop
-
-    on_loop(sch, loop, config)
 
 
 def _lower_for_check(mod: Any) -> Any:
