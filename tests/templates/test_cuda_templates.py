@@ -113,14 +113,41 @@ def test_cpu_only_templates_have_no_cuda_counterpart(cuda) -> None:
     assert Task.from_op("matmul", (8, 8, 8)).template_name == "gemm"  # CPUs keep theirs
 
 
-def test_cuda_tuning_and_compiling_are_refused_in_one_line(tmp_path, capsys) -> None:
+def test_cuda_tuning_is_refused_in_one_line(tmp_path, capsys) -> None:
     from tensortune.cli import main
 
     db = tmp_path / "t.db"
-    for argv in (["tune-op", "matmul", "--shape", "16,16,16", "--trials", "2", "--db", str(db)],
-                 ["tune", "resnet18", "--trials", "2", "--db", str(db)],
-                 ["compile", "resnet18", "-o", str(tmp_path / "m.so")]):
-        assert main([*argv, "--target", "cuda"]) == 2
+    for argv in (["tune-op", "matmul", "--shape", "16,16,16", "--trials", "2"], ["tune", "resnet18", "--trials", "2"]):
+        assert main([*argv, "--db", str(db), "--target", "cuda"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "cuda:sm_90" in err[0], err
-    assert not db.exists() and not (tmp_path / "m.so").exists()
+        assert len(err) == 1 and "cuda:sm_90" in err[0] and "no GPU runner" in err[0], err
+    assert not db.exists()
+
+
+def test_a_model_compiles_for_cuda(tmp_path, capsys) -> None:
+    """A small ONNX model fused in NCHW for the GPU: its convolutions and matmul get the CUDA
+    templates, the rest dlight, and compile writes the library, its kernels compiled by nvcc and
+    the description (the library runs on a GPU only: not run here)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from tiny import tiny
+
+    from tensortune.cli import main
+    from tensortune.models.reference import export_onnx
+
+    m, x = tiny()
+    path = export_onnx(m, x, str(tmp_path / "tiny.onnx"))
+    assert main(["tasks", path, "--target", "cuda", "--json"]) == 0
+    tasks = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    templates = {t["template"] for t in tasks}
+    assert templates <= {"conv2d_cuda", "depthwise_conv2d_cuda", "gemm_cuda", "generic_cuda"} and "conv2d_cuda" in templates
+    lib = tmp_path / "m.so"
+    assert main(["compile", path, "--target", "cuda:sm_80", "-o", str(lib), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["counts"]["default"] == len(out["tasks"]) == len(tasks)  # no fallback needed
+    with open(str(lib) + FATBIN_SUFFIX, "rb") as f:
+        assert f.read(4) == FATBIN_MAGIC
+    meta = json.loads(Path(str(lib) + ".json").read_text())
+    assert meta["target"]["kind"] == "cuda" and meta["target"]["arch"] == "sm_80" and "tvm.cuda()" in meta["load"]

@@ -148,15 +148,6 @@ def target_of(target: str | dict[str, Any] | None) -> dict[str, Any]:
         raise UsageError(str(e)) from None
 
 
-def check_compilable(target_json: dict[str, Any]) -> None:
-    """Refuse to compile a whole model for a CUDA target (its kernels are built op by op only)."""
-    from ..target import is_cuda
-
-    if is_cuda(target_json):
-        raise UsageError(f"compile --target cuda:{target_json.get('arch')}: models are compiled for CPUs only in "
-                         "this version (CUDA templates schedule single operators)")
-
-
 def check_runnable(target_json: dict[str, Any], rpc: str | None) -> None:
     """Refuse to time kernels here that this machine cannot run (another triple) without ``rpc``,
     and CUDA kernels in any case (they are built here; no GPU runner times them yet)."""

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .checks import check_compilable, check_db_path, open_db, readonly_db, target_of
+from .checks import check_db_path, open_db, readonly_db, target_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..models.comparison import BenchReport
@@ -65,7 +65,6 @@ def compile(model: Any, database: str | None = None, layout: str | None = None, 
     if layout is not None and layout not in MODES:
         raise UsageError(f"layout {layout!r}: one of {', '.join(MODES)}")
     tj = target_of(target)
-    check_compilable(tj)
     with readonly_db(database) as db:
         m = load(model)
         return compile_model(m, db, tj, layout=layout)

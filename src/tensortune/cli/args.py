@@ -153,9 +153,10 @@ def load_model(a: argparse.Namespace) -> Any:
 
 
 def target_arg(q: argparse.ArgumentParser, what: str = "the kernels are built for") -> None:
-    """``--target``: the CPU to build for (:func:`tensortune.target.parse_target`)."""
-    q.add_argument("--target", default=None, metavar="CPU",
-                   help=f"the CPU {what}: native (this one, the default), generic (x86-64), an x86-64 LLVM cpu "
+    """``--target``: the CPU or GPU to build for (:func:`tensortune.target.parse_target`)."""
+    q.add_argument("--target", default=None, metavar="TARGET",
+                   help=f"the device {what}: native (this CPU, the default), generic (x86-64), an x86-64 LLVM cpu "
                         "(znver4, skylake-avx512), aarch64[:CPU] (an Arm Linux device: neoverse-n1), cuda[:sm_XX] "
-                        "(an NVIDIA GPU, default sm_90: built here, not timed) or a JSON target; another CPU's kernels are timed on --rpc's devices, or here when this CPU runs "
-                        "them, and its records are its own")
+                        "(an NVIDIA GPU, default sm_90: built here, not timed here) or a JSON target; another CPU's "
+                        "kernels are timed on --rpc's devices, or here when this CPU runs them, and its records are "
+                        "its own")

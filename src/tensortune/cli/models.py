@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .. import app
-from ..app.checks import check_compilable, target_of
+from ..app.checks import target_of
 from ..app.tuning import DEFAULT_MODEL_BUDGET, DEFAULT_SCHEDULER, DEFAULT_TUNER
 from ..budget import Budget
 from ..errors import UsageError
@@ -67,6 +67,7 @@ def add_parsers(sub: Any) -> None:
 
     ts = sub.add_parser("tasks", help="list the tasks of a model")
     model_args(ts)
+    target_arg(ts, "the model is fused for")
     ts.add_argument("--json", action="store_true", help="print one JSON list")
 
     c = sub.add_parser("compile", help="build a model with the best stored schedules")
@@ -210,8 +211,9 @@ def cmd_tasks(a: argparse.Namespace) -> int:
     """``tensortune tasks``."""
     from ..models.compile import model_tasks
 
+    tj = target_of(a.target)
     model = load_model(a)
-    tasks = model_tasks(model)
+    tasks = model_tasks(model, tj)
     if a.json:
         print(json.dumps([t.to_json() for t in tasks]))
         return 0
@@ -224,11 +226,14 @@ def cmd_tasks(a: argparse.Namespace) -> int:
 
 def cmd_compile(a: argparse.Namespace) -> int:
     """``tensortune compile``."""
-    for path in (a.output, a.output + ".json"):  # before the (slow) model import
+    tj = target_of(a.target)  # all of it before the (slow) model import
+    from ..measure.cuda import FATBIN_SUFFIX
+    from ..target import is_cuda
+
+    for path in (a.output, a.output + ".json", *([a.output + FATBIN_SUFFIX] if is_cuda(tj) else [])):
         check_output(path, a.force, db=a.db)
     if a.db is not None:
         check_db(a.db, must_exist=True)
-    check_compilable(target_of(a.target))  # before the (slow) model import
     model = load_model(a)
     cm = app.compile(model, a.db, target=a.target)
     lib, meta = cm.export(a.output)
@@ -243,6 +248,8 @@ def cmd_compile(a: argparse.Namespace) -> int:
     print(f"{model.name}: {counts['tuned']} tasks tuned, {counts['default']} template default, "
           f"{counts['generic']} generic default, {counts['tvm']} TVM's default, {counts['naive']} unscheduled; "
           f"wrote {lib} and {meta}")
+    if is_cuda(tj):
+        print(f"for an NVIDIA GPU of {tj['arch']}: not run here; its kernels compiled by nvcc are in {lib}{FATBIN_SUFFIX}")
     return 0
 
 

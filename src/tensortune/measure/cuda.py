@@ -15,8 +15,12 @@ FATBIN_SUFFIX = ".fatbin"
 
 def device_source(executable: Any) -> str:
     """The CUDA source of an executable's kernels (``tvm.compile``'s result for a CUDA target)."""
-    mod = getattr(executable, "mod", executable)
-    cuda = [m for m in mod.imports if m.kind == "cuda"]
+    cuda, todo = [], [getattr(executable, "mod", executable)]
+    while todo:  # a model's VM executable imports the host module, which imports the kernels
+        m = todo.pop()
+        if m.kind == "cuda":
+            cuda.append(m)
+        todo.extend(m.imports)
     if not cuda:
         raise RuntimeError("the built module holds no CUDA kernels")
     return "\n".join(m.inspect_source() for m in cuda)

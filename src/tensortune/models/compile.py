@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from ..target import host_target_json, make_target
+from ..target import host_target_json, is_cuda, make_target
 from ..task import Task
 from .extract import ModelTask, extract_tasks
 from .importer import Model, ModelError, _first_line
@@ -76,7 +76,10 @@ class CompiledModel:
 
     @property
     def vm(self) -> Any:
-        """A ``relax.VirtualMachine`` on the CPU (created once)."""
+        """A ``relax.VirtualMachine`` on the CPU (created once); a CUDA library runs on a GPU only."""
+        if is_cuda(self.target_json):
+            raise ModelError(f"{self.model.name}: built for cuda:{self.target_json['arch']}, which runs on an NVIDIA GPU "
+                             "only (none here)")
         if not hasattr(self, "_vm"):
             from tvm import relax
             import tvm
@@ -120,12 +123,22 @@ class CompiledModel:
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
         with atomic_path(path, suffix=os.path.splitext(path)[1] or ".so") as tmp:
             self.executable.export_library(str(tmp), fcompile=cross_linker(self.target_json))
+        load = "tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cpu())['main'](*inputs)"
+        if is_cuda(self.target_json):
+            from ..measure.cuda import FATBIN_SUFFIX, compile_fatbin, device_source
+
+            with atomic_path(path + FATBIN_SUFFIX, suffix=FATBIN_SUFFIX) as tmp:
+                tmp.write_bytes(compile_fatbin(device_source(self.executable), self.target_json))
+            load = (f"tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cuda())['main'](*inputs) on a "
+                    f"GPU of {self.target_json['arch']}; the library holds the kernels' CUDA source, which TVM's "
+                    f"runtime compiles at load (tvm_callback_cuda_compile), path{FATBIN_SUFFIX} the same kernels "
+                    "compiled by nvcc")
         meta = {
             "model": self.model.name, "source": self.model.source, "batch": self.model.batch,
             "inputs": [s.to_json() for s in self.model.inputs], "target": self.target_json,
             "machine": machine_id(), "tvm_version": tvm.__version__, "tasks": [c.to_json() for c in self.choices],
             "layout": self.layout.to_json() if self.layout is not None else None,
-            "load": "tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cpu())['main'](*inputs)",
+            "load": load,
         }
         atomic_write(path + ".json", json.dumps(meta, indent=1))
         return path, path + ".json"
@@ -231,12 +244,14 @@ def _steps(task: Task, database: Database, model: str = "", override: Any = None
             why = f"no successful verified trial among {n}; " if n else "not tuned; "
     steps.append(_Step("default", f"{why}{task.template_name} default",
                        lambda: task.instantiate(task.default_config())["main"]))
-    if task.template_name != "generic":
-        def generic() -> Any:
+    if task.template_name not in ("generic", "generic_cuda"):
+        def generic() -> Any:  # the generic template of the target (dlight's GPU rules on CUDA)
             g = Task.from_primfunc(task.prim_func(), task.target_json, "generic", task.kernel_class)
             return g.instantiate(g.default_config())["main"]
 
         steps.append(_Step("generic", "generic default", generic))
+    if is_cuda(task.target_json):  # a GPU cannot launch loops bound to no thread: no CPU fallbacks
+        return steps, n, best_ms
     steps.append(_Step("tvm", "TVM's default CPU schedule", lambda: tvm_default_schedule(task.prim_func(), task.target_json)))
     steps.append(_Step("naive", "unscheduled loops", task.prim_func))
     return steps, n, best_ms
@@ -311,13 +326,16 @@ def compile_model(model: Model, database: Database | None = None, target_json: d
     the layouts of its plan (``layout``: a mode of :data:`tensortune.models.layout.MODES`);
     ``overrides`` (configs by workload key) replace the database's choice for their tasks."""
     import tvm
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     tj = dict(target_json or host_target_json())
     target = make_target(tj)
+    if is_cuda(tj):
+        from tvm.relax.backend.cuda import pipeline
+    else:
+        from tvm.relax.backend.cpu_generic import pipeline
     fused = model.fused(tj, layout)
     mod, choices = schedule_module(fused, tj, database, model.name, overrides)
-    lowering = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
+    lowering = tvm.transform.Sequential(pipeline.dataflow_lower_passes(target) + pipeline.finalize_passes(target))
     try:
         with target:
             ex = tvm.compile(mod, target, relax_pipeline=lowering)

@@ -64,9 +64,9 @@ class Model:
         untuned all start from it)."""
         from ..target import make_target, target_key
         from .extract import lower_to_fused
-        from .layout import DEFAULT_MODE, plan_layouts
+        from .layout import plan_layouts
 
-        key = (target_key(target_json), layout or DEFAULT_MODE)
+        key = (target_key(target_json), layout_mode(target_json, layout))
         if key not in self._fused:
             target = make_target(target_json)
             with target:
@@ -91,10 +91,18 @@ class Model:
     def layout_plan(self, target_json: dict[str, Any], layout: str | None = None) -> Any:
         """The :class:`~tensortune.models.layout.LayoutPlan` of :meth:`fused`."""
         from ..target import target_key
-        from .layout import DEFAULT_MODE
 
         self.fused(target_json, layout)
-        return self._fused[(target_key(target_json), layout or DEFAULT_MODE)][1]
+        return self._fused[(target_key(target_json), layout_mode(target_json, layout))][1]
+
+
+def layout_mode(target_json: dict[str, Any], layout: str | None) -> str:
+    """The layout mode a model is fused in for ``target_json``: ``layout``, else the default; NCHW
+    on CUDA whatever is asked (the blocked layouts are the CPU templates')."""
+    from ..target import is_cuda
+    from .layout import DEFAULT_MODE
+
+    return "nchw" if is_cuda(target_json) else layout or DEFAULT_MODE
 
 
 def _first_line(e: BaseException) -> str:
