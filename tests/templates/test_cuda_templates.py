@@ -77,6 +77,24 @@ def test_default_and_sampled_configs_build_for_sm90(op, shape, template, cuda, t
     assert default["auto_unroll_max_step"] == 512 and default["unroll_explicit"] == 1
 
 
+def test_a_models_int64_gemm_whose_steps_read_one_element_builds(cuda, tmp_path) -> None:
+    """ViT's attention GEMMs come with int64 indices, and with 197 (a prime) rows and terms the
+    default reads one element of A per step: that operand stays a global read."""
+    import tvm
+    from tvm import te
+
+    n = [tvm.tirx.IntImm("int64", v) for v in (2, 17, 64, 11)]
+    a, b = te.placeholder((n[0], n[1], n[3]), name="a"), te.placeholder((n[0], n[3], n[2]), name="b")
+    k = te.reduce_axis((0, n[3]), name="k")
+    c = te.compute((n[0], n[1], n[2]), lambda z, i, j: te.sum(a[z, i, k] * b[z, k, j], axis=k), name="matmul")
+    task = Task.from_fused(te.create_prim_func([a, b, c]), cuda, "fused_matmul")
+    assert task.template_name == "gemm_cuda" and task.op == "batch_matmul"
+    config = task.default_config()
+    assert config["tile_y"][1] * config["tile_y"][2] * config["tile_y"][3] * config["tile_k"][1] == 1
+    kind, _, message, _ = build_candidate(task.json_text, config.knobs, str(tmp_path))
+    assert kind == "none", message
+
+
 def test_what_the_device_cannot_launch_is_out_of_the_space_and_refused(cuda) -> None:
     """A config within sm_90's limits but over a smaller device's: that device's space excludes it,
     and scheduling it anyway is refused by TVM's GPU code check (threads, then shared memory)."""
@@ -110,6 +128,13 @@ def test_the_rest_of_a_model_gets_dlight(cuda, tmp_path) -> None:
 def test_cpu_only_templates_have_no_cuda_counterpart(cuda) -> None:
     with pytest.raises(TemplateError, match="no CUDA counterpart"):
         Task.from_op("dense_pack", (1, 64, 64, 8), target=cuda)
+    from tvm import te
+
+    from tensortune.task.ops import get_op
+
+    packed = te.create_prim_func(get_op("dense_pack").compute({"M": 1, "N": 64, "K": 64, "NB": 8}))
+    fused = Task.from_fused(packed, cuda, "fused_dense_pack")  # in a model: the generic GPU schedule
+    assert fused.template_name == "generic_cuda" and fused.kernel_class == "dense_pack"
     assert Task.from_op("matmul", (8, 8, 8)).template_name == "gemm"  # CPUs keep theirs
 
 

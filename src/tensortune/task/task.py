@@ -11,7 +11,7 @@ import numpy as np
 
 from ..space import Config, ConfigSpace
 from ..target import host_target_json, target_key
-from ..templates.registry import Template, get_template, template_for
+from ..templates.registry import Template, TemplateError, get_template, template_for
 from .ops import OpError, get_op
 
 #: Relative / absolute tolerance of the correctness check (float32, reductions up to ~5k terms).
@@ -86,7 +86,10 @@ class Task:
         pat = analyze_func(func)
         if pat.op is None:
             return cls.from_primfunc(func, target, "generic", generic_kernel_class(name_hint))
-        return cls(pat.op, pat.args, target, None, tvm.ir.save_json(func), pat.kernel_class)
+        try:
+            return cls(pat.op, pat.args, target, None, tvm.ir.save_json(func), pat.kernel_class)
+        except TemplateError:  # an op whose templates are all for CPUs, on a GPU: the generic one
+            return cls.from_primfunc(func, target, "generic", pat.kernel_class)
 
     # ---------------------------------------------------------------- identity
     def to_json(self) -> dict[str, Any]:

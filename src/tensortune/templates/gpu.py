@@ -66,15 +66,19 @@ def bind_tiles(sch: Any, outer: Sequence[Any], tiles: Sequence[Sequence[Any]]) -
     return bx, tx, int(sch.get(tx).extent)
 
 
-def cooperative_fetch(sch: Any, block: Any, read_index: int, loop: Any, threads: int) -> Any:
+def cooperative_fetch(sch: Any, block: Any, read_index: int, loop: Any, threads: int) -> Any | None:
     """Copy what ``block`` reads of its ``read_index``-th operand under ``loop`` into shared
-    memory, the copy's elements spread over the block's ``threads`` threads; returns the copy."""
+    memory, the copy's elements spread over the block's ``threads`` threads; returns the copy
+    (None where a step reads one element, which stays a global read)."""
     cache = sch.cache_read(block, read_index, "shared")
     sch.compute_at(cache, loop)
     loops = sch.get_loops(cache)
     anchor = sch.get_sref(loop)
     depth = next(i for i, lp in enumerate(loops) if sch.get_sref(lp).same_as(anchor)) + 1
-    fused = sch.fuse(*loops[depth:]) if loops[depth:] else sch.add_unit_loop(cache)  # one element: one thread
+    if not loops[depth:]:  # one element per step (a GEMV's row): read from global memory, not staged
+        sch.compute_inline(cache)
+        return None
+    fused = sch.fuse(*loops[depth:])
     _, tx = sch.split(fused, [None, threads])
     sch.bind(tx, "threadIdx.x")
     return cache
