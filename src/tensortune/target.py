@@ -65,11 +65,12 @@ CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 491
                "registers_per_block": 65536}
 
 
-def cuda_target_json(arch: str = DEFAULT_CUDA_ARCH, num_cores: int | None = None) -> dict[str, Any]:
+def cuda_target_json(arch: str = DEFAULT_CUDA_ARCH) -> dict[str, Any]:
     """The dict form of a CUDA target for an NVIDIA GPU of ``arch`` (``sm_80``, ``sm_90``): its
-    launch limits (:data:`CUDA_LIMITS`) as attributes, and this machine's CPU as the host that
-    launches the kernels."""
-    return {"kind": "cuda", "arch": arch, **CUDA_LIMITS, "host": dict(host_target_json(num_cores))}
+    launch limits (:data:`CUDA_LIMITS`) as attributes, and a generic x86-64 host for the code that
+    launches the kernels (no CPU model in it: a GPU kernel's records and keys do not depend on the
+    machine that built it)."""
+    return {"kind": "cuda", "arch": arch, **CUDA_LIMITS, "host": {"kind": "llvm", "mtriple": HOST_TRIPLE}}
 
 
 def is_cuda(target_json: dict[str, Any]) -> bool:
@@ -77,20 +78,24 @@ def is_cuda(target_json: dict[str, Any]) -> bool:
     return target_json.get("kind") == "cuda"
 
 
-def _parse_cuda(spec: str, d: dict[str, Any], num_cores: int | None) -> dict[str, Any]:
-    """A CUDA target dict completed with the default limits and host, its ``arch`` checked."""
+def _parse_cuda(spec: str, d: dict[str, Any]) -> dict[str, Any]:
+    """A CUDA target dict completed with the default limits and host, its ``arch``, limits and
+    host checked (nvcc is needed only to build: :func:`tensortune.measure.cuda.compile_fatbin`)."""
     import re
-    import shutil
 
     arch = str(d.get("arch", DEFAULT_CUDA_ARCH))
     if not re.fullmatch(r"sm_[1-9][0-9]{1,2}[af]?", arch):
         raise TargetError(f"--target {spec!r}: {arch!r} is not a CUDA architecture (sm_80, sm_89, sm_90, sm_100)")
-    d = {**cuda_target_json(arch, num_cores), **d, "arch": arch}
-    if int(d["max_threads_per_block"]) < 32 or int(d["max_shared_memory_per_block"]) < 1024:
+    d = {**cuda_target_json(arch), **d, "arch": arch}
+    for k in CUDA_LIMITS:
+        if not isinstance(d[k], int) or isinstance(d[k], bool):
+            raise TargetError(f"--target {spec!r}: {k} must be a whole number, not {d[k]!r}")
+    if d["max_threads_per_block"] < 32 or d["max_shared_memory_per_block"] < 1024:
         raise TargetError(f"--target {spec!r}: the device limits are too small to launch a kernel")
-    if shutil.which("nvcc") is None:
-        raise TargetError(f"--target {spec!r}: CUDA kernels are compiled by nvcc, which is not on PATH here "
-                          "(install the CUDA toolkit)")
+    d["max_num_threads"] = d["max_threads_per_block"]  # what dlight's rules size their blocks by
+    host = d["host"]
+    if not isinstance(host, dict) or host.get("kind") != "llvm" or host.get("mtriple", HOST_TRIPLE) != HOST_TRIPLE:
+        raise TargetError(f"--target {spec!r}: the host must be an LLVM target of {HOST_TRIPLE}")
     return d
 
 
@@ -98,9 +103,10 @@ def parse_target(spec: str | dict[str, Any] | None, num_cores: int | None = None
     """The target dict ``--target`` names: ``native`` (or None: this CPU), ``generic`` (x86-64,
     :func:`generic_target_json`), an LLVM cpu of x86-64 (``skylake-avx512``, ``znver4``: another
     machine's CPU, cross-compiled here), ``aarch64`` or ``aarch64:CPU`` (a 64-bit Arm Linux device,
-    linked by a cross linker, :func:`cross_linker`), or a JSON object of an LLVM target of one of
-    :data:`TRIPLES`. An LLVM cpu LLVM does not know, a target of another kind or triple, or an Arm
-    target without a linker here is a :class:`TargetError`."""
+    linked by a cross linker, :func:`cross_linker`), ``cuda`` or ``cuda:sm_XX`` (an NVIDIA GPU,
+    :func:`cuda_target_json`), or a JSON object of an LLVM target of one of :data:`TRIPLES` or of a
+    CUDA target. An LLVM cpu LLVM does not know, a target of another kind or triple, a CUDA target
+    with a bad arch, limits or host, or an Arm target without a linker here is a :class:`TargetError`."""
     import tvm
 
     if spec is None or spec == "native":
@@ -121,7 +127,7 @@ def parse_target(spec: str | dict[str, Any] | None, num_cores: int | None = None
     else:
         d = {**host_target_json(num_cores), "mcpu": spec}
     if isinstance(d, dict) and d.get("kind") == "cuda":
-        return _parse_cuda(str(spec), d, num_cores)
+        return _parse_cuda(str(spec), d)
     if not isinstance(d, dict) or d.get("kind") != "llvm" or d.get("mtriple", HOST_TRIPLE) not in TRIPLES:
         raise TargetError(f"--target {spec!r}: only LLVM targets (kind llvm, mtriple {' or '.join(TRIPLES)}) "
                           "and CUDA targets (kind cuda) are built here")

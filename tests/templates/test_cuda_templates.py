@@ -16,9 +16,10 @@ from tensortune.measure.worker import build_candidate
 from tensortune.target import CUDA_LIMITS, TargetError, is_cuda, parse_target, runs_here
 from tensortune.task import Task
 from tensortune.templates import TemplateError
-from tensortune.templates.gpu import MAX_ACCUMULATORS, MAX_VTHREADS
+from tensortune.templates.gpu import MAX_ACCUMULATORS, MAX_VTHREADS, _lower_for_check
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
+#: The tests that build (TVM's codegen, then nvcc); the spaces, checks and refusals need no nvcc.
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
 
 #: Sampled configs built per case besides the default.
 N_SAMPLES = 2
@@ -35,6 +36,7 @@ CASES = [
     ("dense", (1, 256, 128), "gemm_cuda"),  # one row: one-element fetches
     ("dense", (197, 96, 64), "gemm_cuda"),  # rows a prime
     ("batch_matmul", (2, 32, 64, 48), "gemm_cuda"),
+    ("dense", (1, 7, 13), "gemm_cuda"),  # primes: steps that read one element of A, of B, or both
 ]
 
 
@@ -45,18 +47,29 @@ def cuda() -> dict:
 
 def test_cuda_words_and_json(cuda) -> None:
     assert cuda["kind"] == "cuda" and cuda["arch"] == "sm_90" and is_cuda(cuda) and not runs_here(cuda)
-    assert {k: cuda[k] for k in CUDA_LIMITS} == CUDA_LIMITS and cuda["host"]["kind"] == "llvm"
+    assert {k: cuda[k] for k in CUDA_LIMITS} == CUDA_LIMITS
+    assert cuda["host"] == {"kind": "llvm", "mtriple": "x86_64-linux-gnu"}  # keys not tied to this CPU
     assert parse_target("cuda:sm_80")["arch"] == "sm_80"
     small = parse_target('{"kind": "cuda", "arch": "sm_89", "max_shared_memory_per_block": 16384}')
     assert small["max_shared_memory_per_block"] == 16384 and small["max_threads_per_block"] == 1024
     import tvm
 
     assert str(tvm.target.Target(cuda).kind.name) == "cuda"  # the dict form TVM 0.27 takes
-    for bad in ("cuda:90", "cuda:compute_90", '{"kind": "cuda", "max_threads_per_block": 8}'):
+    for bad in ("cuda:90", "cuda:compute_90", '{"kind": "cuda", "max_threads_per_block": 8}',
+                '{"kind": "cuda", "max_threads_per_block": "many"}', '{"kind": "cuda", "host": "llvm"}'):
         with pytest.raises(TargetError):
             parse_target(bad)
 
 
+def _fits_shared(task: Task, config, limit: int) -> bool:
+    """Whether TVM's GPU code check passes the scheduled config under ``limit`` bytes of shared memory."""
+    from tvm.s_tir import analysis
+
+    func = _lower_for_check(task.template.schedule(task, config).mod)["main"]
+    return bool(analysis.verify_gpu_code(func, {"max_shared_memory_per_block": limit}))
+
+
+@needs_nvcc
 @pytest.mark.parametrize("op, shape, template", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}" for c in CASES])
 def test_default_and_sampled_configs_build_for_sm90(op, shape, template, cuda, tmp_path) -> None:
     task = Task.from_op(op, shape, target=cuda)
@@ -69,6 +82,8 @@ def test_default_and_sampled_configs_build_for_sm90(op, shape, template, cuda, t
         assert prod(c[k][2] for k in spatial) <= lim["max_threads_per_block"]
         assert prod(c[k][1] for k in spatial) <= MAX_VTHREADS
         assert prod(c[k][1] * c[k][3] for k in spatial) <= MAX_ACCUMULATORS
+        staged = task.template.shared_bytes(task, c)  # the space's estimate is what TVM allocates, to the byte
+        assert _fits_shared(task, c, staged) and (staged == 0 or not _fits_shared(task, c, staged - 1)), staged
         kind, path, message, _ = build_candidate(task.json_text, c.knobs, str(tmp_path))
         assert kind == "none", f"{task.name} config {c.index}: {kind}: {message}"
         with open(path + FATBIN_SUFFIX, "rb") as f:
@@ -77,9 +92,11 @@ def test_default_and_sampled_configs_build_for_sm90(op, shape, template, cuda, t
     assert default["auto_unroll_max_step"] == 512 and default["unroll_explicit"] == 1
 
 
+@needs_nvcc
 def test_a_models_int64_gemm_whose_steps_read_one_element_builds(cuda, tmp_path) -> None:
-    """ViT's attention GEMMs come with int64 indices, and with 197 (a prime) rows and terms the
-    default reads one element of A per step: that operand stays a global read."""
+    """ViT's attention GEMMs come with int64 indices, and with a prime number of rows and terms
+    (197 there, 17 and 11 here) the default reads one element of A per step: that operand stays a
+    global read."""
     import tvm
     from tvm import te
 
@@ -97,20 +114,25 @@ def test_a_models_int64_gemm_whose_steps_read_one_element_builds(cuda, tmp_path)
 
 def test_what_the_device_cannot_launch_is_out_of_the_space_and_refused(cuda) -> None:
     """A config within sm_90's limits but over a smaller device's: that device's space excludes it,
-    and scheduling it anyway is refused by TVM's GPU code check (threads, then shared memory)."""
+    and scheduling it anyway is refused by TVM's GPU code check (threads, then shared memory); the
+    smaller device's own default schedules."""
     shape = (14, 14, 32, 64, 3, 1, 1)
     big = Task.from_op("conv2d", shape, target=cuda)
     c = big.default_config()
-    assert big.template.shared_bytes(big, c) == 4 * (4 * 9 * 9 + 16 * 4 * 9)  # 4 channels of a 9 x 9 window, the kernel tile
-    for limits in ({"max_threads_per_block": 512}, {"max_shared_memory_per_block": 2048}):
+    assert c["tile_f"] == (2, 1, 8, 4) and c["tile_y"] == c["tile_x"] == (2, 1, 7, 1)  # 392 threads
+    assert big.template.shared_bytes(big, c) == 4 * (4 * 9 * 9 + 32 * 4 * 9)  # 4 channels of a 9 x 9 window, the kernels
+    for limits in ({"max_threads_per_block": 256}, {"max_shared_memory_per_block": 4096}):
         small = Task.from_op("conv2d", shape, target=parse_target({**cuda, **limits}))
         same = small.space.get(c.index)
         assert same.knobs == c.knobs and not small.space.is_valid(same)
         with pytest.raises(TemplateError, match="exceeds the device's launch limits"):
             small.template.schedule(small, same)
-        assert small.space.is_valid(small.default_config())
+        own = small.default_config()
+        assert own.knobs != c.knobs
+        small.template.schedule(small, own)
 
 
+@needs_nvcc
 def test_the_rest_of_a_model_gets_dlight(cuda, tmp_path) -> None:
     from tvm import te, topi
 
@@ -149,6 +171,7 @@ def test_cuda_tuning_is_refused_in_one_line(tmp_path, capsys) -> None:
     assert not db.exists()
 
 
+@needs_nvcc
 def test_a_model_compiles_for_cuda(tmp_path, capsys) -> None:
     """A small ONNX model fused in NCHW for the GPU: its convolutions and matmul get the CUDA
     templates, the rest dlight, and compile writes the library, its kernels compiled by nvcc and

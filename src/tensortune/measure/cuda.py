@@ -1,7 +1,8 @@
 """CUDA candidates built here: the library TVM exports (the host code that launches the kernels
-and the kernels' CUDA source, compiled when a GPU process loads it) and beside it the kernels
-compiled by nvcc for the device's architecture, so that a kernel nvcc or ptxas rejects is a compile
-error here, before anything travels to a GPU, and the GPU needs no compiler."""
+and the kernels' CUDA source, which TVM's runtime compiles when a GPU process loads the library)
+and beside it the kernels compiled by nvcc for the device's architecture: a kernel nvcc or ptxas
+rejects is a compile error here, before anything travels to a GPU, and the fatbin is what a GPU
+process without a compiler can load."""
 from __future__ import annotations
 
 import os
@@ -29,8 +30,12 @@ def device_source(executable: Any) -> str:
 def compile_fatbin(source: str, target_json: dict[str, Any]) -> bytes:
     """The fatbin nvcc makes of ``source`` for the target's ``arch`` (a RuntimeError carrying
     nvcc's message when it fails)."""
+    import shutil
+
     from tvm.support import nvcc
 
+    if shutil.which("nvcc") is None:
+        raise RuntimeError("CUDA kernels are compiled by nvcc, which is not on PATH here (install the CUDA toolkit)")
     device = {k: v for k, v in target_json.items() if k != "host"}
     with make_target(device):
         try:
@@ -44,9 +49,10 @@ def export_cuda(executable: Any, path: str, target_json: dict[str, Any]) -> str:
     :data:`FATBIN_SUFFIX`; returns the fatbin's path."""
     from ..target import cross_linker
 
+    binary = compile_fatbin(device_source(executable), target_json)
     executable.export_library(path, fcompile=cross_linker(target_json))
     fatbin = path + FATBIN_SUFFIX
     with open(fatbin + ".tmp", "wb") as f:
-        f.write(compile_fatbin(device_source(executable), target_json))
+        f.write(binary)
     os.replace(fatbin + ".tmp", fatbin)
     return fatbin

@@ -121,18 +121,22 @@ class CompiledModel:
         from ..utils.atomic import atomic_path, atomic_write
 
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-        with atomic_path(path, suffix=os.path.splitext(path)[1] or ".so") as tmp:
-            self.executable.export_library(str(tmp), fcompile=cross_linker(self.target_json))
         load = "tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cpu())['main'](*inputs)"
-        if is_cuda(self.target_json):
+        if is_cuda(self.target_json):  # the kernels compiled first: nvcc's failure writes nothing
             from ..measure.cuda import FATBIN_SUFFIX, compile_fatbin, device_source
 
+            try:
+                binary = compile_fatbin(device_source(self.executable), self.target_json)
+            except RuntimeError as e:
+                raise ModelError(f"{self.model.name}: {_first_line(e)}") from None
             with atomic_path(path + FATBIN_SUFFIX, suffix=FATBIN_SUFFIX) as tmp:
-                tmp.write_bytes(compile_fatbin(device_source(self.executable), self.target_json))
+                tmp.write_bytes(binary)
             load = (f"tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cuda())['main'](*inputs) on a "
                     f"GPU of {self.target_json['arch']}; the library holds the kernels' CUDA source, which TVM's "
                     f"runtime compiles at load (tvm_callback_cuda_compile), path{FATBIN_SUFFIX} the same kernels "
                     "compiled by nvcc")
+        with atomic_path(path, suffix=os.path.splitext(path)[1] or ".so") as tmp:
+            self.executable.export_library(str(tmp), fcompile=cross_linker(self.target_json))
         meta = {
             "model": self.model.name, "source": self.model.source, "batch": self.model.batch,
             "inputs": [s.to_json() for s in self.model.inputs], "target": self.target_json,
@@ -224,8 +228,8 @@ class _Step:
 
 def _steps(task: Task, database: Database, model: str = "", override: Any = None
            ) -> tuple[list[_Step], int, float | None]:
-    """The fallback chain of one task, best first (tuned, template default, generic, TVM's default,
-    naive loops), with the task's trial count and stored best latency (ms); ``override``: the config
+    """The fallback chain of one task, best first (tuned, template default, generic, and on a CPU
+    TVM's default and naive loops), with the task's trial count and stored best latency (ms); ``override``: the config
     to use instead of the database's (reported as ``tuned``)."""
     steps: list[_Step] = []
     n, best_ms, why = 0, None, ""
@@ -308,7 +312,10 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Database 
     for mt in extract_tasks(fused, target_json):
         task = mt.task
         steps, n, best_ms = _steps(task, database, model, (overrides or {}).get(task.workload_key))
-        sched, i, reason = _pick(steps, (lambda f: builds(f, target_json)) if check else None)
+        try:
+            sched, i, reason = _pick(steps, (lambda f: builds(f, target_json)) if check else None)
+        except RuntimeError as e:  # every rung failed (on a GPU there are no CPU rungs to fall to)
+            raise ModelError(f"{task.name}: no schedule of it builds: {e}") from None
         source = steps[i].source
         choices.append(FuncChoice(task.name, task.kernel_class, task.workload_key, mt.weight, source, reason,
                                   n, best_ms if source == "tuned" else None, list(mt.funcs), task.flops,

@@ -40,12 +40,12 @@ class Task:
         if op == "primfunc":
             if func_json is None:
                 raise OpError("a primfunc task needs its function")
-            self.template_name = template_for(template or "generic", self.target_json)
+            self.template_name = template if self._template else template_for(template or "generic", self.target_json)
             self._kernel_class = kernel_class or "generic"
         else:
             opdef = get_op(op)
             self.args = opdef.parse_args(self.args)
-            self.template_name = template_for(template or opdef.template, self.target_json)
+            self.template_name = template if self._template else template_for(template or opdef.template, self.target_json)
             self._kernel_class = kernel_class or opdef.kernel_class
 
     # ---------------------------------------------------------------- constructors

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import Template, anchored_schedule, annotate_unroll, pick_entity
-from .gpu import (FLOAT_BYTES, UNROLL_STEPS, accumulate_locally, bind_tiles, check_launch,
-                  cooperative_fetch, define_launch_constraints)
+from .gpu import (UNROLL_STEPS, accumulate_locally, bind_tiles, check_launch,
+                  cooperative_fetch, define_launch_constraints, staged_bytes)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
@@ -65,19 +65,20 @@ class Conv2dCudaTemplate(Template):
         ry = c["tile_ry"][1] if "tile_ry" in self.reductions else K
         rx = c["tile_rx"][1] if "tile_rx" in self.reductions else K
         data = self.data_channels(f, rc) * _window(y, S, ry) * _window(x, S, rx)
-        return FLOAT_BYTES * (data + f * rc * ry * rx)
+        return staged_bytes(data, f * rc * ry * rx)
 
     def data_channels(self, f: int, rc: int) -> int:
         """Input channels a block's ``f`` output channels read per reduction step of ``rc``."""
         return rc
 
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
-        """AutoTVM's usual start: 8 x 8 threads over rows x columns (fewer where they are small),
-        4 output channels per thread, 4 input channels per step."""
+        """A common start of AutoTVM's CUDA conv2d: up to 8 x 8 threads over rows x columns and 8
+        over output channels, 4 output channels per thread where they divide, 4 input channels per
+        step and the whole kernel window."""
         OH, OW = task.out_shape[2], task.out_shape[3]
         ty, tx = min(8, OH), min(8, OW)
         knobs: dict[str, Any] = {
-            "tile_f": pick_entity(space, "tile_f", lambda e: (e[1] == 1, e[3] == 4 or e[3] == 1, e[2] <= 16, e[2])),
+            "tile_f": pick_entity(space, "tile_f", lambda e: (e[1] == 1, e[3] == 4, e[2] <= 8, e[2])),
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1, e[3] == 1, e[2] <= ty, e[2])),
             "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == 1, e[3] == 1, e[2] <= tx, e[2])),
             "auto_unroll_max_step": 512, "unroll_explicit": 1,
@@ -104,7 +105,7 @@ class Conv2dCudaTemplate(Template):
             sch.compute_inline(sch.get_sblock(pat.pad))
         annotate_unroll(sch, bx, config)
         sch.decompose_reduction(block, outer[0])
-        check_launch(sch, task, threads)
+        check_launch(sch, task)
         return sch
 
     def split_reductions(self, sch: Any, red: list[Any], config: Config) -> tuple[list[Any], list[Any]]:

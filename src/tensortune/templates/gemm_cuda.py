@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import Template, anchored_schedule, annotate_unroll, pick_entity
-from .gpu import (FLOAT_BYTES, UNROLL_STEPS, accumulate_locally, bind_tiles, check_launch,
-                  cooperative_fetch, define_launch_constraints)
+from .gpu import (UNROLL_STEPS, accumulate_locally, bind_tiles, check_launch,
+                  cooperative_fetch, define_launch_constraints, staged_bytes)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
@@ -33,14 +33,13 @@ class GemmCudaTemplate(Template):
         s.define_split("tile_x", N, 4)
         s.define_split("tile_k", K, 2)
         s.define_unroll(UNROLL_STEPS)
-        define_launch_constraints(s, task, SPATIAL, self.shared_bytes)
+        define_launch_constraints(s, task, SPATIAL, lambda c: self.shared_bytes(task, c))
         return s
 
-    @staticmethod
-    def shared_bytes(c: Config) -> int:
+    def shared_bytes(self, task: Task, c: Config) -> int:
         """Shared memory of one block: the A and B panels of one reduction step."""
         rows, cols = (c[k][1] * c[k][2] * c[k][3] for k in SPATIAL)
-        return FLOAT_BYTES * c["tile_k"][1] * (rows + cols)
+        return staged_bytes(c["tile_k"][1] * rows, c["tile_k"][1] * cols)
 
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         """16 x 16 threads with a 4 x 4 register tile where the shape allows it, 8 terms per step."""
@@ -66,5 +65,5 @@ class GemmCudaTemplate(Template):
             cooperative_fetch(sch, block, r, ko, threads)
         annotate_unroll(sch, bx, config)
         sch.decompose_reduction(block, ko)
-        check_launch(sch, task, threads)
+        check_launch(sch, task)
         return sch

@@ -37,6 +37,12 @@ def limits(task: "Task") -> dict[str, int]:
     return {k: int(task.target_json.get(k, v)) for k, v in CUDA_LIMITS.items()}
 
 
+def staged_bytes(*elements: int) -> int:
+    """Shared memory of a block staging operands of ``elements`` float32 elements per step (an
+    operand of one element is read from global memory: :func:`cooperative_fetch`)."""
+    return FLOAT_BYTES * sum(n for n in elements if n > 1)
+
+
 def define_launch_constraints(s: ConfigSpace, task: "Task", spatial: Sequence[str],
                               shared_bytes: Any) -> None:
     """Constraints that keep ``s`` within what the device launches: threads per block (the
@@ -112,18 +118,16 @@ def _lower_for_check(mod: Any) -> Any:
     return tvm.transform.Sequential(passes)(mod)
 
 
-def check_launch(sch: Any, task: "Task", threads: int = 0) -> None:
-    """TVM's GPU code verification of the scheduled function against the device's limits (shared
-    memory per block, virtual threads, vector width), and ``threads`` (the block's threads, as
-    the template bound them) against the threads per block; a :class:`TemplateError` when the
-    device could not launch it."""
+def check_launch(sch: Any, task: "Task") -> None:
+    """TVM's GPU code verification of the scheduled function against the device's limits: threads
+    per block and shared memory per block (virtual threads are gone once lowered: the space's
+    constraint bounds them), and 16-byte vectors; a :class:`TemplateError` when the device could
+    not launch it."""
     from tvm.s_tir import analysis
 
     lim = limits(task)
-    func = _lower_for_check(sch.mod)["main"]
     constraints = {"max_shared_memory_per_block": lim["max_shared_memory_per_block"],
-                   "max_threads_per_block": lim["max_threads_per_block"], "max_vthread": MAX_VTHREADS,
-                   "max_vector_bytes": 16}
-    if threads > lim["max_threads_per_block"] or not analysis.verify_gpu_code(func, constraints):
-        raise TemplateError(f"{task.name}: the schedule exceeds the device's launch limits ({threads} threads; "
-                            f"{', '.join(f'{k} {v}' for k, v in constraints.items())})")
+                   "max_threads_per_block": lim["max_threads_per_block"], "max_vector_bytes": 16}
+    if not analysis.verify_gpu_code(_lower_for_check(sch.mod)["main"], constraints):
+        raise TemplateError(f"{task.name}: the schedule exceeds the device's launch limits "
+                            f"({', '.join(f'{k} {v}' for k, v in constraints.items())})")

@@ -74,6 +74,9 @@ TEMPLATES: Registry[Any] = Registry("template", {
     "generic_cuda": "tensortune.templates.generic_cuda:GenericCudaTemplate",
 })
 
+#: The built-in templates' names (plug-ins registered later are not among them).
+BUILTIN_TEMPLATES = frozenset(TEMPLATES.names())
+
 #: The CUDA template that takes an op's (CPU) default template's place on a ``cuda`` target. The
 #: CPU-only layouts (packed dense, NCHWc) have none; a function without an op template gets dlight.
 CUDA_TEMPLATES = {"gemm": "gemm_cuda", "conv2d": "conv2d_cuda", "depthwise_conv2d": "depthwise_conv2d_cuda",
@@ -88,7 +91,7 @@ def template_for(name: str, target_json: dict[str, Any]) -> str:
         return name
     if name in CUDA_TEMPLATES:
         return CUDA_TEMPLATES[name]
-    if name in TEMPLATES:
+    if name in BUILTIN_TEMPLATES:
         raise TemplateError(f"template {name!r} is for CPUs and has no CUDA counterpart")
     return name
 
