@@ -36,10 +36,6 @@ def generic_target_json(num_cores: int | None = None) -> dict[str, Any]:
     return {"kind": "llvm", "mtriple": HOST_TRIPLE, "mcpu": "x86-64", "num-cores": int(num_cores or cpu_count())}
 
 
-#: The ``--target`` words that name a target (anything else is an LLVM cpu, ``aarch64:CPU``,
-#: ``cuda:sm_XX`` or JSON).
-TARGET_WORDS = ("native", "generic", "aarch64", "cuda")
-
 #: The LLVM triples kernels are built for, and the architecture each names in messages.
 TRIPLES = {"x86_64-linux-gnu": "x86-64", "aarch64-linux-gnu": "aarch64"}
 HOST_TRIPLE = "x86_64-linux-gnu"
@@ -163,8 +159,7 @@ def cross_linker(target_json: dict[str, Any]) -> Callable[..., None] | None:
     ``ziglang`` package is installed."""
     import shutil
 
-    triple = (target_json.get("host") or {}).get("mtriple", HOST_TRIPLE) if is_cuda(target_json) \
-        else target_json.get("mtriple", HOST_TRIPLE)
+    triple = target_json.get("mtriple", HOST_TRIPLE)  # a CUDA target's host is this triple (parse_target)
     if triple == HOST_TRIPLE:
         return None
     gcc = shutil.which(CROSS_GCC.get(triple, f"{triple}-gcc"))

@@ -5,7 +5,6 @@ rejects is a compile error here, before anything travels to a GPU, and the fatbi
 process without a compiler can load."""
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ..target import make_target
@@ -36,23 +35,29 @@ def compile_fatbin(source: str, target_json: dict[str, Any]) -> bytes:
 
     if shutil.which("nvcc") is None:
         raise RuntimeError("CUDA kernels are compiled by nvcc, which is not on PATH here (install the CUDA toolkit)")
-    device = {k: v for k, v in target_json.items() if k != "host"}
-    with make_target(device):
+    with make_target(target_json):
         try:
             return bytes(nvcc.compile_cuda(source, target_format="fatbin", compiler="nvcc"))
         except RuntimeError as e:  # TVM's message is the whole source, then nvcc's output
             raise RuntimeError("nvcc: " + str(e).rpartition("Compilation error:\n")[2].strip()[-1500:]) from None
 
 
-def export_cuda(executable: Any, path: str, target_json: dict[str, Any]) -> str:
-    """Write the candidate's library to ``path`` and its compiled kernels to ``path`` +
-    :data:`FATBIN_SUFFIX`; returns the fatbin's path."""
-    from ..target import cross_linker
+def write_fatbin(executable: Any, path: str, target_json: dict[str, Any]) -> str:
+    """Compile the executable's kernels (:func:`compile_fatbin`) and write them, atomically, to
+    ``path`` + :data:`FATBIN_SUFFIX` (nothing is written when nvcc fails); returns that path."""
+    from ..utils.atomic import atomic_path
 
     binary = compile_fatbin(device_source(executable), target_json)
+    with atomic_path(path + FATBIN_SUFFIX, suffix=FATBIN_SUFFIX) as tmp:
+        tmp.write_bytes(binary)
+    return path + FATBIN_SUFFIX
+
+
+def export_cuda(executable: Any, path: str, target_json: dict[str, Any]) -> str:
+    """Write the candidate's compiled kernels (:func:`write_fatbin`), then its library to ``path``;
+    returns the fatbin's path."""
+    from ..target import cross_linker
+
+    fatbin = write_fatbin(executable, path, target_json)
     executable.export_library(path, fcompile=cross_linker(target_json))
-    fatbin = path + FATBIN_SUFFIX
-    with open(fatbin + ".tmp", "wb") as f:
-        f.write(binary)
-    os.replace(fatbin + ".tmp", fatbin)
     return fatbin

@@ -123,14 +123,12 @@ class CompiledModel:
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
         load = "tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cpu())['main'](*inputs)"
         if is_cuda(self.target_json):  # the kernels compiled first: nvcc's failure writes nothing
-            from ..measure.cuda import FATBIN_SUFFIX, compile_fatbin, device_source
+            from ..measure.cuda import FATBIN_SUFFIX, write_fatbin
 
             try:
-                binary = compile_fatbin(device_source(self.executable), self.target_json)
+                write_fatbin(self.executable, path, self.target_json)
             except RuntimeError as e:
                 raise ModelError(f"{self.model.name}: {_first_line(e)}") from None
-            with atomic_path(path + FATBIN_SUFFIX, suffix=FATBIN_SUFFIX) as tmp:
-                tmp.write_bytes(binary)
             load = (f"tvm.runtime.load_module(path); relax.VirtualMachine(lib, tvm.cuda())['main'](*inputs) on a "
                     f"GPU of {self.target_json['arch']}; the library holds the kernels' CUDA source, which TVM's "
                     f"runtime compiles at load (tvm_callback_cuda_compile), path{FATBIN_SUFFIX} the same kernels "

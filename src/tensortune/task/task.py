@@ -40,13 +40,13 @@ class Task:
         if op == "primfunc":
             if func_json is None:
                 raise OpError("a primfunc task needs its function")
-            self.template_name = template if self._template else template_for(template or "generic", self.target_json)
-            self._kernel_class = kernel_class or "generic"
+            default, self._kernel_class = "generic", kernel_class or "generic"
         else:
             opdef = get_op(op)
             self.args = opdef.parse_args(self.args)
-            self.template_name = template if self._template else template_for(template or opdef.template, self.target_json)
-            self._kernel_class = kernel_class or opdef.kernel_class
+            default, self._kernel_class = opdef.template, kernel_class or opdef.kernel_class
+        # a template handed in keeps its name; a name becomes its counterpart on the target
+        self.template_name = template if self._template else template_for(template or default, self.target_json)
 
     # ---------------------------------------------------------------- constructors
     @classmethod

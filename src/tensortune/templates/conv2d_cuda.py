@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, anchored_schedule, annotate_unroll, pick_entity
-from .gpu import (UNROLL_STEPS, accumulate_locally, bind_tiles, check_launch,
-                  cooperative_fetch, define_launch_constraints, staged_bytes)
+from .base import Template, anchored_schedule, pick_entity, unroll_knobs
+from .gpu import UNROLL_STEPS, define_launch_constraints, schedule_tiled, staged_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
@@ -81,7 +80,7 @@ class Conv2dCudaTemplate(Template):
             "tile_f": pick_entity(space, "tile_f", lambda e: (e[1] == 1, e[3] == 4, e[2] <= 8, e[2])),
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1, e[3] == 1, e[2] <= ty, e[2])),
             "tile_x": pick_entity(space, "tile_x", lambda e: (e[1] == 1, e[3] == 1, e[2] <= tx, e[2])),
-            "auto_unroll_max_step": 512, "unroll_explicit": 1,
+            **unroll_knobs(512),
         }
         for knob in self.reductions:
             inner = 4 if knob == "tile_rc" else 10 ** 6  # whole kernel rows / columns per step
@@ -89,24 +88,11 @@ class Conv2dCudaTemplate(Template):
         return knobs
 
     def schedule(self, task: Task, config: Config) -> Any:
-        pat = task.pattern
         sch, block = anchored_schedule(task)
         n, f, y, x, *red = sch.get_loops(block)
-        spatial = (f, y, x)
-        tiles = [sch.split(lp, list(config[k])) for lp, k in zip(spatial, SPATIAL)]
+        tiles = [sch.split(lp, list(config[k])) for lp, k in zip((f, y, x), SPATIAL)]
         outer, inner = self.split_reductions(sch, red, config)
-        sch.reorder(n, *(t[0] for t in tiles), *(t[1] for t in tiles), *(t[2] for t in tiles),
-                    *outer, *inner, *(t[3] for t in tiles))
-        bx, tx, threads = bind_tiles(sch, [n], tiles)
-        accumulate_locally(sch, block, pat, tx)
-        for i in range(len(sch.get(block).reads)):  # the padded input and the kernel (a prologue's inputs too)
-            cooperative_fetch(sch, block, i, outer[-1], threads)
-        if pat.pad is not None:  # padding computed in the shared copy
-            sch.compute_inline(sch.get_sblock(pat.pad))
-        annotate_unroll(sch, bx, config)
-        sch.decompose_reduction(block, outer[0])
-        check_launch(sch, task)
-        return sch
+        return schedule_tiled(sch, block, task, config, [n], tiles, outer, inner)
 
     def split_reductions(self, sch: Any, red: list[Any], config: Config) -> tuple[list[Any], list[Any]]:
         """``(outer loops, inner loops)`` of the reduction axes split by their knobs."""

@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
-from .base import Template, anchored_schedule, annotate_unroll, pick_entity
-from .gpu import (UNROLL_STEPS, accumulate_locally, bind_tiles, check_launch,
-                  cooperative_fetch, define_launch_constraints, staged_bytes)
+from .base import Template, anchored_schedule, pick_entity, unroll_knobs
+from .gpu import UNROLL_STEPS, define_launch_constraints, schedule_tiled, staged_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
@@ -48,22 +47,12 @@ class GemmCudaTemplate(Template):
 
         return {"tile_y": axis("tile_y"), "tile_x": axis("tile_x"),
                 "tile_k": pick_entity(space, "tile_k", lambda e: (e[1] <= 8, e[1])),
-                "auto_unroll_max_step": 512, "unroll_explicit": 1}
+                **unroll_knobs(512)}
 
     def schedule(self, task: Task, config: Config) -> Any:
-        pat = task.pattern
         sch, block = anchored_schedule(task)
         loops = sch.get_loops(block)
         batch, (i, j, k) = loops[:-3], loops[-3:]
         tiles = [sch.split(i, list(config["tile_y"])), sch.split(j, list(config["tile_x"]))]
         ko, ki = sch.split(k, list(config["tile_k"]))
-        sch.reorder(*batch, *(t[0] for t in tiles), *(t[1] for t in tiles), *(t[2] for t in tiles),
-                    ko, ki, *(t[3] for t in tiles))
-        bx, tx, threads = bind_tiles(sch, batch, tiles)
-        accumulate_locally(sch, block, pat, tx)
-        for r in range(len(sch.get(block).reads)):  # A and B (a prologue's inputs too)
-            cooperative_fetch(sch, block, r, ko, threads)
-        annotate_unroll(sch, bx, config)
-        sch.decompose_reduction(block, ko)
-        check_launch(sch, task)
-        return sch
+        return schedule_tiled(sch, block, task, config, batch, tiles, [ko], [ki])

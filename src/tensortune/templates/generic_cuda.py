@@ -36,7 +36,7 @@ class GenericCudaTemplate(Template):
 
     def schedule(self, task: Task, config: Config) -> Any:
         func = task.prim_func()
-        target = make_target({k: v for k, v in task.target_json.items() if k != "host"})
+        target = make_target(task.target_json)
         for rule in dlight_rules():
             with target:
                 found = rule.apply(func, target, False)

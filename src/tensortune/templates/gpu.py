@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..space import ConfigSpace
 from ..target import CUDA_LIMITS
-from .base import fuse_epilogue
+from .base import annotate_unroll, fuse_epilogue
 from .registry import TemplateError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,6 +100,27 @@ def accumulate_locally(sch: Any, block: Any, pattern: Any, thread_loop: Any) -> 
     else:
         sch.set_scope(block, 0, "local")
     sch.reverse_compute_at(out, thread_loop)
+
+
+def schedule_tiled(sch: Any, block: Any, task: "Task", config: Any, outer: Sequence[Any],
+                   tiles: Sequence[Sequence[Any]], reduce_outer: Sequence[Any], reduce_inner: Sequence[Any]) -> Any:
+    """The schedule both CUDA templates share, once their loops are split: ``outer`` (batch) and
+    ``tiles`` (each spatial axis's four parts) bound by :func:`bind_tiles`, the reduction's outer
+    then inner loops, each thread's register tile innermost, the output accumulated locally, every
+    operand staged per outer reduction step (a padding stage computed in the copy), the unroll
+    knobs on the kernel, then :func:`check_launch`."""
+    sch.reorder(*outer, *(t[0] for t in tiles), *(t[1] for t in tiles), *(t[2] for t in tiles),
+                *reduce_outer, *reduce_inner, *(t[3] for t in tiles))
+    bx, tx, threads = bind_tiles(sch, outer, tiles)
+    accumulate_locally(sch, block, task.pattern, tx)
+    for i in range(len(sch.get(block).reads)):  # the operands (a fused prologue's inputs too)
+        cooperative_fetch(sch, block, i, reduce_outer[-1], threads)
+    if task.pattern.pad is not None:
+        sch.compute_inline(sch.get_sblock(task.pattern.pad))
+    annotate_unroll(sch, bx, config)
+    sch.decompose_reduction(block, reduce_outer[0])
+    check_launch(sch, task)
+    return sch
 
 
 def _lower_for_check(mod: Any) -> Any:
