@@ -31,6 +31,7 @@ import numpy as np
 
 from ..target import host_target_json, is_cuda, make_target
 from ..task import Task
+from ..utils.quiet import TVM_UNROLL_HINT, drop_native_lines
 from .extract import ModelTask, extract_tasks
 from .importer import Model, ModelError, _first_line
 
@@ -280,7 +281,8 @@ def builds(func: Any, target_json: dict[str, Any]) -> None:
     passes before it stands in for one that broke the model's build."""
     import tvm
 
-    tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), make_target(target_json))
+    with drop_native_lines(TVM_UNROLL_HINT):
+        tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), make_target(target_json))
 
 
 def _pick(steps: list[_Step], check: Callable[[Any], None] | None = None) -> tuple[Any, int, str]:
@@ -342,14 +344,14 @@ def compile_model(model: Model, database: Database | None = None, target_json: d
     mod, choices = schedule_module(fused, tj, database, model.name, overrides)
     lowering = tvm.transform.Sequential(pipeline.dataflow_lower_passes(target) + pipeline.finalize_passes(target))
     try:
-        with target:
+        with target, drop_native_lines(TVM_UNROLL_HINT):
             ex = tvm.compile(mod, target, relax_pipeline=lowering)
     except Exception as e:  # noqa: BLE001 - some schedule does not lower: each function checked alone
         log.warning("%s: the model did not build (%s); building each function alone to find the schedules "
                     "that do not, which fall back", model.name, _first_line(e))
         try:
             mod, choices = schedule_module(fused, tj, database, model.name, overrides, check=True)
-            with target:
+            with target, drop_native_lines(TVM_UNROLL_HINT):
                 ex = tvm.compile(mod, target, relax_pipeline=lowering)
         except Exception as e2:  # noqa: BLE001 - not a schedule's fault: the model cannot be built
             raise ModelError(f"{model.name}: TVM cannot build it: {_first_line(e2)}") from None

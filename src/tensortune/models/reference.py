@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import re
-import sys
 import tempfile
 import warnings
 from dataclasses import asdict, dataclass
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import TensortuneError
+from ..utils.quiet import flush_stdio
 
 __all__ = [
     "ABS_FLOOR", "DEFAULT_OPSET", "DEFAULT_RTOL", "DEFAULT_THREADS", "OPENVINO_MISSING", "OpenVinoRunner", "OrtRunner",
@@ -377,17 +377,6 @@ def _ov_dtype(port: Any) -> np.dtype | None:
 # ONNX export
 # --------------------------------------------------------------------------------------------------
 
-def _flush_all() -> None:
-    """Flush Python's and C's stdio buffers, so nothing written inside :func:`_quiet` surfaces later."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None).fflush(None)
-
-
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence Python warnings, Python-level prints, the ``torch.onnx`` loggers and C/C++ prints on fds 1/2.
@@ -402,7 +391,7 @@ def _quiet() -> Iterator[None]:
         try:
             onnx_logger.setLevel(logging.CRITICAL)
             try:
-                _flush_all()
+                flush_stdio()
                 sink = stack.enter_context(tempfile.TemporaryFile())
                 saved.append(os.dup(1))
                 saved.append(os.dup(2))
@@ -422,7 +411,7 @@ def _quiet() -> Iterator[None]:
         finally:
             onnx_logger.setLevel(old_level)
             if saved:
-                _flush_all()
+                flush_stdio()
                 for fd, old in zip((1, 2), saved):
                     os.dup2(old, fd)
                     os.close(old)
