@@ -343,16 +343,19 @@ def compile_model(model: Model, database: Database | None = None, target_json: d
     fused = model.fused(tj, layout)
     mod, choices = schedule_module(fused, tj, database, model.name, overrides)
     lowering = tvm.transform.Sequential(pipeline.dataflow_lower_passes(target) + pipeline.finalize_passes(target))
-    try:
+
+    def build(mod: Any) -> Any:
         with target, drop_native_lines(TVM_UNROLL_HINT):
-            ex = tvm.compile(mod, target, relax_pipeline=lowering)
+            return tvm.compile(mod, target, relax_pipeline=lowering)
+
+    try:
+        ex = build(mod)
     except Exception as e:  # noqa: BLE001 - some schedule does not lower: each function checked alone
         log.warning("%s: the model did not build (%s); building each function alone to find the schedules "
                     "that do not, which fall back", model.name, _first_line(e))
         try:
             mod, choices = schedule_module(fused, tj, database, model.name, overrides, check=True)
-            with target, drop_native_lines(TVM_UNROLL_HINT):
-                ex = tvm.compile(mod, target, relax_pipeline=lowering)
+            ex = build(mod)
         except Exception as e2:  # noqa: BLE001 - not a schedule's fault: the model cannot be built
             raise ModelError(f"{model.name}: TVM cannot build it: {_first_line(e2)}") from None
     return CompiledModel(model, ex, choices, tj, model.layout_plan(tj, layout))

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import TensortuneError
-from ..utils.quiet import flush_stdio
+from ..utils.quiet import redirected_fds
 
 __all__ = [
     "ABS_FLOOR", "DEFAULT_OPSET", "DEFAULT_RTOL", "DEFAULT_THREADS", "OPENVINO_MISSING", "OpenVinoRunner", "OrtRunner",
@@ -386,23 +386,11 @@ def _quiet() -> Iterator[None]:
     """
     onnx_logger = logging.getLogger("torch.onnx")
     old_level = onnx_logger.level
-    saved: list[int] = []  # duplicates of the original fds 1 and 2
     with contextlib.ExitStack() as stack:
         try:
             onnx_logger.setLevel(logging.CRITICAL)
-            try:
-                flush_stdio()
-                sink = stack.enter_context(tempfile.TemporaryFile())
-                saved.append(os.dup(1))
-                saved.append(os.dup(2))
-                os.dup2(sink.fileno(), 1)
-                os.dup2(sink.fileno(), 2)
-            except OSError:
-                for fd, old in zip((1, 2), saved):
-                    os.dup2(old, fd)
-                for old in saved:
-                    os.close(old)
-                saved.clear()
+            with contextlib.suppress(OSError):  # no scratch file: only the Python-level silencing
+                stack.enter_context(redirected_fds((1, 2), stack.enter_context(tempfile.TemporaryFile())))
             stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
             stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
             stack.enter_context(warnings.catch_warnings())
@@ -410,11 +398,6 @@ def _quiet() -> Iterator[None]:
             yield
         finally:
             onnx_logger.setLevel(old_level)
-            if saved:
-                flush_stdio()
-                for fd, old in zip((1, 2), saved):
-                    os.dup2(old, fd)
-                    os.close(old)
 
 
 def _export_torchscript(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path: str, opset: int,

@@ -18,7 +18,7 @@ import os
 import sys
 import tempfile
 import warnings
-from typing import Iterator
+from typing import IO, Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -50,35 +50,54 @@ def flush_stdio() -> None:
 
 
 @contextlib.contextmanager
+def redirected_fds(fds: Sequence[int], sink: IO[bytes]) -> Iterator[bool]:
+    """Point the file descriptors ``fds`` at ``sink`` while inside (stdio flushed on both sides), so
+    that what C++ code writes to them lands there too; yields whether they were redirected (where
+    they cannot be, they are left as they were)."""
+    flush_stdio()
+    saved: list[int] = []  # duplicates of the original descriptors
+    try:
+        for fd in fds:
+            saved.append(os.dup(fd))
+        for fd in fds:
+            os.dup2(sink.fileno(), fd)
+    except OSError:
+        _restore(fds, saved)
+        saved = []
+    try:
+        yield bool(saved)
+    finally:
+        if saved:
+            flush_stdio()
+            _restore(fds, saved)
+
+
+def _restore(fds: Sequence[int], saved: list[int]) -> None:
+    for fd, old in zip(fds, saved):
+        os.dup2(old, fd)
+        os.close(old)
+
+
+@contextlib.contextmanager
 def drop_native_lines(*needles: str) -> Iterator[None]:
     """Inside, what is written to file descriptor 2 (by TVM's C++, or Python's own stderr) goes to
     a scratch file; on leaving, every line holding none of ``needles`` is written to the real
     descriptor 2, in order, and the dropped ones are counted in a debug log. Where descriptor 2
     cannot be redirected, nothing is dropped."""
-    flush_stdio()
     try:
         sink = tempfile.TemporaryFile()
     except OSError:
         yield
         return
-    try:
-        saved = os.dup(2)
-    except OSError:
-        sink.close()
-        yield
-        return
-    try:
-        os.dup2(sink.fileno(), 2)
-        yield
-    finally:
-        flush_stdio()
-        os.dup2(saved, 2)
-        os.close(saved)
-        sink.seek(0)
-        lines = sink.read().decode("utf-8", "replace").splitlines(keepends=True)
-        sink.close()
-        kept = [ln for ln in lines if not any(n in ln for n in needles)]
-        if kept:
-            os.write(2, "".join(kept).encode())
-        if len(kept) < len(lines):
-            log.debug("dropped %d lines of native output holding %s", len(lines) - len(kept), needles)
+    with sink:
+        try:
+            with redirected_fds((2,), sink):
+                yield
+        finally:
+            sink.seek(0)
+            lines = sink.read().decode("utf-8", "replace").splitlines(keepends=True)
+            kept = [ln for ln in lines if not any(n in ln for n in needles)]
+            if kept:
+                os.write(2, "".join(kept).encode())
+            if len(kept) < len(lines):
+                log.debug("dropped %d lines of native output holding %s", len(lines) - len(kept), needles)
