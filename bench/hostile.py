@@ -234,7 +234,8 @@ def cases() -> list[Case]:
                         ("target", "not json"), ("timing", "[1]"), ("costs", [float("nan")]), ("costs", [-1.0]),
                         ("costs", [float("inf")]), ("costs", "fast"), ("error", "exploded"), ("extra", [1]),
                         ("extra", {"confirm": {"group": "", "round": 1, "of": 1}}), ("timestamp", "yesterday"),
-                        ("config", "x"), ("workload_key", "nope"), ("verified", "yes"), ("threads", -2)):
+                        ("config", "x"), ("workload_key", "nope"), ("verified", "yes"), ("threads", -2),
+                        ("uid", "two words"), ("uid", 7), ("uid", "x" * 300)):
         add(Case("import", f"a trial with {name} = {str(value)[:30]}", ["db", "import", "--db", "{d}/n.db", "{d}/in.jsonl"],
                  records(set_field(name, value)),
                  extra_check=lambda d: "wrote a database" if (d / "n.db").exists() else ""))
@@ -255,7 +256,14 @@ def cases() -> list[Case]:
     add(Case("import", "a missing file", ["db", "import", "--db", "{d}/n.db", "{d}/missing.jsonl"]))
     add(Case("import", "a directory as the file", ["db", "import", "--db", "{d}/n.db", "{d}"]))
     add(Case("import", "a good file into a corrupt database", ["db", "import", "--db", "{db}", "{d}/good.jsonl"], corrupt_page))
-    add(Case("import", "a good file into a good database", ["db", "import", "--db", "{db}", "{d}/good.jsonl"], expect="ok"))
+    add(Case("import", "a good file into the database it came from (nothing new)", ["db", "import", "--db", "{db}",
+             "{d}/good.jsonl"], keep=("g.db",)))
+    add(Case("import", "a good file into the database it came from, --allow-empty", ["db", "import", "--db", "{db}",
+             "{d}/good.jsonl", "--allow-empty"], keep=("g.db",), expect="ok"))
+    add(Case("import", "a stored trial's uid with other costs", ["db", "import", "--db", "{db}", "{d}/in.jsonl"],
+             records(lambda task, trial: [task, {**trial, "costs": [1.0]}]), keep=("g.db",)))
+    add(Case("import", "a good file into a new database", ["db", "import", "--db", "{d}/n.db", "{d}/good.jsonl"],
+             expect="ok"))
     # outputs
     add(Case("files", "export -o a FIFO", ["db", "export", "--db", "{db}", "-o", "{d}/f"], fifo))
     add(Case("files", "export -o a FIFO --force", ["db", "export", "--db", "{db}", "-o", "{d}/f", "--force"], fifo))

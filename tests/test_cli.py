@@ -207,7 +207,9 @@ def test_export_then_import(tuned, tmp_path: Path, capfd) -> None:
         assert sorted(t.config_index for t in b.trials(key)) == sorted(t.config_index for t in a.trials(key))
         assert b.best(key).config_index == a.best(key).config_index
 
-    rc, out, _ = cli(capfd, "db", "import", "--db", str(fresh), str(dump))  # again: nothing new
+    rc, out, err = cli(capfd, "db", "import", "--db", str(fresh), str(dump))  # again: nothing new, said so
+    assert rc == 1 and "nothing was added" in err and f"already stored: 1 tasks and {4 + conf} trials" in err
+    rc, out, _ = cli(capfd, "db", "import", "--db", str(fresh), str(dump), "--allow-empty")
     assert rc == 0 and "imported 0 tasks and 0 trials" in out
     with Database(fresh, readonly=True) as b:
         assert b.count() == 4

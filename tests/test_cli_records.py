@@ -111,6 +111,115 @@ def test_import_names_the_bad_line_and_writes_nothing(db_copy: Path, tmp_path: P
     assert not fresh.exists() or Database(fresh, readonly=True).count() == 0
 
 
+# ---------------------------------------------------------------- round trips keep every trial
+IN_MODEL = json.dumps({"mode": "in-model", "model": "resnet18"}, sort_keys=True)
+
+
+def history_db(path: Path) -> int:
+    """A database of two small matmuls holding what imports used to merge (they matched task,
+    config, timestamp and tuner): several tuners at one timestamp, in-model confirmation rounds
+    sharing one timestamp, trials timed over RPC, two trials that differ only in costs. Returns
+    how many trials it holds."""
+    from tensortune.database.trials import ensure_task, measure_context
+
+    n = 0
+    with Database(path) as db:
+        for shape in ((16, 16, 16), (8, 16, 32)):
+            task = Task.from_op("matmul", shape)
+            ensure_task(db, task)
+            ctx = measure_context(task, TIMING)
+
+            def add(index: int, cost: float, tuner: str = "random", ts: float = 1.0, **over) -> None:
+                fields = dict(workload_key=task.workload_key, config_index=index,
+                              config=task.space.get(index).to_json()["knobs"], costs=[cost, cost * 1.1], error="none",
+                              timestamp=ts, tuner=tuner, seed=0, target=ctx.target, threads=ctx.threads, verified=True,
+                              timing=ctx.timing, cpu_model=ctx.cpu_model)
+                db.add_trial(TrialRecord(**{**fields, **over}))
+
+            for tuner in ("random", "ga", "xgb"):
+                for i in range(3):
+                    add(i, (i + 1) * 1e-4 * (1 + len(tuner) / 10), tuner)
+            for r in range(1, 6):  # `check`: five rounds inside the model, one timestamp
+                for i in (1, 2):
+                    add(i, (6 - i + r) * 1e-5, "check", 9.0, timing=IN_MODEL,
+                        extra={"confirm": {"group": "m1", "round": r, "of": 5}})
+            for i in range(3):
+                add(i, 2e-4 - i * 1e-5, ts=5.0, cpu_model="rpc:pi4")
+            add(3, 3e-4, ts=7.0)
+            add(3, 4e-4, ts=7.0)  # only the costs differ
+        n = db.count(confirmations=True)
+    return n
+
+
+def test_an_export_imported_into_a_new_file_gives_back_every_trial_and_every_best(tmp_path: Path, capfd) -> None:
+    src, fresh, dump = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "dump.jsonl"
+    n = history_db(src)
+    assert cli(capfd, "db", "export", "--db", str(src), "-o", str(dump))[0] == 0
+    rc, out, _ = cli(capfd, "db", "import", "--db", str(fresh), str(dump))
+    assert rc == 0 and out.strip() == f"imported 2 tasks and {n} trials"
+    best = [cli(capfd, "db", "best", "--db", str(db), "--json")[1] for db in (src, fresh)]
+    assert best[0] == best[1] and len(json.loads(best[0])) == 6  # per task: here, in the model, over RPC
+    with Database(src, readonly=True) as a, Database(fresh, readonly=True) as b:
+        assert b.trials() == a.trials() and [t.uid for t in b.trials()] == [t.uid for t in a.trials()]
+
+    before = digest(fresh)
+    rc, out, err = cli(capfd, "db", "import", "--db", str(fresh), str(dump))  # twice: nothing new
+    assert rc == 1 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"tensortune: error: nothing was added from {dump}: already stored: 2 tasks and {n} trials")
+    assert "--allow-empty" in err and digest(fresh) == before
+    rc, out, _ = cli(capfd, "db", "import", "--db", str(fresh), str(dump), "--allow-empty", "--json")
+    assert rc == 0 and json.loads(out) == {
+        "source": str(dump), "records": 2 + n, "added": {"tasks": 0, "trials": 0},
+        "already_stored": {"tasks": 2, "trials": n}, "refused": {"records": 0, "reasons": {}}}
+
+
+def test_an_import_says_what_it_refused_and_why(tmp_path: Path, capfd) -> None:
+    from tensortune.database.jsonl import OTHER_CONTENT
+
+    src = tmp_path / "a.db"
+    n = history_db(src)
+    lines = exported(src, tmp_path)
+    changed = {**lines[2], "costs": [1.0]}  # a stored uid with other costs
+    new = {**lines[3], "uid": "new-1"}  # the same measurement under another identity: a trial of its own
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(changed) + "\n")
+    capfd.readouterr()
+    rc, _, err = cli(capfd, "db", "import", "--db", str(src), str(bad))
+    assert rc == 1 and err.count("\n") == 1 and f"refused 1: 1 {OTHER_CONTENT}" in err
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(json.dumps(changed) + "\n" + json.dumps(new) + "\n")
+    rc, out, _ = cli(capfd, "db", "import", "--db", str(src), str(mixed))
+    assert rc == 0 and out.strip() == f"imported 0 tasks and 1 trials; refused 1: 1 {OTHER_CONTENT}"
+    with Database(src, readonly=True) as db:
+        assert db.count(confirmations=True) == n + 1
+
+
+def test_db_upgrade_of_a_schema_3_file_keeps_every_trial_and_its_old_export(tmp_path: Path, capfd) -> None:
+    import sqlite3
+
+    path = tmp_path / "v3.db"
+    n = history_db(path)
+    con = sqlite3.connect(path)  # the file as version 3 wrote it: no uids
+    con.executescript("DROP INDEX trials_by_uid; ALTER TABLE trials DROP COLUMN uid; "
+                      "UPDATE meta SET value = '3' WHERE key = 'schema_version';")
+    con.close()
+    old = exported(path, tmp_path)  # read as it is
+    assert {ln["uid"] for ln in old if ln["kind"] == "trial"} == {""}
+    rc, out, _ = cli(capfd, "db", "upgrade", "--db", str(path))
+    assert rc == 0 and out.startswith(f"{path}: schema version 4")
+    with Database(path, readonly=True) as db:
+        uids = [t.uid for t in db.trials()]
+        assert len(uids) == n and len(set(uids)) == n and "" not in uids
+    dump = tmp_path / "old.jsonl"
+    dump.write_text("".join(json.dumps({k: v for k, v in ln.items() if k != "uid"}) + "\n" for ln in old))
+    rc, _, err = cli(capfd, "db", "import", "--db", str(path), str(dump))
+    assert rc == 1 and f"already stored: 2 tasks and {n} trials" in err
+    rc, out, _ = cli(capfd, "db", "import", "--db", str(tmp_path / "new.db"), str(dump))
+    assert rc == 0 and out.strip() == f"imported 2 tasks and {n} trials"
+    with Database(tmp_path / "new.db", readonly=True) as db:
+        assert [t.uid for t in db.trials()] == uids
+
+
 # ---------------------------------------------------------------- where a best comes from
 def test_a_rerun_reports_the_stored_best_and_how_it_was_measured(db_copy: Path, capfd) -> None:
     key = Task.from_op("matmul", SHAPE).workload_key

@@ -162,6 +162,8 @@ def _records(db: Path, tmp_path: Path) -> tuple[dict, dict]:
     ("config_index", 2**70, "out of range"),
     ("target", "not json", "not the JSON text"),  # stored, it broke every later `best`
     ("timing", "[1]", "not the JSON text"),
+    ("uid", "two words", "not an identifier"),
+    ("uid", 7, "expected str"),
 ])
 def test_an_import_with_a_bad_field_names_the_line_and_writes_nothing(small_db: Path, tmp_path: Path, capfd,
                                                                      field: str, value, words: str) -> None:
@@ -207,6 +209,22 @@ def test_an_import_refused_after_parsing_leaves_no_new_database(small_db: Path, 
     rc, _, err = cli(capfd, "db", "import", "--db", str(db), str(src))
     refused(rc, err, "")
     assert not db.exists() and not Path(str(db) + "-wal").exists()
+
+
+def test_an_import_that_adds_nothing_is_one_line_and_changes_nothing(db_copy: Path, tmp_path: Path, capfd) -> None:
+    """The database's own export (every trial already there), and a stored trial's uid with other
+    costs (refused): status 1, one line saying why, the file untouched; ``--allow-empty`` accepts it."""
+    task, trial = _records(db_copy, tmp_path)
+    capfd.readouterr()
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({**trial, "costs": [1.0]}) + "\n")
+    before = digest(db_copy)
+    for src, words in ((tmp_path / "all.jsonl", "already stored: 1 tasks and"),
+                       (other, "refused 1: 1 trials whose uid")):
+        refused(*cli(capfd, "db", "import", "--db", str(db_copy), str(src))[::2], words, code=1)
+        assert digest(db_copy) == before
+    rc, out, _ = cli(capfd, "db", "import", "--db", str(db_copy), str(other), "--allow-empty")
+    assert rc == 0 and out.startswith("imported 0 tasks and 0 trials; refused 1") and digest(db_copy) == before
 
 
 # ---------------------------------------------------------------- fuzzed imports and options

@@ -48,17 +48,62 @@ def test_an_operators_best_goes_out_and_comes_back_as_the_same_trial(tmp_path: P
         with Database(tmp_path / "a.db") as db:
             export_records(db, str(tmp_path / "ms"))
 
-    with Database(tmp_path / "b.db") as fresh:
-        ensure_task(fresh, task)  # the import needs to know the task (or a model holding it)
+    with Database(tmp_path / "a.db", readonly=True) as db:
+        best = db.best(task.workload_key)
+    with Database(tmp_path / "b.db") as fresh:  # a new database: the task comes with the record
         back = import_records(fresh, str(tmp_path / "ms"))
-        assert back.records == 1
+        assert (back.records, back.tasks_added, back.trials_added, back.refused) == (1, 1, 1, {})
         (t,) = fresh.trials(task.workload_key)
-        assert t.config_index == other and t.costs == pytest.approx([1e-6] * 3) and t.verified
-        assert t.extra == {"imported": "metaschedule"}
-        assert import_records(fresh, str(tmp_path / "ms")).skipped == {"records already stored": 1}
-    with Database(tmp_path / "c.db") as unknown:
-        assert import_records(unknown, str(tmp_path / "ms")).skipped == {
-            "tasks neither in the database nor in --model": 1}
+        assert t == best and t.uid == best.uid and t.costs == [1e-6] * 3  # the same trial, costs at full precision
+        assert fresh.get_task(task.workload_key).task_json == task.json_text
+        again = import_records(fresh, str(tmp_path / "ms"))
+        assert again.empty and again.trials_present == 1
+    with Database(tmp_path / "a.db") as db:  # the database it came from has it already
+        assert import_records(db, str(tmp_path / "ms")).trials_present == 1 and db.count() == 2
+
+
+def _legacy_export(task: Task, trial: TrialRecord, folder: Path) -> None:
+    """A record as exports before uids wrote it: a few fields of the trial, no task."""
+    import json
+
+    import tvm.s_tir.meta_schedule as ms
+
+    from tensortune.app.metaschedule import TRIAL_KEY, _workload
+    from tensortune.target import host_target_json, make_target
+
+    folder.mkdir()
+    sch = task.template.schedule(task, task.space.get(trial.config_index))
+    mark = {k: getattr(trial, k) for k in ("workload_key", "config_index", "config", "target", "threads", "timing",
+                                           "cpu_model", "tuner", "tvm_version", "verified")}
+    sch.annotate(sch.get_sblock("root"), TRIAL_KEY, json.dumps(mark, sort_keys=True))
+    msdb = ms.database.JSONDatabase(work_dir=str(folder))
+    wl = msdb.commit_workload(_workload(task.prim_func()))
+    target = make_target(dict(host_target_json()))
+    msdb.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, trial.costs, target,
+                                                       ms.arg_info.ArgInfo.from_prim_func(task.prim_func())))
+
+
+def test_a_record_exported_without_its_task_imports_where_the_task_is_known(tmp_path: Path) -> None:
+    from tensortune.app.metaschedule import UNKNOWN_TASK
+
+    task = Task.from_op("matmul", (16, 16, 16))
+    with Database(tmp_path / "a.db") as db:
+        ensure_task(db, task)
+        _stored(db, task, 3, 1e-6)
+        (old,) = db.trials()
+    _legacy_export(task, old, tmp_path / "ms")
+    with Database(tmp_path / "new.db") as unknown:
+        out = import_records(unknown, str(tmp_path / "ms"))
+        assert out.empty and out.refused == {UNKNOWN_TASK: 1} and unknown.tasks() == []
+    with Database(tmp_path / "known.db") as known:
+        ensure_task(known, task)
+        out = import_records(known, str(tmp_path / "ms"))
+        assert out.trials_added == 1
+        (t,) = known.trials()
+        assert t.config_index == 3 and t.costs == pytest.approx([1e-6] * 3) and t.extra == {"imported": "metaschedule"}
+        assert import_records(known, str(tmp_path / "ms")).trials_present == 1
+    with Database(tmp_path / "a.db") as db:  # matched by what was measured in the database it came from
+        assert import_records(db, str(tmp_path / "ms")).trials_present == 1
 
 
 def test_a_record_of_metaschedules_own_search_is_skipped_not_guessed(tmp_path: Path) -> None:
@@ -77,7 +122,7 @@ def test_a_record_of_metaschedules_own_search_is_skipped_not_guessed(tmp_path: P
     with Database(tmp_path / "d.db") as db:
         ensure_task(db, task)
         out = import_records(db, str(tmp_path / "ms"))
-        assert out.records == 0 and out.skipped == {"records of another tuner (no config of ours)": 1}
+        assert out.empty and out.refused == {"records of another tuner (no config of ours)": 1}
         assert db.count() == 0
         with pytest.raises(UsageError, match="no database_workload.json"):
             import_records(db, str(tmp_path))
@@ -126,6 +171,33 @@ def test_plain_tvm_builds_a_tuned_model_from_the_records_as_fast_as_tensortune_c
 
     with Database(tmp_path / "back.db") as fresh:
         back = import_records(fresh, str(tmp_path / "ms"), model)
-        assert back.records == len(tunable)  # one trial per task (a task's functions share it)
-        extra = out.records - len(tunable)
-        assert back.skipped == ({"records already stored": extra} if extra else {})
+        assert back.trials_added == len(tunable)  # one trial per task (a task's functions share it)
+        assert back.trials_present == out.records - len(tunable) and not back.refused
+
+
+def test_the_command_line_round_trip_fills_a_new_database_or_says_why_not(tmp_path: Path, capfd) -> None:
+    from tensortune.app.metaschedule import UNKNOWN_TASK
+    from tensortune.cli import main
+
+    task = Task.from_op("matmul", (16, 16, 16))
+    a, b, ms = str(tmp_path / "a.db"), str(tmp_path / "b.db"), str(tmp_path / "ms")
+    with Database(a) as db:
+        ensure_task(db, task)
+        _stored(db, task, 3, 1e-6)
+        (old,) = db.trials()
+    assert main(["db", "export", "--db", a, "--format", "metaschedule", "-o", ms]) == 0
+    capfd.readouterr()
+    assert main(["db", "import", "--db", b, "--format", "metaschedule", ms]) == 0
+    assert capfd.readouterr().out.strip() == "imported 1 tasks and 1 trials"
+    with Database(b, readonly=True) as db:
+        assert db.trials() == [old] and db.trials()[0].uid == old.uid
+    assert main(["db", "import", "--db", b, "--format", "metaschedule", ms]) == 1  # again: nothing new
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "nothing was added" in err and "already stored: 0 tasks and 1 trials" in err
+
+    _legacy_export(task, old, tmp_path / "old")  # exported without its task: one line says why not
+    new = tmp_path / "new.db"
+    assert main(["db", "import", "--db", str(new), "--format", "metaschedule", str(tmp_path / "old")]) == 1
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and f"refused 1: 1 {UNKNOWN_TASK}" in err and "Traceback" not in err
+    assert not new.exists()  # no new database left behind

@@ -10,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tensortune.database import (Database, MeasureContext, TaskRecord, TrialRecord, confirmed_best, export_jsonl,
-                                 import_jsonl, top_configs)
+from tensortune.database import (Database, ImportReport, MeasureContext, TaskRecord, TrialRecord, confirmed_best,
+                                 export_jsonl, import_jsonl, top_configs)
+
+
+def added(report: ImportReport) -> tuple[int, int]:
+    """(tasks added, trials added) of an import."""
+    return report.tasks_added, report.trials_added
+
 
 KEY = "cd" * 10
 HOT = json.dumps({"min_repeat_ms": 40, "mode": "hot", "number": 1, "repeat": 5}, sort_keys=True, separators=(",", ":"))
@@ -134,13 +140,13 @@ def test_export_and_import_keep_the_marks_and_the_choice(db: Database, tmp_path:
     lines = [json.loads(ln) for ln in stream.getvalue().splitlines()]
     assert sum(ln.get("extra", {}).get("confirm") is not None for ln in lines) == 6
     with Database(tmp_path / "copy.db") as copy:
-        assert import_jsonl(copy, io.StringIO(stream.getvalue())) == (1, 8)
+        assert added(import_jsonl(copy, io.StringIO(stream.getvalue()))) == (1, 8)
         assert copy.trials(KEY) == db.trials(KEY)
         assert copy.best(KEY, CONTEXT) == db.best(KEY, CONTEXT) and copy.best(KEY, CONTEXT).config_index == 1
     # a line written before trials had extra data imports as a plain trial
     old = {k: v for k, v in lines[1].items() if k != "extra"}
     with Database(tmp_path / "old.db") as copy:
-        assert import_jsonl(copy, io.StringIO(json.dumps(lines[0]) + "\n" + json.dumps(old) + "\n")) == (1, 1)
+        assert added(import_jsonl(copy, io.StringIO(json.dumps(lines[0]) + "\n" + json.dumps(old) + "\n"))) == (1, 1)
         assert copy.trials(KEY)[0].extra == {}
 
 
@@ -190,5 +196,5 @@ def test_a_schema_2_file_is_read_as_it_is_and_upgraded_when_written(tmp_path: Pa
         assert db.best(KEY, CONTEXT).config_index == 0
     con = sqlite3.connect(path)
     assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(
-        Database.SCHEMA_VERSION) == "3"
+        Database.SCHEMA_VERSION) == "4"
     con.close()

@@ -8,24 +8,29 @@ normalises it, its measured costs as ``run_secs``. TVM's own ``MetaScheduleApply
 then schedules a plain Relax pipeline with them; with a model, the fused module the records
 belong to is written beside them (``model.json``, ``tvm.ir.save_json``), so TVM alone compiles it.
 
-Each exported trace ends with one annotation on the root block that names the trial it came
-from (task, config, how and where it was measured); the import turns such records back into
-trials of a task it knows, after checking that the record's workload is that task's function and
-its config one of the task's space. A record of MetaSchedule's own search has no config of our
-spaces: it is counted as skipped, never guessed.
+Each exported trace ends with one annotation on the root block that carries the trial it came
+from, whole (its uid included), and the description of its task; the import turns such records
+back into the same trials, after checking that the record's workload is that task's function and
+its config one of the task's space. So a new database can take them: the task is rebuilt from
+its description when neither the database nor ``--model`` holds it, and a trial already stored
+(its uid) is not added twice. Records exported before they carried all that (a few fields of
+the trial, no task) still import into a database or model that knows their task, matched by what
+was measured. A record of MetaSchedule's own search has no config of our spaces: it is refused,
+never guessed. An import says what it added, found stored, and refused and why
+(:class:`~tensortune.database.jsonl.ImportReport`).
 """
 from __future__ import annotations
 
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..database import Database, TrialRecord
+    from ..database import Database, ImportReport, TaskRecord, TrialRecord
     from ..models.importer import Model
     from ..task import Task
 
@@ -33,10 +38,19 @@ if TYPE_CHECKING:  # pragma: no cover
 TRIAL_KEY = "tensortune_trial"
 WORKLOADS, RECORDS, MODULE = "database_workload.json", "database_tuning_record.json", "model.json"
 
+#: Why an imported record is refused (the import report counts them by reason).
+FOREIGN = "records of another tuner (no config of ours)"
+UNKNOWN_TASK = "tasks neither in the database nor in --model (records exported without their task)"
+CANNOT_REBUILD = "tasks this version cannot rebuild"
+NOT_ITS_FUNCTION = "workloads that are not their task's function"
+NOT_OF_SPACE = "configs not of the task's space"
+NO_RUN_TIMES = "records without run times"
+BAD_TRIAL = "records whose trial does not read"
+
 
 @dataclass
 class Transfer:
-    """What an export or an import did: records written or read, and what was skipped, by reason."""
+    """What an export did: records written, and what was skipped, by reason."""
 
     records: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
@@ -58,13 +72,11 @@ def _workload(func: Any) -> Any:
 
 
 def _trace(task: Task, trial: TrialRecord) -> Any:
-    """The trace of the trial's config, ending with the annotation that names the trial."""
+    """The trace of the trial's config, ending with the annotation that carries the trial (all but
+    its row id) and its task's description (``task``), so an import can rebuild both."""
     config = task.space.config_from_json({"knobs": trial.config})
     sch = task.template.schedule(task, config)
-    mark = {"workload_key": trial.workload_key, "config_index": trial.config_index, "config": trial.config,
-            "target": trial.target, "threads": trial.threads, "timing": trial.timing,
-            "cpu_model": trial.cpu_model, "tuner": trial.tuner, "tvm_version": trial.tvm_version,
-            "verified": trial.verified}
+    mark = {**{k: v for k, v in trial.to_json().items() if k != "id"}, "task": task.json_text}
     sch.annotate(sch.get_sblock("root"), TRIAL_KEY, json.dumps(mark, sort_keys=True))
     return sch.trace
 
@@ -133,72 +145,163 @@ def _marked_trial(record: Any) -> dict[str, Any] | None:
     return None
 
 
-def import_records(database: Database, in_dir: str, model: Model | None = None) -> Transfer:
+def import_records(database: Database, in_dir: str, model: Model | None = None) -> ImportReport:
     """Read the MetaSchedule JSONDatabase in ``in_dir`` and store each record this package
-    exported as a trial of its task (a task of ``database``, or of ``model``), once; a record
-    whose workload is not that task's function, whose config is not of its space, or that
-    names no trial of ours, is counted as skipped."""
-    import tvm.s_tir.meta_schedule as ms
+    exported as the trial it carries, once, in one transaction, with its task where ``database``
+    lacks it; return what was added, found stored and refused (by reason: a record that names no
+    trial of ours, whose task is unknown or cannot be rebuilt, whose workload is not that task's
+    function, or whose config is not of its space)."""
+    from ..database.jsonl import ImportReport, import_records as store
 
-    from ..database import TrialRecord
-    from ..database.trials import ensure_task, stored_task
+    records = _read_records(in_dir)
+    report = ImportReport(source=in_dir, records=len(records))
+    tasks = _Tasks(database, model)
+    have = {_measured(t) for t in database.trials()}  # what records without a uid are matched by
+    trials: list[TrialRecord] = []
+    for record in records:
+        try:
+            trial = _record_trial(record, tasks)
+        except _Refused as e:
+            report.refused[e.reason] += 1
+            continue
+        if not trial.uid:
+            if _measured(trial) in have:
+                report.trials_present += 1
+                continue
+            have.add(_measured(trial))
+        trials.append(trial)
+    return store(database, tasks.new_records({t.workload_key for t in trials}), trials, report)
+
+
+class _Refused(Exception):
+    """A record not imported, and why (one of the reasons above)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _read_records(in_dir: str) -> list[Any]:
+    """The tuning records of the JSONDatabase in ``in_dir``; UsageError in one line when it is none."""
+    import tvm.s_tir.meta_schedule as ms
 
     for name in (WORKLOADS, RECORDS):
         if not os.path.isfile(os.path.join(in_dir, name)):
             raise UsageError(f"{in_dir}: no {name} (a MetaSchedule JSONDatabase folder)")
     try:
         msdb = ms.database.JSONDatabase(work_dir=in_dir, allow_missing=False)
-        records = list(msdb.get_all_tuning_records())
+        return list(msdb.get_all_tuning_records())
     except Exception as e:  # noqa: BLE001 - TVM's parser: a file that is not a JSONDatabase
         raise UsageError(f"{in_dir}: not a readable MetaSchedule database: {str(e).splitlines()[0][:200]}") from None
-    known: dict[str, tuple[Task, list[Any]]] = {}
-    if model is not None:
-        from ..models.compile import model_tasks_of
 
-        fused, mts = model_tasks_of(model)
-        known = {mt.task.workload_key: (mt.task, [fused[n] for n in mt.funcs]) for mt in mts}
-    out = Transfer()
-    have = {(t.workload_key, t.config_index, t.timing, t.target, tuple(t.costs)) for t in database.trials()}
-    for record in records:
-        mark = _marked_trial(record)
-        if mark is None:
-            out.skipped["records of another tuner (no config of ours)"] += 1
-            continue
-        key = str(mark.get("workload_key", ""))
-        if key not in known:
-            rec = database.get_task(key)
-            if rec is None:
-                out.skipped["tasks neither in the database nor in --model"] += 1
-                continue
+
+class _Tasks:
+    """The tasks records are of, by workload key: a model's, the database's, else the one a record
+    describes; and the records of those the database lacks."""
+
+    def __init__(self, database: Database, model: Model | None) -> None:
+        self._db = database
+        self._known: dict[str, tuple[Task, list[Any]] | str] = {}  # a task and its functions, or why none
+        self._new: dict[str, TaskRecord] = {}
+        if model is not None:
+            from ..models.compile import model_tasks_of
+
+            fused, mts = model_tasks_of(model)
+            self._known = {mt.task.workload_key: (mt.task, [fused[n] for n in mt.funcs]) for mt in mts}
+
+    def get(self, key: str, mark: dict[str, Any]) -> tuple[Task, list[Any]]:
+        """The task of workload ``key`` and its functions; _Refused when there is none."""
+        if key not in self._known:
+            try:
+                task = self._find(key, mark)
+                self._known[key] = (task, [task.prim_func()])
+            except _Refused as e:
+                self._known[key] = e.reason
+        found = self._known[key]
+        if isinstance(found, str):
+            raise _Refused(found)
+        if key not in self._new and self._db.get_task(key) is None:
+            from ..database.trials import task_record
+
+            self._new[key] = task_record(found[0])
+        return found
+
+    def _find(self, key: str, mark: dict[str, Any]) -> Task:
+        from ..database.trials import stored_task
+        from ..task import Task
+
+        rec = self._db.get_task(key)
+        if rec is not None:
             task = stored_task(rec)
-            if task is None:
-                out.skipped["tasks this version cannot rebuild"] += 1
-                continue
-            known[key] = (task, [task.prim_func()])
-        task, funcs = known[key]
-        if not _same_workload(record.workload.mod, funcs):
-            out.skipped["workloads that are not their task's function"] += 1
-            continue
-        try:
-            config = task.space.config_from_json({"knobs": mark["config"]})
-        except Exception:  # noqa: BLE001 - a config of another space version
-            out.skipped["configs not of the task's space"] += 1
-            continue
-        costs = [float(x) for x in (record.run_secs or [])]
-        sig = (key, config.index, str(mark.get("timing", "")), str(mark.get("target", "")), tuple(costs))
-        if not costs or sig in have:
-            out.skipped["records already stored" if costs else "records without run times"] += 1
-            continue
-        ensure_task(database, task)
-        database.add_trial(TrialRecord(
-            workload_key=key, config_index=config.index, config=config.to_json()["knobs"], costs=costs, error="none",
-            tuner=str(mark.get("tuner", "")), tvm_version=str(mark.get("tvm_version", "")),
-            target=str(mark.get("target", "")), threads=int(mark.get("threads", 0)),
-            verified=bool(mark.get("verified", False)), timing=str(mark.get("timing", "")),
-            cpu_model=str(mark.get("cpu_model", "")), extra={"imported": "metaschedule"}))
-        have.add(sig)
-        out.records += 1
-    return out
+        elif isinstance(mark.get("task"), str):
+            try:
+                task = Task.from_json(json.loads(mark["task"]))
+                task = task if task.workload_key == key else None  # another template version
+            except Exception:  # noqa: BLE001 - a description of another version or of a plug-in op
+                task = None
+        else:
+            raise _Refused(UNKNOWN_TASK)
+        if task is None:
+            raise _Refused(CANNOT_REBUILD)
+        return task
+
+    def new_records(self, keys: set[str]) -> list[TaskRecord]:
+        """The records of the tasks of ``keys`` that the database lacks."""
+        return [rec for key, rec in self._new.items() if key in keys]
+
+
+def _record_trial(record: Any, tasks: _Tasks) -> TrialRecord:
+    """The trial an exported record carries, checked against its task; _Refused with the reason."""
+    mark = _marked_trial(record)
+    if mark is None:
+        raise _Refused(FOREIGN)
+    task, funcs = tasks.get(str(mark.get("workload_key", "")), mark)
+    if not _same_workload(record.workload.mod, funcs):
+        raise _Refused(NOT_ITS_FUNCTION)
+    try:
+        config = task.space.config_from_json({"knobs": mark["config"]})
+    except Exception:  # noqa: BLE001 - a config of another space version
+        raise _Refused(NOT_OF_SPACE) from None
+    trial = _whole_trial(mark) if "uid" in mark else _partial_trial(mark, record)
+    if trial.config_index != config.index:
+        raise _Refused(NOT_OF_SPACE)
+    return trial
+
+
+def _whole_trial(mark: dict[str, Any]) -> TrialRecord:
+    """The trial a record carries whole (its costs at full precision, its uid)."""
+    from ..database import TrialRecord
+
+    names = {f.name for f in fields(TrialRecord)}
+    try:
+        trial = TrialRecord.from_json({**{k: v for k, v in mark.items() if k in names}, "id": None})
+        trial.validate()
+    except ValueError:
+        raise _Refused(BAD_TRIAL) from None
+    return trial
+
+
+def _partial_trial(mark: dict[str, Any], record: Any) -> TrialRecord:
+    """The trial of a record exported with a few of its fields: costs from its run times, no uid."""
+    from ..database import TrialRecord
+
+    costs = [float(x) for x in (record.run_secs or [])]
+    if not costs:
+        raise _Refused(NO_RUN_TIMES)
+    names = ("workload_key", "config_index", "config", "tuner", "tvm_version", "target", "threads", "verified",
+             "timing", "cpu_model")
+    data = {k: mark[k] for k in names if k in mark}
+    try:
+        trial = TrialRecord.from_json({**data, "costs": costs, "error": "none", "extra": {"imported": "metaschedule"}})
+        trial.validate()
+    except ValueError:
+        raise _Refused(BAD_TRIAL) from None
+    return trial
+
+
+def _measured(t: TrialRecord) -> tuple[Any, ...]:
+    """What a record without a uid is matched by: task, config, how and where, costs."""
+    return t.workload_key, t.config_index, t.timing, t.target, tuple(t.costs)
 
 
 def _same_workload(mod: Any, funcs: list[Any]) -> bool:

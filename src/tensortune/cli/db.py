@@ -7,14 +7,23 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..app.checks import config_check
-from ..errors import UsageError
+from ..errors import TensortuneError, UsageError
 from .args import Parser, check_db, check_output, open_db
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..database import ImportReport
 
 #: The record formats of ``db export`` / ``db import``.
 FORMATS = ("jsonl", "metaschedule")
+
+
+class NothingImported(TensortuneError):
+    """An import whose input held records and that added none of them (without ``--allow-empty``)."""
+
+    exit_code = 1
 
 
 def add_parsers(sub: Any) -> None:
@@ -41,6 +50,10 @@ def add_parsers(sub: Any) -> None:
     i.add_argument("--db", required=True, help="SQLite database file (created if missing)")
     i.add_argument("--format", choices=FORMATS, default="jsonl", help="jsonl (default) or metaschedule")
     i.add_argument("--model", default=None, help="metaschedule: a model whose tasks the records may be of")
+    i.add_argument("--allow-empty", action="store_true",
+                   help="succeed when nothing is added (every record already stored or refused); "
+                        "without it such an import exits with status 1")
+    i.add_argument("--json", action="store_true", help="print the import report as one JSON object")
     i.add_argument("input", help="JSON-lines file, or a MetaSchedule JSONDatabase folder")
 
     u = dbs.add_parser("upgrade", help="upgrade a database written by an older tensortune, in place")
@@ -114,18 +127,36 @@ def cmd_import(a: argparse.Namespace) -> int:
     existed = os.path.exists(a.db)
     db = open_db(a.db)
     try:
-        tasks, trials = import_jsonl(db, parsed, check=config_check())
+        report = import_jsonl(db, parsed, check=config_check())
     except DatabaseError as e:
         db.close()
         if not existed:  # all or nothing: a refused import leaves no new database behind
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                with contextlib.suppress(OSError):
-                    os.remove(a.db + suffix)
+            _remove_db(a.db)
         raise UsageError(str(e)) from None
     finally:
         db.close()
-    print(f"imported {tasks} tasks and {trials} trials")
+    return _reported(a, report, created=not existed)
+
+
+def _reported(a: argparse.Namespace, report: ImportReport, created: bool) -> int:
+    """Print what an import did (``--json``: as one object); NothingImported when its input held
+    records and none was added, unless ``--allow-empty`` (a database it created is removed)."""
+    if a.json:
+        print(json.dumps(report.to_json()))
+    if report.empty and not a.allow_empty:
+        if created:
+            _remove_db(a.db)
+        raise NothingImported(f"{report.why_nothing()} (pass --allow-empty when that is expected)")
+    if not a.json:
+        print(report.describe())
     return 0
+
+
+def _remove_db(path: str) -> None:
+    """Remove the database file at ``path`` and its journals (one this command created)."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            os.remove(path + suffix)
 
 
 def cmd_upgrade(a: argparse.Namespace) -> int:
@@ -173,13 +204,18 @@ def _import_metaschedule(a: argparse.Namespace) -> int:
         raise UsageError(f"{a.input}: not a folder (a MetaSchedule JSONDatabase)")
     check_db(a.db, must_exist=False)
     model = _model(a.model)
+    existed = os.path.exists(a.db)
     db = open_db(a.db)
     try:
-        out = import_records(db, a.input, model)
+        report = import_records(db, a.input, model)
+    except TensortuneError:
+        db.close()
+        if not existed:
+            _remove_db(a.db)
+        raise
     finally:
         db.close()
-    print(f"imported {out.describe()}")
-    return 0
+    return _reported(a, report, created=not existed)
 
 
 SUBCOMMANDS = {"best": cmd_best, "export": cmd_export, "import": cmd_import, "upgrade": cmd_upgrade}

@@ -1,5 +1,11 @@
 """Plain records stored in the tuning database: one per task, one per measured trial.
 
+Every trial has an identity of its own, its ``uid``: random for a new measurement, kept by
+export and import, so a round trip gives back every trial and an import adds each one once.
+Trials stored before identities existed (an older database, an older export) get one derived
+from their content and its occurrence (:func:`assign_content_uids`), the same in an upgraded
+database and in an import of its old export, and byte-identical trials still apart.
+
 Records are checked twice: :meth:`from_json` checks types, :meth:`validate` checks values
 (finite positive costs, a known error kind, a non-negative config index, ...). Imports
 validate every record before anything is written; rows read back from a database are
@@ -7,9 +13,12 @@ validated too, and a bad one is skipped instead of crashing tuning or reporting.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 import statistics
+from collections import Counter
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -19,6 +28,9 @@ from ..limits import INT64_MAX
 #: database layer does not import the measurement layer).
 ERROR_KINDS = ("none", "instantiation", "compile", "runtime", "wrong_answer", "build_timeout", "run_timeout",
                "unknown")
+
+#: What a trial's ``uid`` may be: a short token (a hex uuid4 or content hash when made here).
+UID_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z._:-]{0,127}")
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,), "list": (list,),
@@ -115,6 +127,10 @@ class TrialRecord:
     confirmation: a re-measurement of one of the task's top configs made after a search
     (``{"group": id, "round": r, "of": R}``, see :attr:`confirmation` and :func:`confirmed_best`).
     Confirmations do not count against a task's trial budget.
+
+    ``uid`` is the trial's identity (see the module's docstring): "" until the database gives it
+    one. Equality compares content only, as for ``id``: two trials of one content may be two
+    measurements.
     """
 
     workload_key: str
@@ -137,15 +153,19 @@ class TrialRecord:
     cpu_model: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     id: int | None = field(default=None, compare=False)
+    uid: str = field(default="", compare=False)
 
     _KINDS = {"workload_key": "str", "config_index": "int", "config": "dict", "costs": "list",
               "error": "str", "error_msg": "str", "build_time": "float", "run_time": "float",
               "timestamp": "float", "tuner": "str", "seed": "int?", "tvm_version": "str",
               "target": "str", "threads": "int", "verified": "bool", "energy_j": "float?",
-              "timing": "str", "cpu_model": "str", "extra": "dict", "id": "int?"}
+              "timing": "str", "cpu_model": "str", "extra": "dict", "id": "int?",
+              "uid": "str?"}
 
     def __post_init__(self) -> None:
         self.error = getattr(self.error, "value", self.error)  # accept an ErrorKind enum member
+        if self.uid is None:  # JSON null: none yet
+            self.uid = ""
 
     @property
     def ok(self) -> bool:
@@ -215,11 +235,46 @@ class TrialRecord:
             raise ValueError("field 'extra': not a JSON object") from None
         if "confirm" in self.extra:
             _check_confirm(self.extra["confirm"])
+        if self.uid and not UID_PATTERN.fullmatch(self.uid):
+            raise ValueError(f"field 'uid': {self.uid[:40]!r} is not an identifier (letters, digits, '._:-', "
+                             "at most 128)")
+
+    def content(self) -> str:
+        """Canonical JSON of every field but ``id`` and ``uid``: what the trial says."""
+        data = {k: v for k, v in asdict(self).items() if k not in ("id", "uid")}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrialRecord:
         """Inverse of :meth:`to_json`; raises ValueError on missing or mistyped fields."""
         return _from_json(cls, data, cls._KINDS)
+
+
+class ContentUids:
+    """Deterministic uids for trials without one, in stored order: a hash of the content
+    (:meth:`TrialRecord.content`) and of its occurrence number (1st, 2nd, ...), so two
+    byte-identical trials stay apart, and the same trials in the same order (an upgraded
+    database, an old export of it) get the same uids."""
+
+    def __init__(self) -> None:
+        self._seen: Counter[str] = Counter()
+
+    def next(self, content: str) -> str:
+        """The uid of the next trial of ``content``."""
+        digest = hashlib.sha256(content.encode()).hexdigest()
+        self._seen[digest] += 1
+        return hashlib.sha256(f"{digest}:{self._seen[digest]}".encode()).hexdigest()[:32]
+
+
+def assign_content_uids(trials: Iterable[TrialRecord]) -> int:
+    """Give each of ``trials`` (in stored order) without a uid its content uid (:class:`ContentUids`);
+    return how many got one."""
+    uids, n = ContentUids(), 0
+    for t in trials:
+        if not t.uid:
+            t.uid = uids.next(t.content())
+            n += 1
+    return n
 
 
 def _check_confirm(confirm: Any) -> None:

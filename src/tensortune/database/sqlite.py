@@ -8,12 +8,15 @@ Schema version 2 stores, with each trial, how it was measured (``timing``, ``cpu
 beside ``target`` and ``threads``) and its median ``cost``; :meth:`Database.best` compares
 only trials of one :class:`~tensortune.database.records.MeasureContext`. Version 3 adds
 ``extra``, a JSON object per trial; ``extra["confirm"]`` marks the confirmation re-measurements
-of a task's top configs, which :meth:`Database.best` prefers over single measurements. An older
-file is upgraded in place, in one transaction, the first time it is opened for writing (its
-trials keep their data: version-1 trials with timing and CPU "not recorded", every trial with
-no extra data). A version-2 file may also be read without upgrading it (it holds no
-confirmations). Rows that fail validation (written by another tool, or by a version that
-checked less) are skipped with one warning per database.
+of a task's top configs, which :meth:`Database.best` prefers over single measurements. Version 4
+adds ``uid``, each trial's identity (unique; see :mod:`.records`), which exports and imports keep
+so that a round trip loses no trial and an import adds none twice. An older file is upgraded in
+place, in one transaction, the first time it is opened for writing (its trials keep their data:
+version-1 trials with timing and CPU "not recorded", every trial with no extra data, and the uid
+its content and occurrence give it, as an import of its old export would). A version-2 or -3 file
+may also be read without upgrading it (its trials read with no confirmations, resp. no uid).
+Rows that fail validation (written by another tool, or by a version that checked less) are
+skipped with one warning per database.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from types import TracebackType
 from typing import Any, Callable, Sequence, TypeVar
 
 from ..errors import TensortuneError
-from .records import MeasureContext, TaskRecord, TrialRecord, confirmed_best
+from .records import ContentUids, MeasureContext, TaskRecord, TrialRecord, confirmed_best
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +48,7 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 _TASK_COLS = ("workload_key", "op", "kernel_class", "target", "flops", "task_json", "created")
 _TRIAL_COLS = ("workload_key", "config_index", "config", "costs", "error", "error_msg", "build_time",
                "run_time", "timestamp", "tuner", "seed", "tvm_version", "target", "threads",
-               "verified", "energy_j", "timing", "cpu_model", "extra")
+               "verified", "energy_j", "timing", "cpu_model", "extra", "uid")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tasks (
@@ -57,9 +60,10 @@ CREATE TABLE IF NOT EXISTS trials (
     build_time REAL NOT NULL, run_time REAL NOT NULL, timestamp REAL NOT NULL, tuner TEXT NOT NULL,
     seed INTEGER, tvm_version TEXT NOT NULL, target TEXT NOT NULL, threads INTEGER NOT NULL,
     verified INTEGER NOT NULL, energy_j REAL, timing TEXT NOT NULL DEFAULT '',
-    cpu_model TEXT NOT NULL DEFAULT '', cost REAL, extra TEXT NOT NULL DEFAULT '{}');
+    cpu_model TEXT NOT NULL DEFAULT '', cost REAL, extra TEXT NOT NULL DEFAULT '{}', uid TEXT);
 CREATE INDEX IF NOT EXISTS trials_by_task ON trials (workload_key, config_index);
 CREATE INDEX IF NOT EXISTS trials_by_cost ON trials (workload_key, cost);
+CREATE UNIQUE INDEX IF NOT EXISTS trials_by_uid ON trials (uid);
 """
 #: Configs a tuning process is measuring now (see :meth:`Database.claim`): other writers neither
 #: measure them too nor spend the task's budget past them. Added to any file opened for writing.
@@ -82,6 +86,11 @@ DROP TABLE IF EXISTS best;
 #: Upgrade of a version-2 file: the ``extra`` JSON object of every trial (none for old trials).
 _MIGRATE_V2 = """
 ALTER TABLE trials ADD COLUMN extra TEXT NOT NULL DEFAULT '{}';
+"""
+#: Upgrade of a version-3 file: every trial's identity (filled in by :meth:`Database._migrate`).
+_MIGRATE_V3 = """
+ALTER TABLE trials ADD COLUMN uid TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS trials_by_uid ON trials (uid);
 """
 #: A trial that may be a best: successful, checked against the reference, with a sane cost.
 _BEST_WHERE = "error = 'none' AND verified = 1 AND cost > 0 AND cost < 1e300"
@@ -147,14 +156,15 @@ def _full_disk(path: Path) -> str:
 class Database:
     """Tasks and measured trials in one SQLite file (one object per process, used from one thread)."""
 
-    SCHEMA_VERSION = 3
+    SCHEMA_VERSION = 4
     BUSY_TIMEOUT_S = 60.0
     #: Older schema versions this code upgrades in place when the file is opened for writing:
     #: the statements that take each version to the next one.
-    UPGRADABLE = {1: _MIGRATE_V1, 2: _MIGRATE_V2}
+    UPGRADABLE = {1: _MIGRATE_V1, 2: _MIGRATE_V2, 3: _MIGRATE_V3}
     #: Older schema versions that may be opened read-only as they are (they only lack columns
-    #: whose absence reads as "nothing recorded").
-    READABLE = {2}
+    #: whose absence reads as "nothing recorded": no extra data, no uid; an export of them writes
+    #: trials without uids, which an import gives the uids the upgrade would).
+    READABLE = {2, 3}
 
     def __init__(self, path: str | os.PathLike[str], readonly: bool = False) -> None:
         self.path = Path(path)
@@ -269,11 +279,14 @@ class Database:
         if first == 1:  # version 2 added the median cost of every trial
             con.executemany("UPDATE trials SET cost = ? WHERE id = ?",
                             [(_stored_cost(r), r["id"]) for r in con.execute("SELECT * FROM trials").fetchall()])
+        if first <= 3:  # version 4 added every trial's identity
+            _fill_content_uids(con)
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(self.SCHEMA_VERSION),))
+
     def _create_schema(self, con: sqlite3.Connection) -> None:
         """Create the tables in a new file (another process may have just done so)."""
-        others = con.execute("SELECT count(*) FROM sqlite_master WHERE name NOT IN "
-                             "('meta', 'tasks', 'trials', 'trials_by_task', 'trials_by_cost', 'claims') "
+        others = con.execute("SELECT count(*) FROM sqlite_master WHERE name NOT IN ('meta', 'tasks', 'trials', "
+                             "'trials_by_task', 'trials_by_cost', 'trials_by_uid', 'claims') "
                              "AND name NOT LIKE 'sqlite_%'").fetchone()[0]
         if others:
             raise DatabaseError(f"{self.path} is not a tensortune database; refusing to touch it")
@@ -327,7 +340,9 @@ class Database:
 
     @staticmethod
     def _insert_trial(con: sqlite3.Connection, trial: TrialRecord) -> int:
-        """Insert ``trial`` (with its median cost) and return the new row id."""
+        """Insert ``trial`` (with its median cost; a new random uid when it has none) and return the
+        new row id (sqlite3.IntegrityError when its uid is stored already)."""
+        trial.uid = trial.uid or uuid.uuid4().hex
         values: dict[str, Any] = {c: getattr(trial, c) for c in _TRIAL_COLS}
         values.update(config=json.dumps(trial.config), costs=json.dumps(list(trial.costs)),
                       verified=int(trial.verified), cost=trial.cost if trial.ok else None,
@@ -356,13 +371,29 @@ class Database:
 
     @_sqlite_faults
     def add_trial(self, trial: TrialRecord) -> int:
-        """Validate ``trial`` and store it in its own committed transaction; set and return its row id.
+        """Validate ``trial`` and store it as a new row in its own committed transaction; set and
+        return its row id.
 
-        Raises ValueError (and stores nothing) for a trial that fails :meth:`TrialRecord.validate`.
+        The trial keeps its ``uid`` when no stored trial has it; without one, or with one taken
+        (a record copied from a stored one), it gets a new random uid: ``add_trial`` always adds
+        a measurement. To merge records that may be stored already, import them
+        (:func:`tensortune.database.jsonl.import_records`). Raises ValueError (and stores nothing)
+        for a trial that fails :meth:`TrialRecord.validate`.
         """
         trial.validate()
-        trial.id = self._write(lambda con: self._insert_trial(con, trial))
+
+        def insert(con: sqlite3.Connection) -> int:
+            if trial.uid and self._stored_row(con, trial.uid) is not None:
+                trial.uid = ""
+            return self._insert_trial(con, trial)
+
+        trial.id = self._write(insert)
         return trial.id
+
+    @staticmethod
+    def _stored_row(con: sqlite3.Connection, uid: str) -> sqlite3.Row | None:
+        """The stored trial row of ``uid``, or None."""
+        return con.execute("SELECT * FROM trials WHERE uid = ?", (uid,)).fetchone()
 
     @_sqlite_faults
     def trials(self, workload_key: str | None = None, ok_only: bool = False) -> list[TrialRecord]:
@@ -537,6 +568,7 @@ class Database:
 def _row_to_trial(row: sqlite3.Row) -> TrialRecord:
     """Convert a ``trials`` row into a :class:`TrialRecord` (types checked; ValueError if bad)."""
     values = {c: row[c] for c in _TRIAL_COLS if c in row.keys()}  # no ``extra`` in a version-2 file read as it is
+    values["uid"] = values.get("uid") or ""  # none in a version-2 or -3 file read as it is
     values["config"], values["costs"] = json.loads(row["config"]), json.loads(row["costs"])
     values["verified"] = bool(row["verified"])
     values["extra"] = json.loads(values["extra"]) if values.get("extra") else {}
@@ -546,6 +578,25 @@ def _row_to_trial(row: sqlite3.Row) -> TrialRecord:
 def _row_to_task(row: sqlite3.Row) -> TaskRecord:
     """Convert a ``tasks`` row into a :class:`TaskRecord` (types checked; ValueError if bad)."""
     return TaskRecord.from_json({c: row[c] for c in _TASK_COLS})
+
+
+def _fill_content_uids(con: sqlite3.Connection) -> None:
+    """Give every stored trial, in id order, the uid its content and occurrence give it
+    (:class:`~tensortune.database.records.ContentUids`): what an import of an old export of the
+    file gives the same trials. A row that does not read as a trial is hashed as it is stored."""
+    uids = ContentUids()
+    rows = con.execute("SELECT * FROM trials ORDER BY id").fetchall()
+    con.executemany("UPDATE trials SET uid = ? WHERE id = ?", [(uids.next(_row_content(r)), r["id"]) for r in rows])
+
+
+def _row_content(row: sqlite3.Row) -> str:
+    """The content of a stored trial (:meth:`TrialRecord.content`), or, for a row that does not
+    convert, its stored values as JSON (such a row never reaches an export)."""
+    try:
+        return _row_to_trial(row).content()
+    except (ValueError, TypeError, KeyError, RecursionError):
+        stored = [row[c] for c in row.keys() if c not in ("id", "cost", "uid")]
+        return json.dumps({"invalid row": stored}, default=repr)
 
 
 def _stored_cost(row: sqlite3.Row) -> float | None:

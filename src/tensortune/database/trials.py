@@ -44,14 +44,17 @@ def tvm_version() -> str:
     return str(tvm.__version__)
 
 
+def task_record(task: Task) -> TaskRecord:
+    """The record that stores ``task`` (created now)."""
+    return TaskRecord(workload_key=task.workload_key, op=task.op, kernel_class=task.kernel_class,
+                      target=target_key(task.target_json), flops=float(task.flops), task_json=task.json_text,
+                      created=time.time())
+
+
 def ensure_task(db: Database, task: Task) -> None:
     """Store the task's record once."""
     if db.get_task(task.workload_key) is None:
-        db.add_task(TaskRecord(
-            workload_key=task.workload_key, op=task.op, kernel_class=task.kernel_class,
-            target=target_key(task.target_json), flops=float(task.flops),
-            task_json=task.json_text, created=time.time(),
-        ))
+        db.add_task(task_record(task))
 
 
 def measure_context(task: Task, options: MeasureOptions) -> MeasureContext:

@@ -110,7 +110,7 @@ def restore(db_path: str | Path, db: Database, folder: str | Path) -> tuple[int,
     for path in sorted(folder.glob("*" + SUFFIX)):
         if path.name in held:  # not decompressed again on every resume
             continue
-        trials += import_jsonl(db, read_shard(path))[1]
+        trials += import_jsonl(db, read_shard(path)).trials_added
         shards += 1
     return shards, trials
 
