@@ -4,10 +4,14 @@
 //   deploy MODEL.so INPUT.bin D0,D1,... OUTPUT.bin
 //
 // INPUT.bin holds the float32 input in C order; the first output is written to OUTPUT.bin the same way.
+// TVM_NUM_THREADS sets the thread count; the threads are placed as tensortune places them (PlaceThreads).
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
+
+#include <pthread.h>
+#include <sched.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -26,7 +30,50 @@ struct CPUAlloc {
   void FreeData(DLTensor* t) { std::free(t->data); }
 };
 
+// The environment variable TVM reads when it configures a thread pool: 0 = bind nothing.
+const char* const kBind = "TVM_BIND_THREADS";
+
+// Place TVM's threads as tensortune does (tensortune/utils/placement.py): each worker of the pool
+// on a core of its own and this thread, which runs the first share of every parallel loop, alone
+// on the first core, all inside the affinity mask the process was given. Left to TVM, this thread
+// is free on every core and can sit on a worker's core for seconds: the model then runs at half
+// speed. Returns the placement in words.
+std::string PlaceThreads() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return "not pinned (no affinity mask)";
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) cores.push_back(c);
+  // starts the pool; TVM_BIND_THREADS=0 (set at the start of main) keeps it from binding by itself
+  const int threads = static_cast<int>(ffi::Function::GetGlobal("runtime.NumThreads").value()().cast<int64_t>());
+  if (threads <= 1) return "1 thread";
+  const bool pin = cores.size() >= static_cast<size_t>(threads);
+  ffi::Array<ffi::String> given;
+  for (size_t i = 0; i < (pin ? static_cast<size_t>(threads) : cores.size()); ++i) given.push_back(std::to_string(cores[i]));
+  const int one_core_per_thread = -2, share_all_cores = -3;
+  const char* before = std::getenv(kBind);
+  const std::string saved = before ? before : "";
+  setenv(kBind, "1", 1);
+  ffi::Function::GetGlobal("runtime.config_threadpool").value()(pin ? one_core_per_thread : share_all_cores, threads, given);
+  if (before) setenv(kBind, saved.c_str(), 1); else unsetenv(kBind);
+  if (!pin) {
+    sched_setaffinity(0, sizeof(mask), &mask);  // configuring the pool set this thread's mask
+    std::cerr << "warning: " << threads << " threads but " << cores.size()
+              << " usable cores: they share them (slower than one thread per core)\n";
+    return std::to_string(threads) + " threads, not pinned";
+  }
+  cpu_set_t first;
+  CPU_ZERO(&first);
+  CPU_SET(cores[0], &first);
+  pthread_setaffinity_np(pthread_self(), sizeof(first), &first);
+  std::string where;
+  for (const auto& c : given) where += (where.empty() ? "" : ",") + std::string(c);
+  return std::to_string(threads) + " threads on cores " + where + " (this thread on " + std::to_string(cores[0]) + ")";
+}
+
 int main(int argc, char** argv) {
+  setenv(kBind, "0", 0);  // before any pool starts (a value the user set is kept)
   if (argc != 5) {
     std::cerr << "usage: deploy MODEL.so INPUT.bin D0,D1,... OUTPUT.bin\n";
     return 2;
@@ -41,6 +88,7 @@ int main(int argc, char** argv) {
   ffi::Module vm = lib->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
   const int cpu = static_cast<int>(kDLCPU), pooled = 2;
   vm->GetFunction("vm_initialization").value()(cpu, 0, pooled);
+  std::cout << "threads: " << PlaceThreads() << "\n";
 
   DLDevice dev{kDLCPU, 0};
   ffi::Tensor input = ffi::Tensor::FromNDAlloc(CPUAlloc(), ffi::Shape(shape), DLDataType{kDLFloat, 32, 1}, dev);

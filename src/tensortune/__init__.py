@@ -16,6 +16,10 @@ from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from .utils.placement import unbind_tvm
+
+unbind_tvm()  # tensortune places TVM's threads itself (utils.placement), before any pool starts
+
 try:
     __version__ = version("tensortune")
 except PackageNotFoundError:  # pragma: no cover - run from a source tree that is not installed

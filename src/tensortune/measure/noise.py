@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..utils.placement import pinned_calls, tvm_pinned
+
 #: A probe this much slower than the run's quiet probe flags the trial (the probe's own spread on
 #: a quiet machine is a few percent).
 PROBE_TOLERANCE = 1.15
@@ -132,8 +134,10 @@ def make_probe() -> Callable[[], float]:
     a = tvm.runtime.tensor(np.full(shape, 0.5, "float32"), dev)
     out = tvm.runtime.tensor(np.zeros(shape, "float32"), dev)
     timer = ex.mod.time_evaluator("main", dev, number=1, repeat=PROBE_REPEAT, min_repeat_ms=PROBE_REPEAT_MS)
-    timer(a, out)  # first run: page in and spin up the thread pool
+    with tvm_pinned():
+        timer(a, out)  # first run: page in and spin up the thread pool
 
+    @pinned_calls
     def probe() -> float:
         return min(timer(a, out).results)
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ..utils.placement import tvm_pinned
+
 #: (accumulators, lanes) of the FMA kernels tried: 12 x 8 and 10 x 8 fit the 16 registers of AVX2
 #: (16 x 8 spills three accumulators there and measures store-forwarding latency instead).
 FMA_SHAPES = ((8, 16), (16, 16), (16, 8), (12, 8), (10, 8))
@@ -70,7 +72,9 @@ def _time(func: Any, target: Any, args: list[np.ndarray], min_repeat_ms: int = 5
     ex = tvm.compile(tvm.IRModule({"main": func}), target=target)
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(x, dev) for x in args]
-    return list(ex.mod.time_evaluator("main", dev, number=1, repeat=REPEAT, min_repeat_ms=min_repeat_ms)(*tensors).results)
+    timer = ex.mod.time_evaluator("main", dev, number=1, repeat=REPEAT, min_repeat_ms=min_repeat_ms)
+    with tvm_pinned():  # placed as every model and candidate is (utils.placement)
+        return list(timer(*tensors).results)
 
 
 class CopyProbe:

@@ -13,6 +13,7 @@ import traceback
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from ..utils.placement import pinned_calls
 from ..utils.warmup import warm_up
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -115,6 +116,7 @@ def _probe() -> Any:
     return _PROBE[0]
 
 
+@pinned_calls
 def probe_state(window_s: float) -> tuple[float | None, float | None, float]:
     """The contention probe timed for about ``window_s`` seconds, and the cores' worth of CPU the
     rest of the machine took meanwhile (:mod:`tensortune.measure.noise`): ``(median seconds, others,
@@ -130,6 +132,7 @@ def probe_state(window_s: float) -> tuple[float | None, float | None, float]:
     return sorted(times)[len(times) // 2], *(busy if busy is not None else (None, 0.0))
 
 
+@pinned_calls
 def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]
                   ) -> tuple[str, list[float], str, int, float, tuple[float | None, float | None, float] | None]:
     """Load, check and time one built candidate.

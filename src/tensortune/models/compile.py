@@ -32,6 +32,7 @@ import numpy as np
 from ..target import host_target_json, is_cuda, make_target
 from ..task import Task
 from ..utils.quiet import TVM_UNROLL_HINT, drop_native_lines
+from ..utils.placement import pinned_calls, tvm_pinned
 from .extract import ModelTask, extract_tasks
 from .importer import Model, ModelError, _first_line
 
@@ -95,13 +96,19 @@ class CompiledModel:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Outputs (flattened to a list) for numpy ``inputs``."""
-        return _flatten(self.vm["main"](*_to_tvm(inputs)))
+        with tvm_pinned():
+            return _flatten(self.vm["main"](*_to_tvm(inputs)))
 
     def callable(self, inputs: Sequence[np.ndarray]) -> Callable[[], None]:
         """A zero-argument function that runs one inference on ``inputs`` (for timing)."""
         args = _to_tvm(inputs)
         f = self.vm["main"]
-        return lambda: f(*args)
+
+        def call() -> None:
+            with tvm_pinned():
+                f(*args)
+
+        return call
 
     def counts(self) -> dict[str, int]:
         """Number of tasks per source."""
@@ -401,4 +408,4 @@ def load_library(path: str) -> Callable[..., list[np.ndarray]]:
 
     lib = tvm.runtime.load_module(path)
     vm = relax.VirtualMachine(lib, tvm.cpu())
-    return lambda *inputs: _flatten(vm["main"](*_to_tvm(inputs)))
+    return pinned_calls(lambda *inputs: _flatten(vm["main"](*_to_tvm(inputs))))

@@ -18,6 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..utils.placement import tvm_pinned
+
 #: Inferences profiled (medians over them) and timed without the hook.
 DEFAULT_RUNS = 10
 WARMUP = 2
@@ -187,15 +189,15 @@ def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int =
 
     model = compiled.model
     f = compiled.callable(inputs if inputs is not None else model.example_inputs)
-    for _ in range(WARMUP):
-        f()
-    plain = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        f()
-        plain.append(time.perf_counter() - t0)
-
-    per_run = function_times(compiled, f, runs)
+    with tvm_pinned():  # one placement for the whole profile (utils.placement), not one per call
+        for _ in range(WARMUP):
+            f()
+        plain = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            f()
+            plain.append(time.perf_counter() - t0)
+        per_run = function_times(compiled, f, runs)
     names = {n for r in per_run for n in r}
     task_of = {fn: c for c in compiled.choices for fn in c.funcs}
     rows: dict[str, FuncProfile] = {}
