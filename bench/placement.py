@@ -197,7 +197,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]
 
 def report(meta: dict[str, Any], table: dict[str, dict[str, dict[str, Any]]]) -> str:
     """``report.md``: one row per arm and model."""
-    lines = [f"# One speed per model in every process ({meta['machine']['machine_id']})", "",
+    mid = meta["machine"]["machine_id"]
+    lines = [f"# One speed per model in every process ({mid['cpu_model']}, LLVM cpu {mid['llvm_cpu']}, {mid['cores']} cores)", "",
              f"{meta['processes']} rounds of fresh processes, {meta['inferences']} inferences each after "
              f"{WARMUP} warm-up ones, arms interleaved in every round; {meta['threads']} threads but "
              f"`one-thread`. Date {meta['machine']['date']}.", "",
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     info = machine_info()
-    out = Path(args.out or f"bench/results/placement-{info['target'].get('mcpu', 'cpu')}-{time.strftime('%Y-%m-%d')}")
+    out = Path(args.out or f"bench/results/placement-{info['machine_id']['llvm_cpu']}-{time.strftime('%Y-%m-%d')}")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         libs = export_models(Path(tmp))
