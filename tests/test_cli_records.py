@@ -74,7 +74,9 @@ def test_export_refuses_other_databases_and_existing_files_unless_forced(db_copy
     rc, _, err = cli(capfd, "db", "export", "--db", str(db_copy), "-o", str(notes), "--force")
     with Database(db_copy, readonly=True) as d:
         conf = d.count(confirmations=True) - d.count()
-    assert conf in (9, 12)  # the top 3 in 3 rounds, and the default beside them where it is not among them
+    # the top 3 in 3 rounds, and the default beside them where it is not among them; a group timed
+    # while the machine was busy is measured once more (measure.noise)
+    assert conf >= 9 and conf % 3 == 0, conf
     assert rc == 0 and [json.loads(ln)["kind"] for ln in notes.read_text().splitlines()] == ["task"] + ["trial"] * (4 + conf)
     assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]  # no temporary file left behind
 

@@ -135,3 +135,22 @@ def test_a_competitor_that_stays_makes_the_confirmation_say_so(tmp_path) -> None
     assert res.noise["quiet_spell"] is False and res.noise["confirm_noisy"] is True
     assert m.noise.waits and not m.noise.waits[-1]["quiet"]
     assert "best is uncertain" in res.describe_noise()
+
+
+def test_the_quiet_wait_default_comes_from_the_environment_and_a_bad_value_is_said_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from tensortune.measure import options
+    from tensortune.measure.noise import QUIET_WAIT_S
+
+    monkeypatch.setenv(options.QUIET_WAIT_ENV, "0")
+    assert MeasureOptions().quiet_wait_s == 0.0  # a machine that is never quiet: no wait
+    assert MeasureOptions(quiet_wait_s=7).quiet_wait_s == 7  # an explicit value wins
+    monkeypatch.delenv(options.QUIET_WAIT_ENV)
+    assert MeasureOptions().quiet_wait_s == QUIET_WAIT_S
+    for bad in ("soon", "-1", "inf", "nan"):
+        monkeypatch.setenv(options.QUIET_WAIT_ENV, bad)
+        with caplog.at_level("WARNING", logger=options.__name__):
+            assert MeasureOptions().quiet_wait_s == QUIET_WAIT_S
+            assert MeasureOptions().quiet_wait_s == QUIET_WAIT_S
+        assert caplog.text.count(f"{options.QUIET_WAIT_ENV}={bad!r}") == 1
+        caplog.clear()

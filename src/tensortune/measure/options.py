@@ -2,11 +2,41 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..target import cpu_count
 from .noise import QUIET_WAIT_S
+
+log = logging.getLogger(__name__)
+
+#: The environment variable that sets the default ``quiet_wait_s``: the seconds a run waits for a
+#: quiet spell before re-measuring its finalists (0 on a machine that is never quiet, where the
+#: wait only costs time; the test suite sets it low, its own processes keep the machine busy).
+QUIET_WAIT_ENV = "TENSORTUNE_QUIET_WAIT_S"
+
+
+def default_quiet_wait_s() -> float:
+    """``quiet_wait_s`` by default: :data:`QUIET_WAIT_ENV` where it is set to a number of seconds
+    (a bad value is said once and ignored), else :data:`~tensortune.measure.noise.QUIET_WAIT_S`."""
+    text = os.environ.get(QUIET_WAIT_ENV)
+    if text is None:
+        return QUIET_WAIT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        if text not in _BAD_ENV:
+            _BAD_ENV.add(text)
+            log.warning("%s=%r is not a number of seconds; waiting up to %s s", QUIET_WAIT_ENV, text, QUIET_WAIT_S)
+        return QUIET_WAIT_S
+    return seconds
+
+
+_BAD_ENV: set[str] = set()
 
 #: The timing mode of costs measured inside a running model (not by the runner).
 IN_MODEL = "in-model"
@@ -57,7 +87,7 @@ class MeasureOptions:
     runner_restart: int = 2000
     warmup_s: float = 0.5
     probe: bool = True
-    quiet_wait_s: float = QUIET_WAIT_S
+    quiet_wait_s: float = field(default_factory=default_quiet_wait_s)
 
     @classmethod
     def flushed(cls, **overrides: Any) -> "MeasureOptions":
