@@ -278,3 +278,38 @@ def test_a_session_is_reused_released_to_a_waiting_requester_and_dropped_when_it
             assert run_one(7)[0] == "none"
         finally:
             worker.rpc_release()
+
+
+def test_a_worn_session_is_closed_before_its_device_is_asked_for_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After ``session_reuse`` candidates the worker lets its session go and requests a new one:
+    nothing may still hold the old one then, or a one-device tracker waits for the server's
+    session timeout (60 s) before it hands the device out again."""
+    import gc
+    import weakref
+
+    from tvm import rpc
+
+    from tensortune.measure import worker
+
+    class Session:
+        pass
+
+    made: list[weakref.ref] = []
+
+    class Tracker:
+        def request(self, key: str, priority: int = 1, session_timeout: float = 0) -> Session:
+            gc.collect()
+            assert all(r() is None for r in made), "the old session is still held while a new one is requested"
+            s = Session()
+            made.append(weakref.ref(s))
+            return s
+
+    monkeypatch.setattr(rpc, "connect_tracker", lambda host, port: Tracker())
+    device, opts = ("127.0.0.1", 1, KEY), {"session_timeout": 60.0, "session_reuse": 2}
+    try:
+        for _ in range(5):
+            worker.rpc_session(device, opts)
+            worker._SESSIONS[device][1] += 1  # one candidate run on it
+        assert len(made) == 3  # 2 + 2 + 1 candidates
+    finally:
+        worker.rpc_release()

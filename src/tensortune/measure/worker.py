@@ -228,6 +228,7 @@ def rpc_session(device: tuple[str, int, str], opts: dict[str, Any]) -> tuple[Any
         young = not timeout or time.time() - held[2] < timeout * (SESSION_SPAN - 1) / SESSION_SPAN
         if held[1] < int(opts.get("session_reuse", 1)) and young:
             return held[0], False
+        held = None  # the last reference: the old session must close before its device is asked for again
         rpc_release()
     host, port, key = device
     remote = rpc.connect_tracker(host, int(port)).request(key, priority=1, session_timeout=timeout)
