@@ -24,7 +24,7 @@ HERE = os.path.dirname(__file__)
 #: Build and run limits for real work: only a candidate that hangs reaches them.
 GENEROUS_TIMEOUT = 300.0
 #: Limits while a batch holds a candidate that hangs on purpose (see the module docstring).
-HANG_TIMEOUT = 6.0
+HANG_TIMEOUT = 3.0
 HANGS = {"build_hang", "run_hang"}
 
 
