@@ -144,3 +144,32 @@ def test_a_compiled_model_runs_pinned_and_hands_the_mask_back(one_conv_compiled:
     assert r["held"] and r["pool"].pinned
     assert all(h == {r["pool"].cores[0]} for h in r["held"])  # on its own core while the model ran
     assert r["out"][0].shape == (1, 8, 16, 16)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_a_runtime_that_cannot_place_its_pool_runs_unplaced_with_a_warning(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import tvm
+
+    real = tvm.get_global_func
+
+    def no_config(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "runtime.config_threadpool":
+            def refuse(*_: Any) -> None:
+                raise RuntimeError("not in this runtime\nsecond line")
+            return refuse
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(tvm, "get_global_func", no_config)
+    placement._WARNED.clear()
+
+    def run() -> tuple[Any, set[int], set[int]]:
+        mask = _affinity(0)
+        with tvm_pinned() as p:
+            held = _affinity(0)
+        return p, mask, held
+
+    with caplog.at_level(logging.WARNING, logger="tensortune.utils.placement"):
+        p, mask, held = _in_fresh_thread(run, threads=2)
+    assert not p.pinned and held == mask and "could not be configured: not in this runtime" in p.note
+    assert "second line" not in caplog.text and "not pinned" in caplog.text

@@ -129,6 +129,8 @@ def tvm_pool() -> Placement:
         os.environ[BIND_VAR] = "1"  # read while the pool is configured: bind to the cores given
         try:
             tvm.get_global_func("runtime.config_threadpool")(mode, threads, [str(c) for c in cores])
+        except Exception as e:  # noqa: BLE001 - a runtime without it: TVM's pool runs unplaced
+            placement = Placement(threads, usable, note=f"TVM's pool could not be configured: {e}".splitlines()[0])
         finally:
             if before is None:
                 os.environ.pop(BIND_VAR, None)
