@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
@@ -156,7 +156,7 @@ def import_records(database: Database, in_dir: str, model: Model | None = None) 
     records = _read_records(in_dir)
     report = ImportReport(source=in_dir, records=len(records))
     tasks = _Tasks(database, model)
-    have = {_measured(t) for t in database.trials()}  # what records without a uid are matched by
+    have: set[tuple[Any, ...]] | None = None  # what records without a uid are matched by (read when one comes)
     trials: list[TrialRecord] = []
     for record in records:
         try:
@@ -165,6 +165,8 @@ def import_records(database: Database, in_dir: str, model: Model | None = None) 
             report.refused[e.reason] += 1
             continue
         if not trial.uid:
+            if have is None:
+                have = {_measured(t) for t in database.trials()}
             if _measured(trial) in have:
                 report.trials_present += 1
                 continue
@@ -206,27 +208,32 @@ class _Tasks:
         if model is not None:
             from ..models.compile import model_tasks_of
 
+            from ..database.trials import task_record
+
             fused, mts = model_tasks_of(model)
             self._known = {mt.task.workload_key: (mt.task, [fused[n] for n in mt.funcs]) for mt in mts}
+            self._new = {mt.task.workload_key: task_record(mt.task) for mt in mts
+                         if database.get_task(mt.task.workload_key) is None}
 
     def get(self, key: str, mark: dict[str, Any]) -> tuple[Task, list[Any]]:
         """The task of workload ``key`` and its functions; _Refused when there is none."""
         if key not in self._known:
             try:
-                task = self._find(key, mark)
+                task, stored = self._find(key, mark)
                 self._known[key] = (task, [task.prim_func()])
+                if not stored:
+                    from ..database.trials import task_record
+
+                    self._new[key] = task_record(task)
             except _Refused as e:
                 self._known[key] = e.reason
         found = self._known[key]
         if isinstance(found, str):
             raise _Refused(found)
-        if key not in self._new and self._db.get_task(key) is None:
-            from ..database.trials import task_record
-
-            self._new[key] = task_record(found[0])
         return found
 
-    def _find(self, key: str, mark: dict[str, Any]) -> Task:
+    def _find(self, key: str, mark: dict[str, Any]) -> tuple[Task, bool]:
+        """The task of ``key`` and whether the database holds it; _Refused when there is none."""
         from ..database.trials import stored_task
         from ..task import Task
 
@@ -243,7 +250,7 @@ class _Tasks:
             raise _Refused(UNKNOWN_TASK)
         if task is None:
             raise _Refused(CANNOT_REBUILD)
-        return task
+        return task, rec is not None
 
     def new_records(self, keys: set[str]) -> list[TaskRecord]:
         """The records of the tasks of ``keys`` that the database lacks."""
@@ -269,30 +276,28 @@ def _record_trial(record: Any, tasks: _Tasks) -> TrialRecord:
 
 
 def _whole_trial(mark: dict[str, Any]) -> TrialRecord:
-    """The trial a record carries whole (its costs at full precision, its uid)."""
-    from ..database import TrialRecord
-
-    names = {f.name for f in fields(TrialRecord)}
-    try:
-        trial = TrialRecord.from_json({**{k: v for k, v in mark.items() if k in names}, "id": None})
-        trial.validate()
-    except ValueError:
-        raise _Refused(BAD_TRIAL) from None
-    return trial
+    """The trial a record carries whole (its costs at full precision, its uid; the task's
+    description beside it is ignored as an unknown key)."""
+    return _checked_trial({**mark, "id": None})
 
 
 def _partial_trial(mark: dict[str, Any], record: Any) -> TrialRecord:
     """The trial of a record exported with a few of its fields: costs from its run times, no uid."""
-    from ..database import TrialRecord
-
     costs = [float(x) for x in (record.run_secs or [])]
     if not costs:
         raise _Refused(NO_RUN_TIMES)
     names = ("workload_key", "config_index", "config", "tuner", "tvm_version", "target", "threads", "verified",
              "timing", "cpu_model")
     data = {k: mark[k] for k in names if k in mark}
+    return _checked_trial({**data, "costs": costs, "error": "none", "extra": {"imported": "metaschedule"}})
+
+
+def _checked_trial(data: dict[str, Any]) -> TrialRecord:
+    """``data`` as a validated trial; _Refused when it does not read as one."""
+    from ..database import TrialRecord
+
     try:
-        trial = TrialRecord.from_json({**data, "costs": costs, "error": "none", "extra": {"imported": "metaschedule"}})
+        trial = TrialRecord.from_json(data)
         trial.validate()
     except ValueError:
         raise _Refused(BAD_TRIAL) from None
