@@ -148,8 +148,6 @@ def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]
     import numpy as np
     import tvm
 
-    from ..task.task import ATOL, RTOL
-
     threads = int(os.environ.get("TVM_NUM_THREADS", "0") or 0)
     try:
         task = _task(task_json)
@@ -162,7 +160,7 @@ def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]
         if opts.get("check_correctness", True):
             mod["main"](*args, out)
             got = out.numpy()
-            if got.shape != expected.shape or not np.allclose(got, expected, rtol=RTOL, atol=ATOL):
+            if not task.outputs_match(got, expected):
                 bad = np.abs(got.astype(np.float64) - expected) if got.shape == expected.shape else None
                 detail = f"max abs error {bad.max():.3g}" if bad is not None else f"shape {got.shape} != {expected.shape}"
                 return "wrong_answer", [], f"output does not match the reference ({detail})", threads, 0.0, None
@@ -277,8 +275,6 @@ def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], devic
     import numpy as np
     import tvm
 
-    from ..task.task import ATOL, RTOL
-
     host, port, key = device
     where = f"rpc device {key!r} of {host}:{port}"
     try:
@@ -299,7 +295,7 @@ def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], devic
         if opts.get("check_correctness", True):
             mod["main"](*args, out)
             got = out.numpy()
-            if got.shape != expected.shape or not np.allclose(got, expected, rtol=RTOL, atol=ATOL):
+            if not task.outputs_match(got, expected):
                 rpc_done(device, healthy=True)
                 return "wrong_answer", [], "output does not match the reference (on the rpc device)", threads, 0.0
         if fresh:  # a session is a fresh process on the device (TVM's server forks one per session)

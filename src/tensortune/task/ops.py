@@ -4,7 +4,8 @@ Each op is an :class:`OpDef` in :data:`OPS`, reachable by its short name. Shapes
 ``bench/workloads.json``: NCHW for convolutions (batch 1), ``C[M,N] = A[M,K] x B[K,N]``
 for matmul, ``B`` given as ``[N,K]`` for dense, ``A[b,M,K] x B[b,K,N]`` for batch_matmul;
 ``dense_pack`` is a model's matmul with a constant weight packed at compile time as
-``[N/NB, K, NB]`` (:func:`dense_pack_te`, :func:`pack_weight`).
+``[N/NB, K, NB]`` (:func:`dense_pack_te`, :func:`pack_weight`). ``conv2d_nchwc_bf16`` and
+``dense_pack_bf16`` are their bf16 forms (:mod:`.ops_bf16`).
 
 The blocked convolutions are the forms a model's layout plan gives them
 (:mod:`tensortune.models.layout`): ``conv2d_nchwc`` reads data ``[1, IC/IB, H, W, IB]`` and a
@@ -26,6 +27,7 @@ import numpy as np
 
 from ..errors import TensortuneError
 from ..limits import MAX_EXTENT, MAX_TENSOR_ELEMENTS
+from . import ops_bf16
 
 
 class OpError(TensortuneError, ValueError):
@@ -519,6 +521,20 @@ OPS: dict[str, OpDef] = {
         lambda a: 2.0 * a["OC"] * conv_out(a["H"], a["K"], a["S"], a["P"]) * conv_out(a["W"], a["K"], a["S"], a["P"]) * a["IC"] * a["K"] ** 2,
         _conv_nchwc_reference,
         lambda a: (_conv_check(a, ["IC", "OC", "IB", "OB"]), _blocks_divide(a, [("IC", "IB"), ("OC", "OB")])),
+    ),
+    "conv2d_nchwc_bf16": OpDef(
+        "conv2d_nchwc_bf16", ("H", "W", "IC", "OC", "K", "S", "P", "IB", "OB"), "conv2d_nchwc_bf16",
+        "conv2d_nchwc_bf16", ops_bf16.conv2d_nchwc_bf16_compute,
+        lambda a: 2.0 * a["OC"] * conv_out(a["H"], a["K"], a["S"], a["P"]) * conv_out(a["W"], a["K"], a["S"], a["P"]) * a["IC"] * a["K"] ** 2,
+        ops_bf16.conv2d_nchwc_bf16_reference,
+        lambda a: (_conv_check(a, ["IC", "OC", "IB", "OB"]), _blocks_divide(a, [("IC", "IB"), ("OC", "OB")]),
+                   ops_bf16.check_pairs(a, "IB", "OB")),
+    ),
+    "dense_pack_bf16": OpDef(
+        "dense_pack_bf16", ("M", "N", "K", "NB"), "dense_pack_bf16", "dense_pack_bf16", ops_bf16.dense_pack_bf16_compute,
+        lambda a: 2.0 * a["M"] * a["N"] * a["K"],
+        ops_bf16.dense_pack_bf16_reference,
+        lambda a: (_positive(a, ("M", "N", "K", "NB")), _blocks_divide(a, [("N", "NB")]), ops_bf16.check_pairs(a, "K", "NB")),
     ),
     "conv2d_nchwc_general": OpDef(
         "conv2d_nchwc_general", GENERAL_CONV_ARGS, "conv2d_nchwc_general", "conv2d_nchwc_general",

@@ -21,6 +21,8 @@ Recognised anchors (a multiply-accumulate reduction block ``C += X * Y``):
   ``out[..., i, j] += A[..., i, k] * B[..., k, j]`` (``B[..., j, k]``: dense).
 - ``dense_pack``: ``out[..., i, j] += A[..., i, k] * W[j // NB, k, j % NB]`` (a weight packed at
   compile time, :func:`tensortune.task.ops.dense_pack_te`).
+- ``conv2d_nchwc_bf16`` / ``dense_pack_bf16``: the same products over bfloat16 operands
+  (:mod:`.pattern_bf16`).
 
 The blocks after the anchor form its epilogue only when each is elementwise over the anchor's
 output (as many points): a function that broadcasts the anchor's result into a larger tensor
@@ -166,9 +168,30 @@ def _mac_operands(b: _Block) -> tuple[Any, Any] | None:
         acc, prod = _strip_cast(acc), _strip_cast(prod)
         if _is_load(acc) and _load_buffer(acc).same_as(st.buffer) and type(prod).__name__ == "Mul":
             x, y = _strip_cast(prod.a), _strip_cast(prod.b)
+            x, y = (_or(bf16_load(e), e) for e in (x, y))
             if _is_load(x) and _is_load(y):
                 return x, y
     return None
+
+
+def _or(e: Any | None, other: Any) -> Any:
+    return other if e is None else e
+
+
+def bf16_load(e: Any) -> Any | None:
+    """The load of a bfloat16 operand ``reinterpret(float32, cast(uint32, load) << 16)`` (else None)."""
+    if type(e).__name__ != "Call" or not str(e.op.name).endswith("reinterpret") or str(e.ty) != "float32":
+        return None
+    shift = e.args[0]
+    if type(shift).__name__ == "LShift":
+        load, amount = _strip_cast(shift.a), shift.b
+    elif type(shift).__name__ == "Call" and str(shift.op.name).endswith("shift_left"):
+        load, amount = _strip_cast(shift.args[0]), shift.args[1]
+    else:
+        return None
+    if not _is_load(load) or str(load.ty) != "uint16" or type(amount).__name__ != "IntImm" or int(amount.value) != 16:
+        return None
+    return load
 
 
 def _plain_var(e: Any) -> Any | None:
@@ -239,6 +262,10 @@ def _classify(func: Any, blocks: list[_Block]) -> FuncPattern:
                             f"{_prod(b.extents)} points, the anchor {out_elems})")
     ep_ops = tuple(_epilogue_op(b) for b in after)
     common = {"anchor": anchor.name, "epilogue": tuple(b.name for b in after), "epilogue_ops": ep_ops}
+    if str(x.ty) == "uint16" and str(y.ty) == "uint16":
+        from .pattern_bf16 import classify_bf16
+
+        return classify_bf16(anchor, x, y, before, common)
     if len(anchor.reduction) == 1:
         return _gemm(anchor, x, y, before, common)
     return _conv(anchor, x, y, before, common)

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..precision import BF16_STORAGE, outputs_close, precision_of_dtypes, to_bf16_bits
 from ..space import Config, ConfigSpace
 from ..target import host_target_json, target_key
 from ..templates.registry import Template, TemplateError, get_template, template_for
@@ -265,6 +266,8 @@ class Task:
         for s, dt in zip(shapes[:-1], dtypes[:-1]):
             if dt.startswith("float"):
                 out.append(rng.uniform(-1, 1, size=s).astype(dt))
+            elif dt == BF16_STORAGE:  # bfloat16 values, as their bits
+                out.append(to_bf16_bits(rng.uniform(-1, 1, size=s).astype(np.float32)))
             else:
                 out.append(rng.integers(0, 4, size=s).astype(dt))
         return out
@@ -273,6 +276,16 @@ class Task:
         """A zeroed array for the output."""
         shapes, dtypes = self._signature
         return np.zeros(shapes[-1], dtype=dtypes[-1])
+
+    @property
+    def precision(self) -> str:
+        """``bf16`` when the function reads bfloat16 operands (``uint16`` buffers), else ``f32``."""
+        return precision_of_dtypes(list(self._signature[1]))
+
+    def outputs_match(self, got: np.ndarray, expected: np.ndarray) -> bool:
+        """The correctness rule of a candidate's output: :data:`RTOL` / :data:`ATOL` in float32,
+        the bf16 tolerance (:func:`tensortune.precision.agreement`) for a bf16 task."""
+        return outputs_close(got, expected, self.precision, RTOL, ATOL)
 
     @property
     def has_numpy_reference(self) -> bool:

@@ -1,0 +1,164 @@
+"""The bf16 forms of a model's convolutions and matrix products (``--precision bf16``).
+
+Operands are bfloat16, kept as their bits in ``uint16`` buffers (:mod:`tensortune.precision`),
+and products accumulate in float32, as AVX512-BF16's ``vdpbf16ps`` computes them: each of its 16
+float32 lanes adds the products of one *pair* of bfloat16 values. So the weights are packed once
+at compile time with pairs of input channels (or of reduction steps) side by side:
+
+- ``conv2d_nchwc_bf16``: data ``[1, IC/IB, H, W, IB]`` float32 (as the f32 form), weight
+  ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` bf16 (:func:`pack_conv_weight`), output
+  ``[1, OC/OB, OH, OW, OB]`` float32;
+- ``dense_pack_bf16``: data ``[..., K]`` float32, weight ``[N/NB, K/2, NB, 2]`` bf16
+  (:func:`pack_dense_weight`), output ``[..., N]`` float32.
+
+The activations arrive in float32 and are rounded to bfloat16 (to nearest even) by the
+function's first stage (``data_bf16``, padding included), once per call, so the reduction
+reads half the bytes; the outputs stay float32 for the fused epilogue and the next layer.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from ..precision import BF16_STORAGE, from_bf16_bits, to_bf16_bits
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm import te
+
+#: Name of the stage that rounds the float32 activations to bfloat16 (padding included).
+CONVERT_STAGE = "data_bf16"
+
+
+def bf16_bits_expr(x: Any) -> Any:
+    """TIR: the bfloat16 bits (``uint16``) of a float32 value, rounded to nearest even."""
+    from tvm import tirx
+
+    u = tirx.reinterpret("uint32", x)
+    one = tirx.const(1, "uint32")
+    bias = tirx.const(0x7FFF, "uint32") + tirx.bitwise_and(tirx.shift_right(u, tirx.const(16, "uint32")), one)
+    return tirx.shift_right(u + bias, tirx.const(16, "uint32")).astype(BF16_STORAGE)
+
+
+def bf16_value_expr(b: Any) -> Any:
+    """TIR: the float32 value of bfloat16 bits (exact)."""
+    from tvm import tirx
+
+    return tirx.reinterpret("float32", tirx.shift_left(b.astype("uint32"), tirx.const(16, "uint32")))
+
+
+def conv2d_nchwc_bf16_te(data: "te.Tensor", kernel: "te.Tensor", S: int, P: int) -> "te.Tensor":
+    """Blocked conv2d in bf16: data ``[1, IC/IB, H, W, IB]`` float32, kernel
+    ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` bf16 bits; float32 out."""
+    from tvm import te, tirx
+
+    _, ICo, H, W, IB = (int(d) for d in data.shape)
+    OCo, _, K, _, _, OB, _ = (int(d) for d in kernel.shape)
+    OH, OW = (H + 2 * P - K) // S + 1, (W + 2 * P - K) // S + 1
+
+    def convert(n: Any, c: Any, y: Any, x: Any, i: Any) -> Any:
+        if not P:
+            return bf16_bits_expr(data[n, c, y, x, i])
+        inside = tirx.all(y >= P, y < H + P, x >= P, x < W + P)
+        return tirx.if_then_else(inside, bf16_bits_expr(data[n, c, y - P, x - P, i]), tirx.const(0, BF16_STORAGE))
+
+    padded = te.compute((1, ICo, H + 2 * P, W + 2 * P, IB), convert, name=CONVERT_STAGE)
+    rco = te.reduce_axis((0, ICo), name="rco")
+    ry = te.reduce_axis((0, K), name="ry")
+    rx = te.reduce_axis((0, K), name="rx")
+    rcp = te.reduce_axis((0, IB // 2), name="rcp")
+    rce = te.reduce_axis((0, 2), name="rce")
+    return te.compute(
+        (1, OCo, OH, OW, OB),
+        lambda n, fo, y, x, fi: te.sum(
+            bf16_value_expr(padded[n, rco, y * S + ry, x * S + rx, rcp * 2 + rce])
+            * bf16_value_expr(kernel[fo, rco, ry, rx, rcp, fi, rce]),
+            axis=[rco, ry, rx, rcp, rce]),
+        name="conv_nchwc_bf16",
+    )
+
+
+def dense_pack_bf16_te(data: "te.Tensor", packed: "te.Tensor") -> "te.Tensor":
+    """``data[..., K] x W`` in bf16, ``W[K, N]`` packed as ``[N/NB, K/2, NB, 2]`` bf16 bits; float32 out."""
+    from tvm import te
+
+    nbo, K2, NB, _ = (int(d) for d in packed.shape)
+    lead = [int(d) for d in data.shape[:-1]]
+    conv = te.compute(tuple(int(d) for d in data.shape), lambda *i: bf16_bits_expr(data[i]), name=CONVERT_STAGE)
+    kp = te.reduce_axis((0, K2), name="kp")
+    ke = te.reduce_axis((0, 2), name="ke")
+    return te.compute(
+        (*lead, nbo * NB),
+        lambda *idx: te.sum(bf16_value_expr(conv[(*idx[:-1], kp * 2 + ke)])
+                            * bf16_value_expr(packed[idx[-1] // NB, kp, idx[-1] % NB, ke]), axis=[kp, ke]),
+        name="dense_pack_bf16",
+    )
+
+
+# ---------------------------------------------------------------- weights, packed once
+def pack_conv_weight(w: np.ndarray) -> np.ndarray:
+    """A blocked float32 weight ``[OC/OB, IC/IB, K, K, IB, OB]`` as bf16 bits
+    ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` (input-channel pairs side by side)."""
+    o, i, kh, kw, ib, ob = w.shape
+    pairs = np.asarray(w, dtype=np.float32).reshape(o, i, kh, kw, ib // 2, 2, ob).transpose(0, 1, 2, 3, 4, 6, 5)
+    return to_bf16_bits(np.ascontiguousarray(pairs))
+
+
+def unpack_conv_weight(p: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`pack_conv_weight` (float32 values of the bf16 weight)."""
+    o, i, kh, kw, ib2, ob, _ = p.shape
+    return from_bf16_bits(p).transpose(0, 1, 2, 3, 4, 6, 5).reshape(o, i, kh, kw, ib2 * 2, ob)
+
+
+def pack_dense_weight(w_kn: np.ndarray, nb: int) -> np.ndarray:
+    """``W[K, N]`` float32 as bf16 bits ``[N/nb, K/2, nb, 2]`` (reduction pairs side by side)."""
+    K, N = w_kn.shape
+    pairs = np.asarray(w_kn, dtype=np.float32).reshape(K // 2, 2, N // nb, nb).transpose(2, 0, 3, 1)
+    return to_bf16_bits(np.ascontiguousarray(pairs))
+
+
+def unpack_dense_weight(p: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`pack_dense_weight`: ``W[K, N]`` float32."""
+    nbo, K2, nb, _ = p.shape
+    return from_bf16_bits(p).transpose(1, 3, 0, 2).reshape(K2 * 2, nbo * nb)
+
+
+# ---------------------------------------------------------------- standalone tasks
+def conv2d_nchwc_bf16_compute(args: dict[str, int]) -> list:
+    from tvm import te
+
+    H, W, IC, OC, K, IB, OB = (args[n] for n in ("H", "W", "IC", "OC", "K", "IB", "OB"))
+    data = te.placeholder((1, IC // IB, H, W, IB), name="data")
+    kernel = te.placeholder((OC // OB, IC // IB, K, K, IB // 2, OB, 2), BF16_STORAGE, name="kernel")
+    return [data, kernel, conv2d_nchwc_bf16_te(data, kernel, args["S"], args["P"])]
+
+
+def dense_pack_bf16_compute(args: dict[str, int]) -> list:
+    from tvm import te
+
+    M, N, K, NB = args["M"], args["N"], args["K"], args["NB"]
+    A = te.placeholder((M, K), name="A")
+    Bp = te.placeholder((N // NB, K // 2, NB, 2), BF16_STORAGE, name="B")
+    return [A, Bp, dense_pack_bf16_te(A, Bp)]
+
+
+def conv2d_nchwc_bf16_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """The float32 convolution of the float32 data with the bf16 weight's values: what the
+    bf16 kernel approximates (its data rounding is the error the tolerance allows)."""
+    from .ops import get_op
+
+    return get_op("conv2d_nchwc").reference(args, [inputs[0], unpack_conv_weight(inputs[1])])
+
+
+def dense_pack_bf16_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    return np.asarray(inputs[0], dtype=np.float32) @ unpack_dense_weight(inputs[1])
+
+
+def check_pairs(args: dict[str, int], reduction: str, lanes: str) -> None:
+    """The bf16 forms' own constraints: an even reduction block (pairs), 8 or 16 output lanes."""
+    from .ops import OpError
+
+    if args[reduction] % 2:
+        raise OpError(f"bf16 needs an even {reduction} (pairs of bfloat16 values), got {args[reduction]}")
+    if args[lanes] not in (8, 16):
+        raise OpError(f"bf16 needs {lanes} of 8 or 16 (one vector of float32 sums), got {args[lanes]}")

@@ -1,0 +1,100 @@
+"""Recognise the bf16 anchors (:mod:`.ops_bf16`) in a PrimFunc: what :mod:`.pattern` does for
+their float32 forms, for products of bfloat16 operands.
+
+- ``conv2d_nchwc_bf16``: ``out[n,fo,y,x,fi] += bf(data_bf16[n, rco, y*S+ry, x*S+rx, rcp*2+rce])
+  * bf(w[fo, rco, ry, rx, rcp, fi, rce])``, where ``data_bf16`` rounds (and zero-pads) a float32
+  ``[1, IC/IB, H, W, IB]`` input;
+- ``dense_pack_bf16``: ``out[..., i, j] += bf(data_bf16[..., i, kp*2+ke]) * bf(W[j // NB, kp, j % NB, ke])``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .ops_bf16 import CONVERT_STAGE
+from .pattern import FuncPattern, _Block, _generic, _linear, _load_buffer, _plain_var, _shape, _strip_cast
+
+
+def classify_bf16(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any]) -> FuncPattern:
+    """The bf16 anchor ``b`` with bfloat16 operand loads ``x`` and ``y`` (generic when its form is another)."""
+    convert = _convert_stage(before, x, y)
+    if convert is None:
+        return _generic("bf16 operands not rounded by a data_bf16 stage")
+    stage, data, weight = convert
+    prologue = tuple(p.name for p in before if p.name != stage.name)
+    reads = [r.__chandle__() for r in b.reads]
+    wbuf = _load_buffer(weight)
+    extra = {"pad": stage.name, "weight_read": reads.index(wbuf.__chandle__()), "prologue": prologue,
+             "index_dtype": str(wbuf.shape[0].ty.dtype)}
+    if len(weight.indices) == 7 and len(b.reduction) == 5:
+        return _conv(b, stage, data, weight, common, extra)
+    if len(weight.indices) == 4 and len(b.reduction) == 2:
+        return _dense(b, data, weight, common, extra)
+    return _generic("bf16 operands in a form no bf16 template knows")
+
+
+def _convert_stage(before: list[_Block], x: Any, y: Any) -> tuple[_Block, Any, Any] | None:
+    """(the rounding stage, the data load, the weight load): the data is the operand that stage writes."""
+    for data, weight in ((x, y), (y, x)):
+        h = _load_buffer(data).__chandle__()
+        writers = [p for p in before if any(w.__chandle__() == h for w in p.write_buffers)]
+        if writers and writers[-1].name.startswith(CONVERT_STAGE):
+            return writers[-1], data, weight
+    return None
+
+
+def _pair_index(e: Any, pair: Any, elem: Any) -> bool:
+    """``e`` is ``pair * 2 + elem``."""
+    lin = _linear(e)
+    return lin is not None and lin == ({pair: 2, elem: 1}, 0)
+
+
+def _conv(b: _Block, stage: _Block, data: Any, weight: Any, common: dict[str, Any],
+          extra: dict[str, Any]) -> FuncPattern:
+    out_idx = [_plain_var(e) for e in b.store.indices]
+    if len(out_idx) != 5 or any(v is None for v in out_idx) or out_idx != b.spatial:
+        return _generic("bf16 conv output is not NCHWc indexed by its loops")
+    n, fo, oy, ox, fi = out_idx
+    rco, ry, rx, rcp, rce = b.reduction
+    if b.extent(n) != 1:
+        return _generic("batch > 1 convolution")
+    if [_plain_var(e) for e in weight.indices] != [fo, rco, ry, rx, rcp, fi, rce] or not _pair_index(data.indices[4], rcp, rce):
+        return _generic("bf16 conv operands are not indexed as the template expects")
+    lin = [_linear(e) for e in data.indices[:4]]
+    if any(v is None for v in lin) or lin[0] != ({n: 1}, 0) or lin[1] != ({rco: 1}, 0):
+        return _generic("bf16 conv data index is not [n, rco, ...]")
+    (c_y, off_y), (c_x, off_x) = lin[2], lin[3]  # type: ignore[misc]
+    if c_y.keys() != {oy, ry} or c_x.keys() != {ox, rx} or off_y or off_x or c_y[ry] != 1 or c_x[rx] != 1 \
+            or c_y[oy] != c_x[ox]:
+        return _generic("bf16 conv data spatial index is not y*S + ry")
+    wshape, dshape = _shape(_load_buffer(weight)), _shape(_load_buffer(data))
+    source = [s for r in stage.reads if (s := _shape(r)) is not None and len(s) == 5]
+    if wshape is None or dshape is None or not source:
+        return _generic("symbolic shapes")
+    H, W = source[0][2], source[0][3]
+    P = (dshape[2] - H) // 2
+    K, S = b.extent(ry), c_y[oy]
+    if dshape[2] - H != 2 * P or dshape[3] - W != 2 * P or b.extent(rx) != K:
+        return _generic("bf16 conv padding or kernel is not symmetric")
+    IB, OB = dshape[4], wshape[5]
+    args = {"H": H, "W": W, "IC": wshape[1] * IB, "OC": b.extent(fo) * OB, "K": K, "S": S, "P": P, "IB": IB, "OB": OB}
+    return FuncPattern("conv2d_nchwc_bf16", args, **extra, **common)
+
+
+def _dense(b: _Block, data: Any, weight: Any, common: dict[str, Any], extra: dict[str, Any]) -> FuncPattern:
+    out_idx = [_plain_var(e) for e in b.store.indices]
+    if len(out_idx) < 2 or any(v is None for v in out_idx) or out_idx != b.spatial:
+        return _generic("bf16 dense output is not indexed by its loops")
+    i, j = out_idx[-2], out_idx[-1]
+    kp, ke = b.reduction
+    if any(b.extent(v) != 1 for v in out_idx[:-2]):
+        return _generic("bf16 dense rows carry a batch")
+    w = weight.indices
+    div, mod = _strip_cast(w[0]), _strip_cast(w[2])
+    if type(div).__name__ != "FloorDiv" or type(mod).__name__ != "FloorMod" or _plain_var(div.a) != j \
+            or _plain_var(mod.a) != j or _plain_var(w[1]) != kp or _plain_var(w[3]) != ke:
+        return _generic("bf16 dense weight is not [j // NB, kp, j % NB, ke]")
+    if _plain_var(data.indices[-2]) != i or not _pair_index(data.indices[-1], kp, ke):
+        return _generic("bf16 dense data is not [..., i, kp*2+ke]")
+    NB = int(_strip_cast(div.b).value)
+    args = {"M": b.extent(i), "N": b.extent(j), "K": 2 * b.extent(kp), "NB": NB}
+    return FuncPattern("dense_pack_bf16", args, b_layout="packed", b_ndim=4, **extra, **common)

@@ -1,0 +1,228 @@
+"""bf16 templates: the blocked conv2d and the packed dense on AVX512-BF16's ``vdpbf16ps``.
+
+The innermost two loops of the anchor, ``OB`` (or ``NB``) output lanes x a pair of reduction
+steps, become one ``vdpbf16ps`` (:func:`register_intrinsics`): the pair of bfloat16 activations
+broadcast to every lane, the weight's ``lanes x 2`` values loaded as one vector, ``lanes`` float32
+sums updated. TVM 0.27 legalizes its own ``bfloat16`` type to float32, so the operands travel
+as ``int16`` vectors and a small LLVM IR helper (imported into the module with
+``pragma_import_llvm``) bit-casts them to ``<32 x bfloat>`` for the intrinsic.
+
+Around that instruction the register tiles are the float32 templates' (:mod:`.conv2d_nchwc`,
+:mod:`.dense_pack`): columns x channel blocks (rows x column blocks) of accumulators, unrolled,
+accumulated over the whole reduction, the epilogue written per tile. The activations' rounding
+to bfloat16 (the ``data_bf16`` stage, padding included) runs first, in parallel over channel
+blocks (rows), so the reduction reads half the bytes.
+"""
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..space import Config, ConfigSpace
+from .base import (Template, TemplateError, annotate_unroll, inline_prologue, largest_divisor_le, output_stage,
+                   row_split_policy, schedule_of, target_lanes, unroll_knobs, vectorize_own_loop)
+from .conv2d import UNROLL_STEPS
+from .conv2d_nchwc import Conv2dNCHWcTemplate, default_register_tile, max_accumulators, vector_registers
+from .dense_pack import default_register_tile as dense_register_tile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..task import Task
+
+#: The tensor intrinsic of each vector width (float32 lanes): ``vdpbf16ps`` on zmm and ymm.
+INTRINSICS = {16: "tensortune_dpbf16_16x2", 8: "tensortune_dpbf16_8x2"}
+_HELPER = "tensortune_dpbf16_{lanes}"
+_IR = """
+define linkonce_odr <{lanes} x float> @tensortune_dpbf16_{lanes}(<{lanes} x float> %acc, <{pairs} x i16> %a, <{pairs} x i16> %b) alwaysinline {{
+  %x = bitcast <{pairs} x i16> %a to <{pairs} x bfloat>
+  %y = bitcast <{pairs} x i16> %b to <{pairs} x bfloat>
+  %r = call <{lanes} x float> @llvm.x86.avx512bf16.dpbf16ps.{bits}(<{lanes} x float> %acc, <{pairs} x bfloat> %x, <{pairs} x bfloat> %y)
+  ret <{lanes} x float> %r
+}}
+declare <{lanes} x float> @llvm.x86.avx512bf16.dpbf16ps.{bits}(<{lanes} x float>, <{pairs} x bfloat>, <{pairs} x bfloat>)
+"""
+_LOCK = threading.Lock()
+_REGISTERED: set[int] = set()
+
+
+def register_intrinsics() -> None:
+    """Register the ``vdpbf16ps`` tensor intrinsics with TVM (once per process)."""
+    with _LOCK:
+        for lanes in INTRINSICS:
+            if lanes not in _REGISTERED:
+                _register(lanes)
+                _REGISTERED.add(lanes)
+
+
+def _register(lanes: int) -> None:
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+
+    pairs = 2 * lanes
+    ir = _IR.format(lanes=lanes, pairs=pairs, bits=32 * lanes)
+    helper = _HELPER.format(lanes=lanes)
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((2,), "uint16", offset_factor=1), B: T.Buffer((lanes, 2), "uint16", offset_factor=1),
+             C: T.Buffer((lanes,), "float32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            for i, k in T.grid(lanes, 2):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    C[vi] = C[vi] + T.reinterpret("float32", T.shift_left(T.Cast("uint32", A[vk]), T.uint32(16))) \
+                        * T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[vi, vk]), T.uint32(16)))
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((2,), "uint16", offset_factor=1), B: T.Buffer((lanes, 2), "uint16", offset_factor=1),
+             C: T.Buffer((lanes,), "float32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            a = T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "uint16x2"), dtype="int32"), lanes),
+                              dtype=f"int16x{pairs}")
+            b = T.reinterpret(B.vload([0, 0], f"uint16x{pairs}"), dtype=f"int16x{pairs}")
+            with T.attr(0, "pragma_import_llvm", ir):
+                C[T.ramp(T.int32(0), 1, lanes)] = T.call_pure_extern(
+                    f"float32x{lanes}", helper, C[T.ramp(T.int32(0), 1, lanes)], a, b)
+
+    TensorIntrin.register(INTRINSICS[lanes], desc, impl, override=True)
+
+
+def intrinsic(lanes: int) -> str:
+    """The registered intrinsic for ``lanes`` float32 sums (TemplateError for another width)."""
+    if lanes not in INTRINSICS:
+        raise TemplateError(f"no vdpbf16ps form for {lanes} lanes (8 or 16)")
+    register_intrinsics()
+    return INTRINSICS[lanes]
+
+
+def schedule_convert(sch: Any, name: str, lanes: int) -> None:
+    """The activations' rounding stage: its leading loops fused and parallel, its innermost
+    loop vectorised (split to ``lanes`` when longer)."""
+    block = sch.get_sblock(name)
+    loops = sch.get_loops(block)
+    inner = loops[-1]
+    extent = int(sch.get(inner).extent)
+    if extent > 64 and extent % lanes == 0:
+        outer, inner = sch.split(inner, [None, lanes])
+        loops = [*loops[:-1], outer]
+    else:
+        loops = loops[:-1]
+    lead = loops[:2] if len(loops) >= 2 else loops
+    if lead:
+        sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
+    sch.vectorize(inner)
+
+
+class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
+    """conv2d ``NCHW{IB}c`` x bf16 ``OIHW{IB/2}i{OB}o2i`` -> ``NCHW{OB}c`` float32 on ``vdpbf16ps``."""
+
+    name = "conv2d_nchwc_bf16"
+
+    def space(self, task: Task) -> ConfigSpace:
+        a = task.args
+        OCo, ICo, OH, OW = a["OC"] // a["OB"], self.in_blocks(task), task.out_shape[2], task.out_shape[3]
+        acc = max_accumulators(task.target_json)
+        s = ConfigSpace()
+        s.define_split("tile_f", OCo, 2, max_innermost=4)
+        s.define_split("tile_y", OH, 2, max_innermost=4)
+        s.define_split("tile_x", OW, 2, policy="any", max_innermost=acc)
+        s.define_split("tile_rc", ICo, 2)
+        s.define_choice("unroll_kw", [0, 1])
+        s.define_unroll(UNROLL_STEPS)
+        s.add_constraint("registers", lambda c: c["tile_x"][1] * c["tile_f"][1] <= acc)
+        return s
+
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
+        a = task.args
+        OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], self.in_blocks(task)
+        xi, fm = default_register_tile(OW, OCo, 1, max_accumulators(task.target_json))
+        return {
+            "tile_f": (OCo // fm, fm),
+            "tile_y": next(e for e in space.knob("tile_y").entities if e[1] == 1),
+            "tile_x": (-(-OW // xi), xi),
+            "tile_rc": (ICo, 1),
+            "unroll_kw": int(fm == 1),
+            **unroll_knobs(16),
+        }
+
+    def schedule(self, task: Task, config: Config) -> Any:
+        from .conv2d_nchwc import write_tile_and_parallelise
+
+        pat = task.pattern
+        sch = schedule_of(task)
+        inline_prologue(sch, pat)
+        block = sch.get_sblock(pat.anchor)
+        n, f, y, x, fi, rc, ry, rx, rcp, rce = sch.get_loops(block)
+        fo, fm = sch.split(f, list(config["tile_f"]))
+        yo, yi = sch.split(y, list(config["tile_y"]))
+        xo, xi = sch.split(x, [None, config["tile_x"][1]])
+        rco, rcm = sch.split(rc, list(config["tile_rc"]))
+        if config["unroll_kw"]:
+            sch.reorder(n, fo, yo, yi, xo, rco, ry, rcm, rcp, rx, xi, fm, fi, rce)
+            sch.unroll(rx)
+        else:
+            sch.reorder(n, fo, yo, yi, xo, rco, ry, rx, rcm, rcp, xi, fm, fi, rce)
+        par = write_tile_and_parallelise(sch, block, pat, xo, [n, fo, yo])
+        sch.unroll(xi)
+        sch.unroll(fm)
+        annotate_unroll(sch, par, config)
+        sch.decompose_reduction(block, rco)
+        schedule_convert(sch, pat.pad, task.args["IB"])
+        sch.tensorize(fi, intrinsic(task.args["OB"]))
+        return sch
+
+
+class DensePackBf16Template(Template):
+    """C[..., M, N] = A[..., M, K] x W in bf16, W packed ``[N/NB, K/2, NB, 2]``, on ``vdpbf16ps``."""
+
+    name = "dense_pack_bf16"
+    parallel_splits = ("tile_x", "tile_y")
+
+    def space(self, task: Task) -> ConfigSpace:
+        a = task.args
+        M, K2, blocks = a["M"], a["K"] // 2, a["N"] // a["NB"]
+        acc = max_accumulators(task.target_json)
+        s = ConfigSpace()
+        s.define_split("tile_y", M, 3, policy=row_split_policy(M), max_innermost=16)
+        s.define_split("tile_x", blocks, 3, max_innermost=acc)
+        s.define_split("tile_k", K2, 2, max_innermost=16)
+        s.define_unroll()
+        s.add_constraint("registers", lambda c: c["tile_y"][2] * c["tile_x"][2] <= acc)
+        return s
+
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
+        a = task.args
+        M, K2, blocks = a["M"], a["K"] // 2, a["N"] // a["NB"]
+        tj = task.target_json
+        yi, xb = dense_register_tile(M, blocks, 1, max_accumulators(tj), vector_registers(tj), row_bytes=2 * a["K"])
+        ki = largest_divisor_le(K2, 4)
+        return {"tile_y": (-(-M // yi), 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K2 // ki, ki),
+                **unroll_knobs(64)}
+
+    def schedule(self, task: Task, config: Config) -> Any:
+        pat = task.pattern
+        NB = task.args["NB"]
+        sch = schedule_of(task)
+        inline_prologue(sch, pat)
+        block = sch.get_sblock(pat.anchor)
+        loops = sch.get_loops(block)
+        lead, (i, j, kp, ke) = loops[:-4], loops[-4:]
+        jo, jn = sch.split(j, [None, NB])
+        yo, ym, yi = sch.split(i, [None, *config["tile_y"][1:]])
+        xo, xm, xb = sch.split(jo, list(config["tile_x"]))
+        ko, ki = sch.split(kp, list(config["tile_k"]))
+        sch.reorder(*lead, xo, yo, ym, xm, ko, ki, yi, xb, jn, ke)
+        out = output_stage(sch, block, pat)
+        sch.reverse_compute_at(out, xm)
+        par = sch.fuse(*lead, xo, yo)
+        sch.parallel(par)
+        sch.unroll(yi)
+        sch.unroll(xb)
+        vectorize_own_loop(sch, out, xm)
+        annotate_unroll(sch, par, config)
+        sch.decompose_reduction(block, ko)
+        schedule_convert(sch, pat.pad, target_lanes(task.target_json))
+        sch.tensorize(jn, intrinsic(NB))
+        return sch
