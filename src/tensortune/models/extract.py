@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..precision import DEFAULT_PRECISION
 from ..task import Task
 from ..task.model_task import ModelTask  # noqa: F401 - re-exported: models.extract.ModelTask
 
 
-def fuse_passes() -> list[Any]:
+def fuse_passes(precision: str = DEFAULT_PRECISION) -> list[Any]:
     """TVM's legalize-and-fuse passes, in order (blocked convolutions lowered by
-    :func:`tensortune.models.layout.legalize_conv2d`, exp/erf/tanh/softmax/GELU by the fast
+    :func:`tensortune.models.layout.legalize_conv2d` in ``precision``, exp/erf/tanh/softmax/GELU by the fast
     forms of :mod:`tensortune.models.fastmath`, each attention's three groups merged into one
     by :func:`tensortune.models.attention.fuse_attention`)."""
     from tvm import relax
@@ -27,17 +28,20 @@ def fuse_passes() -> list[Any]:
     from .fastmath import FAST_MATH
     from .layout import legalize_conv2d
 
+    def conv2d(bb: Any, call: Any) -> Any:
+        return legalize_conv2d(bb, call, precision)
+
     t = relax.transform
-    return [t.DecomposeOpsForInference(), t.LegalizeOps({**FAST_MATH, "relax.nn.conv2d": legalize_conv2d}), t.AnnotateTIROpPattern(),
+    return [t.DecomposeOpsForInference(), t.LegalizeOps({**FAST_MATH, "relax.nn.conv2d": conv2d}), t.AnnotateTIROpPattern(),
             t.FoldConstant(), t.FuseOps(), fuse_attention_pass(), t.FuseTIR(), t.DeadCodeElimination()]
 
 
-def lower_to_fused(mod: Any, target: Any) -> Any:
-    """The module after legalization and fusion (under ``target``)."""
+def lower_to_fused(mod: Any, target: Any, precision: str = DEFAULT_PRECISION) -> Any:
+    """The module after legalization and fusion (under ``target``, convolutions in ``precision``)."""
     import tvm
 
     with target:
-        return tvm.transform.Sequential(fuse_passes())(mod)
+        return tvm.transform.Sequential(fuse_passes(precision))(mod)
 
 
 def call_counts(mod: Any) -> dict[str, int]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import TensortuneError
 from ..limits import LimitError, check_shape
+from ..precision import BF16_RTOL, DEFAULT_PRECISION
 
 
 class ModelError(TensortuneError, ValueError):
@@ -56,28 +57,47 @@ class Model:
     onnx_path: str | None = None  # reference (ONNX Runtime) for ONNX models
     batch: int = 1
     meta: dict[str, Any] = field(default_factory=dict)
+    #: ``f32`` or ``bf16`` (:mod:`tensortune.precision`): the precision its convolutions and
+    #: matrix products run in; outputs are checked against the float32 reference with its tolerance
+    precision: str = DEFAULT_PRECISION
     _fused: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def rtol(self) -> float:
+        """The output tolerance of this model's builds against their float32 reference."""
+        from .reference import DEFAULT_RTOL
+
+        return BF16_RTOL if self.precision == "bf16" else DEFAULT_RTOL
+
+    def with_precision(self, precision: str) -> "Model":
+        """This model to be built in ``precision`` (itself when it already is; the fused modules
+        of both are kept in one cache)."""
+        from dataclasses import replace
+
+        return self if precision == self.precision else replace(self, precision=precision)
 
     def fused(self, target_json: dict[str, Any], layout: str | None = None) -> Any:
         """The module with its layout plan (:mod:`.layout`), legalized and fused for
         ``target_json`` (computed once per target and layout mode: tuning, compiling tuned and
         untuned all start from it)."""
-        from ..target import make_target, target_key
+        from ..precision import require
+        from ..target import is_host, make_target
         from .extract import lower_to_fused
         from .layout import plan_layouts
 
-        key = (target_key(target_json), layout_mode(target_json, layout))
+        key = self._key(target_json, layout)
         if key not in self._fused:
+            require(self.precision, target_json, runs_here=is_host(target_json))
             target = make_target(target_json)
             with target:
-                planned, plan = plan_layouts(self.mod, target_json, key[1])
+                planned, plan = plan_layouts(self.mod, target_json, key[1], self.precision)
             try:
-                fused = lower_to_fused(planned, target)
+                fused = lower_to_fused(planned, target, self.precision)
             except Exception as e:  # noqa: BLE001
                 if planned is self.mod:  # a graph TVM cannot legalize is bad input, not a crash
                     raise ModelError(f"{self.name}: TVM cannot legalize and fuse it: {_first_line(e)}") from None
                 try:  # the plan made something TVM cannot lower: NCHW everywhere, said in the plan
-                    fused = lower_to_fused(self.mod, target)
+                    fused = lower_to_fused(self.mod, target, self.precision)
                 except Exception as e2:  # noqa: BLE001
                     raise ModelError(f"{self.name}: TVM cannot legalize and fuse it: {_first_line(e2)}") from None
                 from .layout import LayoutPlan
@@ -90,10 +110,13 @@ class Model:
 
     def layout_plan(self, target_json: dict[str, Any], layout: str | None = None) -> Any:
         """The :class:`~tensortune.models.layout.LayoutPlan` of :meth:`fused`."""
+        self.fused(target_json, layout)
+        return self._fused[self._key(target_json, layout)][1]
+
+    def _key(self, target_json: dict[str, Any], layout: str | None) -> tuple[str, str, str]:
         from ..target import target_key
 
-        self.fused(target_json, layout)
-        return self._fused[(target_key(target_json), layout_mode(target_json, layout))][1]
+        return target_key(target_json), layout_mode(target_json, layout), self.precision
 
 
 def layout_mode(target_json: dict[str, Any], layout: str | None) -> str:

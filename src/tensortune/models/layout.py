@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..precision import DEFAULT_PRECISION
 from .chanpad import PadResult, pad_channels, padded_count, widened_groups
 from .canonical import canonicalize
 from .constfold import fold_constant_transforms
@@ -381,9 +382,11 @@ def count_layout_transforms(mod: Any) -> int:
     return n
 
 
-def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE) -> tuple[Any, LayoutPlan]:
+def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE,
+                 precision: str = DEFAULT_PRECISION) -> tuple[Any, LayoutPlan]:
     """``mod`` with its convolutions in blocked layouts and their weights transformed (folded),
-    and the plan. Never raises for a planning failure: the model keeps NCHW and the plan says why."""
+    and the plan (matrix products on packed weights in ``precision``). Never raises for a planning
+    failure: the model keeps NCHW and the plan says why."""
     from tvm import relax
 
     if mode not in MODES:
@@ -417,7 +420,7 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
     if not b:
         plan.note = "no convolution can be blocked" if convs else "no convolution"
     try:
-        out, plan.denses = pack_dense_weights(out, target_json)  # every path above folded the constants
+        out, plan.denses = pack_dense_weights(out, target_json, precision)  # every path above folded the constants
     except Exception as e:  # noqa: BLE001 - TVM cannot rewrite this graph: matmuls keep TVM's form
         plan.dense_note = f"packing the weights failed: {_last_line(e)}"
     plan.transforms = count_layout_transforms(out)
@@ -458,11 +461,14 @@ def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
 
 
 # ---------------------------------------------------------------- legalization
-def legalize_conv2d(bb: Any, call: Any) -> Any:
+def legalize_conv2d(bb: Any, call: Any, precision: str = DEFAULT_PRECISION) -> Any:
     """Lower a blocked conv2d to :func:`~tensortune.task.ops.conv2d_nchwc_te` (square kernel, one
     stride and padding, no dilation or groups), :func:`~tensortune.task.ops.conv2d_nchwc_general_te`
     (any other geometry, groups of channel blocks), :func:`~tensortune.task.ops.depthwise_nchwc_te` or
-    :func:`~tensortune.task.ops.depthwise_nchwc_general_te`; any NCHW conv2d to TVM's own legalization."""
+    :func:`~tensortune.task.ops.depthwise_nchwc_general_te`; any NCHW conv2d to TVM's own legalization.
+    In bf16 a plain one whose weight is a constant and whose blocks the instruction takes (an even
+    input block, an output block of 8 or 16) lowers to
+    :func:`~tensortune.task.ops_bf16.conv2d_nchwc_bf16_te` on its weight packed here, once."""
     import tvm
 
     from ..task.ops import conv2d_nchwc_general_te, conv2d_nchwc_te, depthwise_nchwc_general_te, depthwise_nchwc_te
@@ -482,8 +488,30 @@ def legalize_conv2d(bb: Any, call: Any) -> Any:
                               out_dtype, primfunc_name_hint="depthwise_conv2d_nchwc")
         return bb.call_te(depthwise_nchwc_te, call.args[0], call.args[1], strides[0], padding[0], out_dtype,
                           primfunc_name_hint="depthwise_conv2d_nchwc")
+    if groups == 1 and plain and precision == "bf16" and out_dtype == "float32":
+        bf16 = _bf16_conv(bb, call, strides[0], padding[0])
+        if bf16 is not None:
+            return bf16
     if groups == 1 and plain:
         return bb.call_te(conv2d_nchwc_te, call.args[0], call.args[1], strides[0], padding[0], out_dtype,
                           primfunc_name_hint="conv2d_nchwc")
     return bb.call_te(conv2d_nchwc_general_te, call.args[0], call.args[1], strides, padding, dilation, groups,
                       out_dtype, primfunc_name_hint="conv2d_nchwc")
+
+
+def _bf16_conv(bb: Any, call: Any, stride: int, padding: int) -> Any | None:
+    """The bf16 call of a plain blocked conv2d (None when its weight is not a constant or its
+    blocks do not fit the instruction: it stays float32)."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    from ..task.ops_bf16 import conv2d_nchwc_bf16_te, pack_conv_weight
+
+    data, weight = call.args
+    if not isinstance(weight, Constant) or str(data.ty.dtype) != "float32":
+        return None
+    w = weight.value.numpy()
+    if w.ndim != 6 or w.shape[4] % 2 or w.shape[5] not in (8, 16):
+        return None
+    return bb.call_te(conv2d_nchwc_bf16_te, data, relax.const(pack_conv_weight(w)), stride, padding,
+                      primfunc_name_hint="conv2d_nchwc_bf16")

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..precision import DEFAULT_PRECISION
+
 
 @dataclass
 class DensePlan:
@@ -25,6 +27,7 @@ class DensePlan:
     flops: float
     block: int  # NB of the packed weight (0: not packed)
     reason: str = ""  # why the weight was not packed
+    precision: str = DEFAULT_PRECISION  # of its product (bf16: dense_pack_bf16)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for reports."""
@@ -46,14 +49,17 @@ def static_shape(expr: Any) -> tuple[int, ...] | None:
         return None
 
 
-def pack_dense_weights(mod: Any, target_json: dict[str, Any]) -> tuple[Any, list[DensePlan]]:
-    """``mod`` with every constant-weight matmul as ``dense_pack`` on a packed weight, and one
-    :class:`DensePlan` per matmul of ``main`` (``mod``'s constants folded already)."""
+def pack_dense_weights(mod: Any, target_json: dict[str, Any],
+                       precision: str = DEFAULT_PRECISION) -> tuple[Any, list[DensePlan]]:
+    """``mod`` with every constant-weight matmul as ``dense_pack`` on a packed weight (in bf16,
+    ``dense_pack_bf16`` where K is even), and one :class:`DensePlan` per matmul of ``main``
+    (``mod``'s constants folded already)."""
     from tvm import relax
     from tvm.ir.expr import Constant
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     from ..task.ops import dense_pack_te, pack_weight
+    from ..task.ops_bf16 import dense_pack_bf16_te, pack_dense_weight
 
     plans: list[DensePlan] = []
 
@@ -88,6 +94,10 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any]) -> tuple[Any, list
             if plan.reason:
                 return call
             plan.block = weight_block(ws[1], target_json)
+            if precision == "bf16" and ws[0] % 2 == 0 and plan.block in (8, 16):
+                plan.precision = "bf16"
+                packed = relax.const(pack_dense_weight(const.value.numpy(), plan.block))
+                return self.builder_.call_te(dense_pack_bf16_te, x, packed, primfunc_name_hint="dense_pack_bf16")
             packed = relax.const(pack_weight(const.value.numpy(), plan.block))
             return self.builder_.call_te(dense_pack_te, x, packed, out_dtype, primfunc_name_hint="dense_pack")
 
