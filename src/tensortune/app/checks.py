@@ -148,6 +148,15 @@ def target_of(target: str | dict[str, Any] | None) -> dict[str, Any]:
         raise UsageError(str(e)) from None
 
 
+def check_precision(precision: str, target_json: dict[str, Any]) -> str:
+    """``precision`` when the target (and this CPU, when the target is its own) can run it; one
+    line otherwise (:func:`tensortune.precision.require`)."""
+    from ..precision import require
+    from ..target import is_host
+
+    return require(precision, target_json, runs_here=is_host(target_json))
+
+
 def check_runnable(target_json: dict[str, Any], rpc: str | None) -> None:
     """Refuse to time kernels here that this machine cannot run (another triple) without ``rpc``,
     and CUDA kernels in any case (they are built here; no GPU runner times them yet)."""

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .checks import check_db_path, open_db, readonly_db, target_of
+from .checks import check_db_path, check_precision, open_db, readonly_db, target_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..models.comparison import BenchReport
@@ -26,17 +26,23 @@ PROFILE_RUNS = 10
 
 
 def load(model: Any, example_inputs: Sequence[Any] | None = None, *, batch: int = 1,
-         input_shapes: Mapping[str, Sequence[int]] | None = None) -> Model:
+         input_shapes: Mapping[str, Sequence[int]] | None = None, precision: str | None = None) -> Model:
     """``model`` imported: a :class:`Model` as is, a built-in name, an ONNX path, a Hugging Face
-    ``hf:`` spec or ``save_pretrained`` folder, or a ``torch.nn.Module`` with ``example_inputs``."""
+    ``hf:`` spec or ``save_pretrained`` folder, or a ``torch.nn.Module`` with ``example_inputs``;
+    to be built in ``precision`` (None: the model's own, f32 for a new one). Whether the CPU and
+    the target run it is checked when the model is first planned for a target."""
     from ..models.importer import Model, ModelError, load_model
+    from ..precision import check_name
 
+    if precision is not None:
+        check_name(precision)
     if isinstance(model, Model):
-        return model
+        return model.with_precision(precision) if precision else model
     try:
-        return load_model(model, example_inputs, batch=batch, input_shapes=dict(input_shapes or {}) or None)
+        m = load_model(model, example_inputs, batch=batch, input_shapes=dict(input_shapes or {}) or None)
     except ModelError as e:
         raise UsageError(str(e)) from None
+    return m.with_precision(precision) if precision else m
 
 
 def use_threads(threads: int | None = None) -> int:
@@ -55,40 +61,45 @@ def use_threads(threads: int | None = None) -> int:
 
 
 def compile(model: Any, database: str | None = None, layout: str | None = None,  # noqa: A001
-            target: str | dict[str, Any] | None = None) -> CompiledModel:
+            target: str | dict[str, Any] | None = None, precision: str | None = None) -> CompiledModel:
     """``model`` built with the best records of ``database`` (None: the template defaults) for
     ``target`` (default this CPU; another x86-64 CPU, :func:`tensortune.target.parse_target`,
-    with the records measured for it, on its RPC devices or here)."""
+    with the records measured for it, on its RPC devices or here), in ``precision`` (None: the
+    model's own)."""
     from ..models.compile import compile_model
     from ..models.layout import MODES
 
     if layout is not None and layout not in MODES:
         raise UsageError(f"layout {layout!r}: one of {', '.join(MODES)}")
     tj = target_of(target)
+    m = load(model, precision=precision)
+    check_precision(m.precision, tj)
     with readonly_db(database) as db:
-        m = load(model)
         return compile_model(m, db, tj, layout=layout)
 
 
 def bench(model: Any, database: str | None = None, threads: int | None = None,
-          with_onnxruntime: bool = True) -> BenchReport:
+          with_onnxruntime: bool = True, precision: str | None = None) -> BenchReport:
     """``model`` compiled tuned (``database``) and untuned, checked against PyTorch / ONNX Runtime /
-    OpenVINO and timed beside them."""
+    OpenVINO (with the f32 hint, and as shipped where it picks another precision) and timed beside
+    them; in ``precision`` (None: the model's own)."""
     from ..models.comparison import bench_model
 
+    m = load(model, precision=precision)
+    check_precision(m.precision, target_of(None))
     n = use_threads(threads)
     with readonly_db(database) as db:
-        return bench_model(load(model), db, n, with_ort=with_onnxruntime)
+        return bench_model(m, db, n, with_ort=with_onnxruntime)
 
 
 def profile(model: Any, database: str | None = None, threads: int | None = None, runs: int = PROFILE_RUNS,
-            peak: bool = True, layout: str | None = None) -> ModelProfile:
+            peak: bool = True, layout: str | None = None, precision: str | None = None) -> ModelProfile:
     """Every fused function of the compiled ``model`` timed (and, with ``peak``, set against the
-    machine's peak compute and bandwidth measured now)."""
+    machine's peak compute and bandwidth measured now; a bf16 build also against the bf16 peak)."""
     from ..models.profile import profile_compiled
 
     n = use_threads(threads)
-    cm = compile(model, database, layout)
+    cm = compile(model, database, layout, precision=precision)
     measured: dict[str, Any] = {}
     if peak:
         from ..measure.peak import measure_peak
@@ -100,7 +111,7 @@ def profile(model: Any, database: str | None = None, threads: int | None = None,
 
 def check_in_model(model: Any, database: str, threads: int | None = None, rounds: int | None = None,
             runs: int | None = None, alternatives: int | None = None,
-            say: Callable[[str], None] | None = None) -> InModelReport:
+            say: Callable[[str], None] | None = None, precision: str | None = None) -> InModelReport:
     """The in-model check: each tuned task's best, default and runner-up timed inside ``model``,
     the fastest there kept (the verdict is written to ``database``); ``say`` gets progress lines."""
     from ..models.in_model import check_in_model
@@ -109,7 +120,8 @@ def check_in_model(model: Any, database: str, threads: int | None = None, rounds
     if alternatives is not None and alternatives < 0:
         raise UsageError("alternatives must be >= 0")
     n = use_threads(threads)
-    m = load(model)
+    m = load(model, precision=precision)
+    check_precision(m.precision, target_of(None))
     db = open_db(database)
     try:
         options = {k: v for k, v in (("rounds", rounds), ("runs", runs), ("alternatives", alternatives))

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..budget import Budget
 from ..errors import UsageError
-from .checks import check_db_path, check_energy, check_output, check_runnable, check_scheduler, open_db, target_of, tuner_options
+from ..precision import DEFAULT_PRECISION
+from .checks import (check_db_path, check_energy, check_output, check_precision, check_runnable, check_scheduler, open_db,
+                     target_of, tuner_options)
 from .deploy import PROFILE_RUNS, check_after_tuning, load
 from . import deploy
 
@@ -94,15 +96,17 @@ def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_TUNER, budget: B
             database: str = "runs.db", *, seed: int = 0, batch_size: int | None = None,
             options: Mapping[str, Any] | Sequence[str] = (), rpc: str | None = None, rpc_workers: int = 1,
             repeat: int | None = None, min_repeat_ms: int | None = None, target: Any = None,
-            progress: bool = False) -> TuneResult:
+            progress: bool = False, precision: str = DEFAULT_PRECISION) -> TuneResult:
     """Tune one operator (``op`` of :data:`tensortune.task.ops.OPS`, with its ``shape`` values) with
     ``tuner`` until ``budget`` (a :class:`Budget` or a number of trials) is spent; ``options``: the
     tuner's settings (a mapping or ``KEY=VALUE`` texts); ``repeat`` / ``min_repeat_ms`` override the
     timing of each candidate; ``rpc`` / ``rpc_workers``: time them on a tracker's devices, that many
     at once; ``target``: the CPU the kernels are built for (``--target``:
-    :func:`tensortune.target.parse_target`; default this one's), whose records are its own."""
+    :func:`tensortune.target.parse_target`; default this one's), whose records are its own;
+    ``precision`` ``bf16``: the op's bf16 form (:func:`tensortune.task.ops_bf16.bf16_form`)."""
     from ..limits import check_seed
-    from ..task import OpError, Task
+    from ..task import OpError, Task, get_op
+    from ..task.ops_bf16 import bf16_form
     from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
     from ..utils.progress import ProgressBar
 
@@ -111,8 +115,13 @@ def tune_op(op: str, shape: Sequence[int], tuner: str = DEFAULT_TUNER, budget: B
     budget = Budget.of(budget)
     check_energy(budget.energy_j)
     settings = tuner_options(tuner, options)
+    precision = check_precision(precision, tj)
     try:
         check_seed(seed)
+        if precision == "bf16" or op.endswith("_bf16"):
+            op, shape = bf16_form(op, get_op(op).parse_args(shape))
+            if precision != "bf16":
+                check_precision("bf16", tj)
         task = Task.from_op(op, shape, target=tj)
     except (OpError, ValueError) as e:
         raise UsageError(str(e)) from None
@@ -255,7 +264,8 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
                seed: int = 0, batch_size: int | None = None, rpc: str | None = None, rpc_workers: int = 1,
                survey: SurveyOptions | None = None, check: bool = True, threads: int | None = None,
                ray_address: str | None = None, slots_per_node: int = 1,
-               progress: bool = False, say: Callable[[str], None] | None = None) -> TunedModel:
+               progress: bool = False, say: Callable[[str], None] | None = None,
+               precision: str | None = None) -> TunedModel:
     """Tune every task of ``model`` (a ``torch.nn.Module`` with ``example_inputs``, an ONNX path, a
     built-in name, a Hugging Face spec, or a loaded :class:`Model`) with ``tuner`` under ``budget``
     (an int: trials per task; ``trials`` per task, the rest for the whole model), every trial
@@ -268,7 +278,8 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
     check is then skipped), whose records ``compile(target=)`` uses; ``ray_address`` (``auto`` or ``HOST:PORT``): the tasks are tuned at once on
     ``slots_per_node`` slots of every node of that Ray cluster (:mod:`tensortune.cluster.nodes`,
     :class:`~tensortune.scheduler.ParallelScheduler`), this process writing the database;
-    ``say`` gets the check's progress lines."""
+    ``say`` gets the check's progress lines; ``precision``: ``f32`` or ``bf16`` (default: the
+    model's own, f32 unless a loaded :class:`Model` says otherwise; :mod:`tensortune.precision`)."""
     from ..limits import check_seed
     from ..scheduler import SCHEDULERS
     from ..tuners import DEFAULT_BATCH_SIZE, get_tuner
@@ -290,7 +301,10 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
         check_seed(seed)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    m = load(model, example_inputs)
+    if precision is not None:
+        check_precision(precision, tj)
+    m = load(model, example_inputs, precision=precision)
+    check_precision(m.precision, tj)
     from ..models.compile import model_tasks
 
     tasks = model_tasks(m, tj)

@@ -132,6 +132,16 @@ def model_args(q: argparse.ArgumentParser) -> None:
     q.add_argument("--batch", type=positive_int, default=1, help="batch size of a built-in model (default 1)")
     q.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="fix an ONNX input's shape (repeatable)")
+    precision_arg(q)
+
+
+def precision_arg(q: argparse.ArgumentParser) -> None:
+    """``--precision f32|bf16``."""
+    from ..precision import DEFAULT_PRECISION, PRECISIONS
+
+    q.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
+                   help=f"convolutions and matrix products in f32 or bf16 (bf16 operands, f32 sums; needs a CPU "
+                        f"with avx512_bf16; default {DEFAULT_PRECISION})")
 
 
 def input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
@@ -149,7 +159,8 @@ def load_model(a: argparse.Namespace) -> Any:
     """The model named on the command line (UsageError on bad input)."""
     from ..app import load
 
-    return load(a.model, batch=getattr(a, "batch", 1), input_shapes=input_shapes(getattr(a, "input_shape", []) or []))
+    return load(a.model, batch=getattr(a, "batch", 1), input_shapes=input_shapes(getattr(a, "input_shape", []) or []),
+                precision=getattr(a, "precision", None))
 
 
 def target_arg(q: argparse.ArgumentParser, what: str = "the kernels are built for") -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..app.checks import tuner_options
 from ..app.tuning import DEFAULT_TUNER
-from .args import check_db, int_in, parse_shape, positive_float, positive_int, seed, target_arg, tuner_option_arg
+from .args import check_db, int_in, parse_shape, positive_float, precision_arg, positive_int, seed, target_arg, tuner_option_arg
 
 
 def add_parsers(sub: Any) -> None:
@@ -22,6 +22,7 @@ def add_parsers(sub: Any) -> None:
     t = sub.add_parser("tune-op", help="tune one operator")
     t.add_argument("op", help=f"one of {', '.join(OPS)}")
     t.add_argument("--shape", required=True, help="comma-separated shape values, e.g. matmul M,N,K; conv2d H,W,IC,OC,K,S,P")
+    precision_arg(t)
     t.add_argument("--tuner", default=DEFAULT_TUNER, help=f"one of {', '.join(TUNERS)} (default {DEFAULT_TUNER})")
     t.add_argument("--trials", type=positive_int, required=True, help="trial budget for this task and tuner")
     t.add_argument("--time-budget", type=positive_float, default=None, help="stop after this many seconds")
@@ -69,7 +70,7 @@ def cmd_tune_op(a: argparse.Namespace) -> int:
     res = tune_op(a.op, parse_shape(a.shape), a.tuner, budget, a.db, seed=a.seed, batch_size=a.batch_size,
                   options=options, rpc=a.rpc, rpc_workers=a.rpc_workers, repeat=a.repeat,
                   min_repeat_ms=a.min_repeat_ms, target=a.target,
-                  progress=not (a.no_progress or a.json))
+                  progress=not (a.no_progress or a.json), precision=a.precision)
     out = res.to_json()
     if res.tuner_status:
         out["tuner_status"] = res.tuner_status

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..measure.timing import interleaved_latency
+from ..precision import BF16_RTOL
 from .compile import CompiledModel, compile_model
 from .importer import Model
 from .reference import (DEFAULT_RTOL, OpenVinoRunner, OrtRunner, ReferenceRunError, TorchRunner, compare_outputs,
@@ -32,6 +33,9 @@ BENCH_ROUNDS = 5
 BENCH_MIN_TIME_S = 0.3
 #: Rows of the CPU inference libraries that tensortune is compared with (:meth:`BenchReport.fastest_library`).
 LIBRARY_ROWS = ("onnxruntime", "openvino")
+#: The row of OpenVINO as shipped (no precision hint: bf16 on a CPU with AVX512-BF16), the
+#: anchor of a bf16 build.
+SHIPPED_ROW = "openvino as shipped"
 
 
 @dataclass
@@ -60,6 +64,7 @@ class BenchReport:
     rows: list[BenchRow] = field(default_factory=list)
     tuned_counts: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # one line each: why an optional system has no row
+    precision: str = "f32"  # of tensortune's rows
 
     def fastest_library(self) -> tuple[str, float] | None:
         """``(name, median ms)`` of the faster of the library rows (:data:`LIBRARY_ROWS`) whose outputs
@@ -67,6 +72,14 @@ class BenchReport:
         timed = [(r.name, r.latency.median_ms) for r in self.rows
                  if r.name in LIBRARY_ROWS and r.ok and r.latency is not None]
         return min(timed, key=lambda t: t[1]) if timed else None
+
+    def anchor(self) -> tuple[str, float] | None:
+        """``(name, median ms)`` of the library a user compares this build with: OpenVINO as shipped
+        for a bf16 build, else :meth:`fastest_library`."""
+        if self.precision == "bf16":
+            r = self.row(SHIPPED_ROW)
+            return (r.name, r.latency.median_ms) if r is not None and r.ok and r.latency is not None else None
+        return self.fastest_library()
 
     def row(self, name: str) -> BenchRow | None:
         """The row called ``name``."""
@@ -82,6 +95,8 @@ class BenchReport:
     def to_json(self) -> dict[str, Any]:
         """JSON form (``tensortune bench --json``)."""
         return {"model": self.model, "reference": self.reference, "threads": self.threads, "rtol": self.rtol,
+                "precision": self.precision,
+                "anchor": ({"name": anchor[0], "median_ms": anchor[1]} if (anchor := self.anchor()) else None),
                 "tasks": self.tuned_counts, "rows": [r.to_json() for r in self.rows],
                 "speedup_vs_pytorch": {r.name: self.ratio(r.name) for r in self.rows if self.ratio(r.name)},
                 "fastest_library": ({"name": fastest[0], "median_ms": fastest[1]}
@@ -91,8 +106,9 @@ class BenchReport:
     def table(self) -> str:
         """The printed comparison."""
         base = self.row("pytorch") or self.row("onnxruntime")
-        lines = [f"{self.model}: outputs checked against {self.reference} (max|got-ref| <= {self.rtol:g} x max|ref|); "
-                 f"medians of {BENCH_ROUNDS} interleaved rounds, {self.threads} threads",
+        lines = [f"{self.model} (tensortune in {self.precision}): outputs checked against {self.reference} "
+                 f"(max|got-ref| <= {self.rtol:g} x max|ref|); medians of {BENCH_ROUNDS} interleaved rounds, "
+                 f"{self.threads} threads",
                  f"{'':28} {'latency':>11} {'p25-p75':>17} {'vs ' + (base.name if base else '-'):>14}  outputs"]
         for r in self.rows:
             if r.latency is None:
@@ -150,18 +166,25 @@ def bench_model(model: Model, database: Database | None = None, threads: int | N
         if with_openvino and path is not None:
             try:
                 runners["openvino"] = OpenVinoRunner(path, threads)
+                shipped = OpenVinoRunner(path, threads, precision_hint=None)
+                if shipped.precision != "f32":  # the same as the f32 row on a CPU without bf16
+                    runners[SHIPPED_ROW] = shipped
             except Exception as e:  # noqa: BLE001 - OpenVINO is an optional extra
                 ov_note = _first_line(e)
         ref_name = "pytorch" if "pytorch" in runners else "onnxruntime"
-        report = BenchReport(model.name, ref_name, threads, DEFAULT_RTOL, tuned_counts=tuned.counts())
+        report = BenchReport(model.name, ref_name, threads, model.rtol, tuned_counts=tuned.counts(),
+                             precision=model.precision)
         if ref_name not in runners:
             raise ReferenceRunError(f"{model.name}: no reference to check against ({ort_note or 'no ONNX Runtime'})")
         expected = runners[ref_name].run(inputs)
         for name, runner in runners.items():
             try:
                 got = runner.run(inputs)
-                check = compare_outputs(got, expected)
+                low = getattr(runner, "precision", "f32") != "f32"  # a bf16 build, or OpenVINO's bf16 choice
+                check = compare_outputs(got, expected, BF16_RTOL if low else DEFAULT_RTOL)
                 ok, msg = check.ok, ("reference" if name == ref_name else check.message)
+                if name == SHIPPED_ROW:
+                    msg = f"computes in {runner.precision}; {msg}"
             except Exception as e:  # noqa: BLE001 - a crash is a failed row
                 ok, msg = False, f"error: {str(e).splitlines()[0][:160]}"
             report.rows.append(BenchRow(name, msg, ok))

@@ -77,6 +77,11 @@ class CompiledModel:
     layout: Any = None  # the model's LayoutPlan (tensortune.models.layout)
 
     @property
+    def precision(self) -> str:
+        """The precision of its convolutions and matrix products (the model's)."""
+        return self.model.precision
+
+    @property
     def vm(self) -> Any:
         """A ``relax.VirtualMachine`` on the CPU (created once); a CUDA library runs on a GPU only."""
         if is_cuda(self.target_json):

@@ -249,7 +249,7 @@ def check_in_model(model: Any, db: Database, threads: int | None = None, rounds:
         say(f"in-model check: compiling the {label} variant ({v + 1}/{n_variants})")
         try:
             cm = compile_model(model, None, overrides={t.workload_key: _slot(t.candidates, v).config for t in checks})
-            check = compare_outputs(cm.run(inputs), expected)
+            check = compare_outputs(cm.run(inputs), expected, model.rtol)
             ok, msg = check.ok, check.message
         except Exception as e:  # noqa: BLE001 - a variant that fails to build or run is a result
             cm, ok, msg = None, False, f"error: {str(e).splitlines()[0][:160]}"
@@ -326,7 +326,7 @@ def check_in_model(model: Any, db: Database, threads: int | None = None, rounds:
         same = not report.changed and 0 in compiled  # every task kept its best: the tuned variant itself
         try:
             confirmed = None if same else compile_model(model, db)
-            ok = same or compare_outputs(confirmed.run(inputs), expected).ok
+            ok = same or compare_outputs(confirmed.run(inputs), expected, model.rtol).ok
         except Exception:  # noqa: BLE001 - the confirmed model failed: a variant is kept below
             confirmed, ok = None, False
         fns = {("tuned", "untuned")[v]: compiled[v].callable(inputs) for v in passing if v < 2}

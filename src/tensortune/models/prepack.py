@@ -42,6 +42,20 @@ def weight_block(n: int, target_json: dict[str, Any]) -> int:
     return next((b for b in (lanes, lanes // 2) if n % b == 0), 0)
 
 
+#: Register-tile heights of a bf16 product (its rows must divide: a guarded tile cannot be tensorized).
+BF16_ROW_TILE = 8
+
+
+def row_padding(rows: int) -> int:
+    """Rows to add to a bf16 product's ``rows`` so that a register tile of 4 to 16 rows divides
+    them (0 when one already does, or when there are fewer than 4)."""
+    from ..templates.base import largest_divisor_le
+
+    if rows < 4 or largest_divisor_le(rows, 16) >= 4:
+        return 0
+    return -rows % BF16_ROW_TILE
+
+
 def static_shape(expr: Any) -> tuple[int, ...] | None:
     try:
         return tuple(int(d) for d in expr.ty.shape)
@@ -97,7 +111,17 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             if precision == "bf16" and ws[0] % 2 == 0 and plan.block in (8, 16):
                 plan.precision = "bf16"
                 packed = relax.const(pack_dense_weight(const.value.numpy(), plan.block))
-                return self.builder_.call_te(dense_pack_bf16_te, x, packed, primfunc_name_hint="dense_pack_bf16")
+                rows = xs[-2]
+                extra = row_padding(rows)
+                if not extra:
+                    return self.builder_.call_te(dense_pack_bf16_te, x, packed, primfunc_name_hint="dense_pack_bf16")
+                # rows no register tile divides (a ViT's 197 tokens): zero rows added (the pad fuses
+                # into the kernel's rounding stage), the product's extra rows cut off after it
+                width = [0, 0] * (len(xs) - 2) + [0, extra, 0, 0]
+                padded = self.builder_.emit(relax.op.nn.pad(x, width))
+                out = self.builder_.emit(self.builder_.call_te(dense_pack_bf16_te, padded, packed,
+                                                               primfunc_name_hint="dense_pack_bf16"))
+                return relax.op.strided_slice(out, axes=[len(xs) - 2], begin=[0], end=[rows])
             packed = relax.const(pack_weight(const.value.numpy(), plan.block))
             return self.builder_.call_te(dense_pack_te, x, packed, out_dtype, primfunc_name_hint="dense_pack")
 

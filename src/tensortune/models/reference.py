@@ -296,9 +296,10 @@ class OpenVinoRunner:
 
     The ONNX file is compiled for the ``CPU`` device with ``INFERENCE_NUM_THREADS=threads``,
     ``PERFORMANCE_HINT=LATENCY`` (one stream, all ``threads`` on one inference: what every other
-    system does) and ``INFERENCE_PRECISION_HINT=f32``: without it OpenVINO may run float32 models in
-    bf16 on CPUs with AMX/AVX-512-BF16 (Sapphire Rapids, Zen 4), which is faster but not
-    like-with-like against float32 systems. One infer request is made and reused.
+    system does) and ``INFERENCE_PRECISION_HINT=f32``: without it (``precision_hint=None``, OpenVINO
+    as shipped, what a user who passes no hint gets) OpenVINO runs float32 models in bf16 on CPUs
+    with AMX/AVX-512-BF16 (Sapphire Rapids, Zen 4), faster but not like-with-like against float32
+    systems; :attr:`precision` says what it chose. One infer request is made and reused.
     Inputs are given positionally, in the order of :attr:`input_names`, and are checked as
     :class:`OrtRunner`'s are (:func:`_check_inputs`). Needs the optional extra
     ``pip install 'tensortune[openvino]'``; without it the constructor raises :class:`ReferenceRunError`.
@@ -306,8 +307,9 @@ class OpenVinoRunner:
 
     name = "openvino"
 
-    def __init__(self, onnx_path: str, threads: int = DEFAULT_THREADS) -> None:
-        """Compile ``onnx_path`` for OpenVINO's CPU device with ``threads`` inference threads, in float32."""
+    def __init__(self, onnx_path: str, threads: int = DEFAULT_THREADS, precision_hint: str | None = "f32") -> None:
+        """Compile ``onnx_path`` for OpenVINO's CPU device with ``threads`` inference threads, with
+        ``precision_hint`` (None: OpenVINO's own choice)."""
         try:
             import openvino as ov
         except ImportError as exc:
@@ -315,7 +317,9 @@ class OpenVinoRunner:
 
         if threads < 1:
             raise ValueError(f"thread count must be >= 1, got {threads}")
-        config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+        config: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"}
+        if precision_hint is not None:
+            config["INFERENCE_PRECISION_HINT"] = precision_hint
         try:
             self.compiled = ov.Core().compile_model(str(onnx_path), "CPU", config)
             self.request = self.compiled.create_infer_request()
@@ -329,8 +333,9 @@ class OpenVinoRunner:
         self._input_shapes: list[list[Any]] = [
             [d.get_length() if d.is_static else None for d in p.get_partial_shape()] for p in ports]
         self.output_names: list[str] = [p.get_any_name() for p in self.compiled.outputs]
-        logger.debug("openvino compiled %s for CPU: %d threads, precision %s", self.onnx_path, threads,
-                     self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        #: the precision OpenVINO computes in (``f32``, ``bf16``, ``f16``), as its compiled model reports it
+        self.precision = _ov_precision(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        logger.debug("openvino compiled %s for CPU: %d threads, precision %s", self.onnx_path, threads, self.precision)
 
     def _feed(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return _check_inputs(self.name, self.input_names, self._input_dtypes, self._input_shapes, inputs)
@@ -363,6 +368,15 @@ class OpenVinoRunner:
             request.infer()
 
         return infer
+
+
+def _ov_precision(value: Any) -> str:
+    """OpenVINO's precision property (an element type, ``<Type: 'bfloat16'>``) in tensortune's words."""
+    text = str(getattr(value, "type_name", None) or value).lower()
+    for word, name in (("bfloat16", "bf16"), ("bf16", "bf16"), ("float16", "f16"), ("f16", "f16")):
+        if word in text:
+            return name
+    return "f32"
 
 
 def _ov_dtype(port: Any) -> np.dtype | None:

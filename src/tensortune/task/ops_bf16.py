@@ -162,3 +162,28 @@ def check_pairs(args: dict[str, int], reduction: str, lanes: str) -> None:
         raise OpError(f"bf16 needs an even {reduction} (pairs of bfloat16 values), got {args[reduction]}")
     if args[lanes] not in (8, 16):
         raise OpError(f"bf16 needs {lanes} of 8 or 16 (one vector of float32 sums), got {args[lanes]}")
+
+
+#: The ops whose bf16 form :func:`bf16_form` knows.
+BF16_FORMS = ("conv2d", "conv2d_nchwc", "dense", "matmul", "dense_pack")
+
+
+def bf16_form(op: str, args: dict[str, int]) -> tuple[str, dict[str, int]]:
+    """The bf16 op of ``op`` and its shape: the blocked conv2d and the packed dense a model's
+    bf16 build runs (plain ``conv2d`` blocked by 16, else 8; ``dense`` / ``matmul`` packed by 16,
+    else 8); OpError for an op without one."""
+    from .ops import OpError
+
+    if op.endswith("_bf16"):
+        return op, dict(args)
+    if op == "conv2d_nchwc":
+        return "conv2d_nchwc_bf16", dict(args)
+    if op == "dense_pack":
+        return "dense_pack_bf16", dict(args)
+    if op in ("dense", "matmul"):
+        nb = next((b for b in (16, 8) if args["N"] % b == 0), 16)
+        return "dense_pack_bf16", {"M": args["M"], "N": args["N"], "K": args["K"], "NB": nb}
+    if op == "conv2d":
+        b = next((b for b in (16, 8) if args["IC"] % b == 0 and args["OC"] % b == 0), 16)
+        return "conv2d_nchwc_bf16", {**args, "IB": b, "OB": b}
+    raise OpError(f"{op} has no bf16 form; bf16 runs {', '.join(BF16_FORMS)} (and their _bf16 ops)")

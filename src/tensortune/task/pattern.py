@@ -254,6 +254,10 @@ def _classify(func: Any, blocks: list[_Block]) -> FuncPattern:
     if any(b.reduction for b in before):
         return _generic("a reduction before the anchor")
     out_elems = _prod([anchor.extent(v) for v in anchor.spatial])
+    if str(x.ty) == "uint16" and str(y.ty) == "uint16":
+        from .pattern_bf16 import classify_bf16
+
+        return classify_bf16(anchor, x, y, before, after)
     for b in after:
         # e.g. squeeze-and-excitation: a 1x1 conv's per-channel gate multiplied into the whole
         # feature map. The templates write the epilogue per tile of the anchor's output.
@@ -262,10 +266,6 @@ def _classify(func: Any, blocks: list[_Block]) -> FuncPattern:
                             f"{_prod(b.extents)} points, the anchor {out_elems})")
     ep_ops = tuple(_epilogue_op(b) for b in after)
     common = {"anchor": anchor.name, "epilogue": tuple(b.name for b in after), "epilogue_ops": ep_ops}
-    if str(x.ty) == "uint16" and str(y.ty) == "uint16":
-        from .pattern_bf16 import classify_bf16
-
-        return classify_bf16(anchor, x, y, before, common)
     if len(anchor.reduction) == 1:
         return _gemm(anchor, x, y, before, common)
     return _conv(anchor, x, y, before, common)

@@ -11,11 +11,24 @@ from __future__ import annotations
 from typing import Any
 
 from .ops_bf16 import CONVERT_STAGE
-from .pattern import FuncPattern, _Block, _generic, _linear, _load_buffer, _plain_var, _shape, _strip_cast
+from .pattern import (FuncPattern, _Block, _epilogue_op, _generic, _linear, _load_buffer, _plain_var, _prod, _shape,
+                      _strip_cast)
 
 
-def classify_bf16(b: _Block, x: Any, y: Any, before: list[_Block], common: dict[str, Any]) -> FuncPattern:
-    """The bf16 anchor ``b`` with bfloat16 operand loads ``x`` and ``y`` (generic when its form is another)."""
+def classify_bf16(b: _Block, x: Any, y: Any, before: list[_Block], after: list[_Block]) -> FuncPattern:
+    """The bf16 anchor ``b`` with bfloat16 operand loads ``x`` and ``y`` and the blocks ``after`` it
+    (generic when its form is another). The epilogue is elementwise over the anchor's output, or
+    over its first rows only: a product on rows padded to its register tile
+    (:func:`tensortune.models.prepack.row_padding`) whose extra rows the epilogue cuts off."""
+    out_elems = _prod([b.extent(v) for v in b.spatial])
+    rows = b.extent(b.spatial[-2]) if len(b.spatial) >= 2 else 1
+    kept = {out_elems // rows * r for r in range(max(1, rows - 15), rows + 1)}
+    for blk in after:
+        if _prod(blk.extents) not in kept:
+            return _generic(f"the epilogue is not elementwise over the anchor's output ({blk.name} covers "
+                            f"{_prod(blk.extents)} points, the anchor {out_elems})")
+    common = {"anchor": b.name, "epilogue": tuple(blk.name for blk in after),
+              "epilogue_ops": tuple(_epilogue_op(blk) for blk in after)}
     convert = _convert_stage(before, x, y)
     if convert is None:
         return _generic("bf16 operands not rounded by a data_bf16 stage")

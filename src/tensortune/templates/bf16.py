@@ -9,7 +9,8 @@ as ``int16`` vectors and a small LLVM IR helper (imported into the module with
 
 Around that instruction the register tiles are the float32 templates' (:mod:`.conv2d_nchwc`,
 :mod:`.dense_pack`): columns x channel blocks (rows x column blocks) of accumulators, unrolled,
-accumulated over the whole reduction, the epilogue written per tile. The activations' rounding
+accumulated over the whole reduction, the epilogue written per tile. The columns of a conv's
+tile divide the output width (a guarded tail tile cannot be tensorized). The activations' rounding
 to bfloat16 (the ``data_bf16`` stage, padding included) runs first, in parallel over channel
 blocks (rows), so the reduction reads half the bytes.
 """
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
 from .base import (Template, TemplateError, annotate_unroll, inline_prologue, largest_divisor_le, output_stage,
-                   row_split_policy, schedule_of, target_lanes, unroll_knobs, vectorize_own_loop)
+                   schedule_of, target_lanes, unroll_knobs, vectorize_own_loop)
 from .conv2d import UNROLL_STEPS
 from .conv2d_nchwc import Conv2dNCHWcTemplate, default_register_tile, max_accumulators, vector_registers
 from .dense_pack import default_register_tile as dense_register_tile
@@ -127,7 +128,7 @@ class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
         s = ConfigSpace()
         s.define_split("tile_f", OCo, 2, max_innermost=4)
         s.define_split("tile_y", OH, 2, max_innermost=4)
-        s.define_split("tile_x", OW, 2, policy="any", max_innermost=acc)
+        s.define_split("tile_x", OW, 2, max_innermost=acc)  # exact factors: a guarded tile cannot be tensorized
         s.define_split("tile_rc", ICo, 2)
         s.define_choice("unroll_kw", [0, 1])
         s.define_unroll(UNROLL_STEPS)
@@ -138,6 +139,7 @@ class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
         a = task.args
         OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], self.in_blocks(task)
         xi, fm = default_register_tile(OW, OCo, 1, max_accumulators(task.target_json))
+        xi = max(d for d in range(1, xi + 1) if OW % d == 0)
         return {
             "tile_f": (OCo // fm, fm),
             "tile_y": next(e for e in space.knob("tile_y").entities if e[1] == 1),
@@ -185,7 +187,7 @@ class DensePackBf16Template(Template):
         M, K2, blocks = a["M"], a["K"] // 2, a["N"] // a["NB"]
         acc = max_accumulators(task.target_json)
         s = ConfigSpace()
-        s.define_split("tile_y", M, 3, policy=row_split_policy(M), max_innermost=16)
+        s.define_split("tile_y", M, 3, max_innermost=16)  # exact factors: a guarded tile cannot be tensorized
         s.define_split("tile_x", blocks, 3, max_innermost=acc)
         s.define_split("tile_k", K2, 2, max_innermost=16)
         s.define_unroll()
@@ -197,6 +199,7 @@ class DensePackBf16Template(Template):
         M, K2, blocks = a["M"], a["K"] // 2, a["N"] // a["NB"]
         tj = task.target_json
         yi, xb = dense_register_tile(M, blocks, 1, max_accumulators(tj), vector_registers(tj), row_bytes=2 * a["K"])
+        yi = max(d for d in range(1, yi + 1) if M % d == 0)
         ki = largest_divisor_le(K2, 4)
         return {"tile_y": (-(-M // yi), 1, yi), "tile_x": (blocks // xb, 1, xb), "tile_k": (K2 // ki, ki),
                 **unroll_knobs(64)}
