@@ -30,7 +30,7 @@ DEFAULT_PRECISION = "f32"
 #: The dtype of the buffers that hold bfloat16 values (their bits).
 BF16_STORAGE = "uint16"
 #: Tolerance of a bf16 output against its float32 reference: max abs error over max |reference|.
-#: bf16 keeps 8 bits of mantissa (relative rounding 2^-9 = 0.2% per operand); a sum of K
+#: bf16 keeps 8 significant bits (rounding error at most 2^-8 = 0.4% of an operand); a sum of K
 #: products with float32 accumulation stays well inside 2% of the output's range.
 BF16_RTOL = 2e-2
 #: The CPU flag (``/proc/cpuinfo``) and the LLVM feature the bf16 kernels need.

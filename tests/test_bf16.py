@@ -1,0 +1,151 @@
+"""bf16 (``--precision bf16``): bits and tolerance, the hardware check, codegen, kernels against their
+float32 references, records kept apart from f32, a model built in bf16."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tensortune import precision as prec
+from tensortune.cli import main
+from tensortune.database import Database
+from tensortune.task import Task
+
+HAS_BF16 = prec.CPU_FLAG in prec.host_flags()
+needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="this CPU has no avx512_bf16: the bf16 kernels cannot run here")
+FAST = ["--repeat", "3", "--min-repeat-ms", "5"]
+ZNVER4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2}
+
+
+def cli(capfd, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capfd.readouterr()
+    return rc, out, err
+
+
+def test_bits_round_to_nearest_even_and_back_exactly() -> None:
+    x = np.array([1.0, -2.5, 1 + 2 ** -8, 1 + 3 * 2 ** -9, 3.0e38, 0.0, np.nan], dtype=np.float32)
+    bits = prec.to_bf16_bits(x)
+    assert bits.dtype == np.uint16
+    back = prec.from_bf16_bits(bits)
+    assert list(back[[0, 1, 3, 5]]) == [1.0, -2.5, 1 + 2 ** -7, 0.0]
+    assert back[2] == 1.0  # a tie rounds to the even mantissa
+    assert np.isnan(back[6])
+    assert abs(back[4] - 3.0e38) / 3.0e38 < 2 ** -8
+    y = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    assert np.max(np.abs(prec.round_bf16(y) - y) / np.abs(y)) <= 2 ** -8  # half a unit of 8 significant bits
+
+
+def test_agreement_states_the_error_and_the_top5() -> None:
+    ref = np.random.default_rng(1).standard_normal((2, 10)).astype(np.float32)
+    close = ref + 0.001 * np.abs(ref).max()
+    a = prec.agreement(close, ref)
+    assert a.ok and a.top5 == 1.0 and "top-5 agreement 100%" in a.describe()
+    far = ref.copy()
+    far[0, 0] += 0.5 * np.abs(ref).max()
+    assert not prec.agreement(far, ref).ok
+    assert not prec.agreement(np.full_like(ref, np.nan), ref).ok
+
+
+def test_a_cpu_without_the_feature_is_one_line_and_exit_2(tmp_path, capfd, monkeypatch) -> None:
+    monkeypatch.setattr(prec, "host_flags", lambda: frozenset({"avx2", "avx512f"}))
+    db = tmp_path / "x.db"
+    rc, out, err = cli(capfd, "tune-op", "conv2d", "--shape", "8,8,16,16,3,1,1", "--precision", "bf16",
+                       "--trials", "2", "--db", str(db))
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "avx512_bf16" in err and "Traceback" not in err
+    assert not db.exists()
+
+
+def test_a_target_without_the_feature_is_refused() -> None:
+    with pytest.raises(prec.PrecisionError, match="znver3"):
+        prec.require("bf16", {**ZNVER4, "mcpu": "znver3"}, runs_here=False)
+    assert prec.require("bf16", {**ZNVER4, "mcpu": "x86-64", "mattr": ["+avx512bf16"]}, runs_here=False) == "bf16"
+    assert not prec.target_has_bf16({**ZNVER4, "mattr": ["-avx512bf16"]})
+    with pytest.raises(prec.PrecisionError, match="unknown precision"):
+        prec.check_name("fp8")
+
+
+@pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [6, 6, 16, 16, 3, 1, 1, 16, 16]),
+                                      ("dense_pack_bf16", [8, 32, 16, 16])])
+def test_codegen_for_a_bf16_cpu_holds_the_instruction(op: str, shape: list[int]) -> None:
+    """Built for znver4 (no execution: any x86 machine checks it)."""
+    import tvm
+
+    from tensortune.target import make_target
+
+    task = Task.from_op(op, shape, target=ZNVER4)
+    assert task.precision == "bf16" and task.pattern.op == op
+    lib = tvm.compile(task.instantiate(task.default_config()), target=make_target(ZNVER4))
+    assert "vdpbf16ps" in lib.mod.inspect_source("asm")
+
+
+@needs_bf16
+@pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [7, 7, 32, 16, 3, 2, 1, 16, 16]),
+                                      ("conv2d_nchwc_bf16", [5, 5, 16, 8, 1, 1, 0, 8, 8]),
+                                      ("dense_pack_bf16", [6, 48, 64, 16]),
+                                      ("dense_pack_bf16", [1, 24, 40, 8])])
+def test_bf16_kernels_match_their_f32_references(op: str, shape: list[int]) -> None:
+    """A few configs of each space (the default among them) against the float32 op on the same
+    values; the tolerance is the bf16 one, and the error is the data's rounding, not more."""
+    import tvm
+
+    from tensortune.target import make_target
+
+    task = Task.from_op(op, shape)
+    inputs = task.make_inputs(seed=3)
+    ref = task.reference(inputs)
+    configs = [task.default_config()] + [c for c in (task.space.get(i) for i in range(0, len(task.space), 97))
+                                         if task.space.is_valid(c)][:2]
+    for config in configs:
+        lib = tvm.compile(task.instantiate(config), target=make_target(task.target_json))
+        out = tvm.runtime.tensor(task.output_buffer())
+        lib.mod["main"](*[tvm.runtime.tensor(x) for x in inputs], out)
+        got = out.numpy()
+        assert task.outputs_match(got, ref), config
+        assert 0 < prec.agreement(got, ref).max_rel_err < 1e-2  # rounded data, not exact, not wrong
+    wrong = ref.copy()
+    wrong.flat[0] += 0.1 * np.abs(ref).max()
+    assert not task.outputs_match(wrong, ref)
+
+
+@needs_bf16
+def test_f32_and_bf16_records_of_one_workload_stay_apart(tmp_path, capfd) -> None:
+    db = str(tmp_path / "x.db")
+    base = ["tune-op", "dense", "--shape", "8,32,64", "--tuner", "random", "--trials", "3", *FAST, "--db", db, "--json"]
+    rc32, out32, _ = cli(capfd, *base)
+    rc16, out16, _ = cli(capfd, *base, "--precision", "bf16")
+    assert rc32 == rc16 == 0
+    a, b = json.loads(out32), json.loads(out16)
+    assert a["task"].startswith("dense(") and b["task"].startswith("dense_pack_bf16(")
+    with Database(db) as d:
+        keys = {t.workload_key for t in d.tasks()}
+    assert len(keys) == 2
+    bf16_key = Task.from_op("dense_pack_bf16", [8, 32, 64, 16]).workload_key
+    assert bf16_key in keys and Task.from_op("dense_pack", [8, 32, 64, 16]).workload_key != bf16_key
+
+
+@needs_bf16
+def test_a_model_built_in_bf16_matches_its_f32_reference() -> None:
+    """Convolutions and the classifier in bf16 (the RGB stem, 3 channels, stays float32), within
+    the tolerance of the float32 build, top-5 agreeing."""
+    import torch
+
+    from tensortune import app
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(32, 32, 1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                              torch.nn.Linear(32, 16)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    model = app.load(net, (x,), precision="bf16")
+    cm = app.compile(model)
+    classes = [c.kernel_class for c in cm.choices]
+    assert sum("conv2d_nchwc_bf16" in k for k in classes) == 2 and any("dense_pack_bf16" in k for k in classes)
+    assert any(k.startswith("conv2d_nchwc-") or k == "conv2d_nchwc" for k in classes)  # the stem
+    got = cm.run([x.numpy()])[0]
+    a = prec.agreement(got, net(x).detach().numpy())
+    assert a.ok and a.top5 == 1.0 and a.max_rel_err > 0
+    assert app.compile(model.with_precision("f32")).precision == "f32"
