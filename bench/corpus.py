@@ -31,17 +31,25 @@ CORPUS = (
     "hf:efficientnet:image_size=224,width_coefficient=1.0,depth_coefficient=1.0,hidden_dim=1280", "hf:swin", "hf:levit",
     "hf:poolformer", "hf:vit", "hf:gpt2", "hf:distilbert", "hf:t5", "hf:whisper",
 )
-SYSTEMS = ("tensortune untuned", "onnxruntime", "openvino", "pytorch")
+SYSTEMS = ("tensortune untuned", "onnxruntime", "openvino", "pytorch", "openvino as shipped", "tensortune f32")
 #: The kernel classes the issue's profile target is about (conv and matmul functions).
 COMPUTE_KERNELS = ("conv2d", "depthwise_conv2d", "dense", "matmul", "batch_matmul")
 
 
 def _medians(report: Any, names: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, float | None], Any]:
     """A bench report's rows by name, the median ms of ``names`` (None where a system failed or is
-    missing) and the faster library ``(name, ms)`` (None without one)."""
+    missing) and the library it is compared with ``(name, ms)`` (None without one): the faster of
+    ONNX Runtime and OpenVINO (f32), OpenVINO as shipped for a bf16 build."""
     rows = {r.name: r for r in report.rows}
     ms = {n: (rows[n].latency.median_ms if n in rows and rows[n].latency and rows[n].ok else None) for n in names}
-    return rows, ms, report.fastest_library()
+    return rows, ms, report.anchor()
+
+
+def _f32_untuned(model: Any) -> dict[str, Any]:
+    """For a bf16 build: the same model's untuned f32 build, a row beside it (none for f32)."""
+    from tensortune.models.compile import compile_model
+
+    return {"tensortune f32": compile_model(model.with_precision("f32"))} if model.precision == "bf16" else {}
 
 
 def _over(ms: float | None, fastest: Any) -> float | None:
@@ -49,20 +57,20 @@ def _over(ms: float | None, fastest: Any) -> float | None:
     return ms / fastest[1] if fastest and ms else None
 
 
-def run_model(spec: str, rounds: int, peak: dict[str, Any]) -> dict[str, Any]:
-    """Compile ``spec`` untuned, check and time it against the runtimes, profile it against the
-    machine's ``peak`` (:func:`tensortune.measure.peak.measure_peak`); one JSON entry."""
+def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f32") -> dict[str, Any]:
+    """Compile ``spec`` untuned in ``precision``, check and time it against the runtimes, profile it
+    against the machine's ``peak`` (:func:`tensortune.measure.peak.measure_peak`); one JSON entry."""
     from tensortune.models.comparison import bench_model
     from tensortune.models.compile import compile_model
     from tensortune.models.importer import load_model
     from tensortune.models.profile import profile_compiled
 
     t0 = time.perf_counter()
-    model = load_model(spec)
+    model = load_model(spec).with_precision(precision)
     t1 = time.perf_counter()
     cm = compile_model(model)
     t2 = time.perf_counter()
-    report = bench_model(model, rounds=rounds, tuned=cm)
+    report = bench_model(model, rounds=rounds, tuned=cm, extra=_f32_untuned(model))
     rows, ms, fastest = _medians(report, SYSTEMS)
     untuned = rows.get("tensortune untuned")
     prof = profile_compiled(cm, threads=peak.get("threads", 0), peak_gflops=peak.get("peak_gflops"),
@@ -74,6 +82,7 @@ def run_model(spec: str, rounds: int, peak: dict[str, Any]) -> dict[str, Any]:
                              "ms": f.ms} for f in prof.below(0.5) if f.kernel_class.startswith(COMPUTE_KERNELS)],
         "untuned_copy_ms": rows["tensortune tuned"].latency.median_ms if rows["tensortune tuned"].latency else None,
         "checks": {n: r.check for n, r in rows.items()}, "outputs_match": bool(untuned and untuned.ok),
+        "max_rel_err": _max_rel_err(rows.get("tensortune untuned")),
         "fastest": fastest[0] if fastest else None,
         "ratio": _over(ms["tensortune untuned"], fastest),
         "layout": cm.layout.summary() if cm.layout is not None else "",
@@ -97,7 +106,16 @@ def tuning_seconds(budget: float, compile_s: float) -> float:
     return max(0.25 * budget, TUNE_SHARE * budget - CHECK_COMPILES * compile_s)
 
 
-def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Path, rounds: int) -> dict[str, Any]:
+def _max_rel_err(row: Any) -> float | None:
+    """The max error over max |reference| a row's check message states (None when it has none)."""
+    import re
+
+    m = re.search(r"([0-9.]+e[-+][0-9]+) of max \|ref\|", row.check) if row is not None else None
+    return float(m.group(1)) if m else None
+
+
+def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Path, rounds: int,
+               precision: str = "f32") -> dict[str, Any]:
     """Tune ``spec`` with ``tuner`` within ``budget`` seconds of ``tune`` wall time, the in-model check
     included (:func:`tuning_seconds`; kept: a rerun reads the tuning run back), then check and
     time it tuned and untuned against the runtimes; one JSON entry."""
@@ -108,29 +126,31 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
 
     from .modelruns import run_json
 
-    slug = spec.replace(":", "_").replace("=", "-").replace(",", "_")
+    slug = spec.replace(":", "_").replace("=", "-").replace(",", "_") + ("-bf16" if precision == "bf16" else "")
     db = out / "dbs" / f"{slug}-{tuner}.db"
     db.parent.mkdir(parents=True, exist_ok=True)
-    model = load_model(spec)
+    model = load_model(spec).with_precision(precision)
     kept = out / "runs" / f"{slug}-{tuner}.json"
     tune_s = untuned = None
     if not kept.exists():  # a resumed model reads its tuning run back: no budget to work out
         t0 = time.perf_counter()
         untuned = compile_model(model)
         tune_s = tuning_seconds(budget, time.perf_counter() - t0)
-    cmd = ["tune", spec, "--tuner", tuner, "--time-budget", f"{tune_s or budget:.0f}", "--db", str(db), "--no-progress"]
+    cmd = ["tune", spec, "--tuner", tuner, "--time-budget", f"{tune_s or budget:.0f}", "--db", str(db), "--no-progress",
+           "--precision", precision]
     for o in options:
         cmd += ["-O", o]
     run = run_json(cmd, kept, fresh=[db])
     with Database(str(db)) as database:
         cm = compile_model(model, database)
-    report = bench_model(model, rounds=rounds, tuned=cm, untuned=untuned)
+    report = bench_model(model, rounds=rounds, tuned=cm, untuned=untuned, extra=_f32_untuned(model))
     rows, ms, fastest = _medians(report, ("tensortune tuned",) + SYSTEMS)
     return {
         "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9, "ms": ms,
         "tuning_wall_s": run.get("wall_s"), "time_budget_s": tune_s, "tasks_measured": run.get("tasks_measured"),
         "counts": cm.counts(),
         "outputs_match": bool(rows.get("tensortune tuned") and rows["tensortune tuned"].ok),
+        "max_rel_err": _max_rel_err(rows.get("tensortune tuned")),
         "fastest": fastest[0] if fastest else None,
         "ratio": _over(ms["tensortune tuned"], fastest), "untuned_ratio": _over(ms["tensortune untuned"], fastest),
         "notes": report.notes,
@@ -163,6 +183,18 @@ def _ms(name: str, header: str) -> Column:
 
 #: The runtimes' columns, in table order.
 RUNTIMES = [_ms("onnxruntime", "ONNX Runtime"), _ms("openvino", "OpenVINO"), _ms("pytorch", "PyTorch")]
+#: The columns a bf16 run adds: OpenVINO as shipped (its own precision), tensortune's untuned f32
+#: build and the output error of the bf16 build.
+BF16_COLUMNS = [_ms("openvino as shipped", "OpenVINO as shipped"), _ms("tensortune f32", "tensortune f32 untuned"),
+                ("max error / max", "---:", lambda e: _num(e.get("max_rel_err"), ".1e"))]
+
+
+def _runtimes(data: dict[str, Any]) -> list[Column]:
+    return RUNTIMES + (BF16_COLUMNS if data.get("precision") == "bf16" else [])
+
+
+def _anchor_words(data: dict[str, Any]) -> str:
+    return "OpenVINO as shipped" if data.get("precision") == "bf16" else "the faster of ONNX Runtime and OpenVINO"
 
 
 def _at_peak(data: dict[str, Any]) -> Column:
@@ -179,21 +211,22 @@ def _at_peak(data: dict[str, Any]) -> Column:
 
 def _geomean_line(data: dict[str, Any], key: str, what: str) -> str:
     rs = [e[key] for e in data["models"].values() if e.get(key)]
-    return (f"Geomean of {what} tensortune over the faster of ONNX Runtime and OpenVINO: {geomean(rs):.2f}x over "
-            f"{len(rs)} models." if rs else "")
+    return (f"Geomean of {what} tensortune ({data.get('precision', 'f32')}) over {_anchor_words(data)}: "
+            f"{geomean(rs):.2f}x over {len(rs)} models." if rs else "")
 
 
 def tuned_md(data: dict[str, Any]) -> str:
     """The tuned corpus table."""
     columns: list[Column] = [
         ("model", "---", lambda e: e["model"]), ("GFLOPs", "---:", lambda e: f"{e['gflops']:.2f}"),
-        _ms("tensortune tuned", "tuned"), _ms("tensortune untuned", "untuned"), *RUNTIMES,
+        _ms("tensortune tuned", "tuned"), _ms("tensortune untuned", "untuned"), *_runtimes(data),
         ("tuned / fastest", "---:", lambda e: f"{_num(e['ratio'])}x"),
         ("untuned / fastest", "---:", lambda e: f"{_num(e['untuned_ratio'])}x"), _at_peak(data),
         ("outputs", "---", lambda e: "match" if e["outputs_match"] else "MISMATCH"),
         ("tuning s", "---:", lambda e: _num(e["tuning_wall_s"], ".0f"))]
     over = [e["model"] for e in data["models"].values() if (e.get("tuning_wall_s") or 0) > data["budget"]]
-    lines = [f"# Hugging Face corpus, tuned by {data['tuner']} {' '.join(data['options'])} within {data['budget']:.0f} s "
+    lines = [f"# Hugging Face corpus in {data.get('precision', 'f32')}, tuned by {data['tuner']} "
+             f"{' '.join(data['options'])} within {data['budget']:.0f} s "
              f"a model ({machine_line(data['machine'])}, {data['machine'].get('cpus')} threads, {data['rounds']} "
              "interleaved rounds)", "", *_table(data, columns), "",
              _geomean_line(data, "ratio", "tuned"), "", _geomean_line(data, "untuned_ratio", "untuned"), "",
@@ -206,11 +239,11 @@ def report_md(data: dict[str, Any]) -> str:
     """The corpus table and the fallbacks."""
     columns: list[Column] = [
         ("model", "---", lambda e: e["model"]), ("GFLOPs", "---:", lambda e: f"{e['gflops']:.2f}"),
-        _ms("tensortune untuned", "tensortune"), *RUNTIMES,
+        _ms("tensortune untuned", "tensortune"), *_runtimes(data),
         ("/ fastest runtime", "---:", lambda e: f"{_num(e['ratio'])}x ({e['fastest'] or '-'})"), _at_peak(data),
         ("outputs", "---", lambda e: "match" if e["outputs_match"] else "MISMATCH"),
         ("compile s", "---:", lambda e: f"{e['compile_s']:.0f}")]
-    lines = [f"# Hugging Face corpus, untuned tensortune ({machine_line(data['machine'])}, "
+    lines = [f"# Hugging Face corpus, untuned tensortune in {data.get('precision', 'f32')} ({machine_line(data['machine'])}, "
              f"{data['machine'].get('cpus')} threads, {data['rounds']} interleaved rounds)", "",
              *_table(data, columns), "", _geomean_line(data, "ratio", "untuned")]
     peak = data.get("peak", {}).get("peak_gflops")
@@ -239,6 +272,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tune", metavar="TUNER", help="tune each model first with this tuner")
     ap.add_argument("-O", dest="options", action="append", default=[], metavar="KEY=VALUE",
                     help="a tuner option (repeatable)")
+    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                    help="tensortune's precision; bf16 is compared with OpenVINO as shipped (default f32)")
     ap.add_argument("--budget", type=float, default=300.0,
                     help="seconds of the whole tune command a model, the in-model check included (default 300)")
     return ap
@@ -250,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / (f"tuned-{a.tune}.json" if a.tune else "corpus.json")
-    fresh = {"machine": machine_info(), "rounds": a.rounds, "models": {}}
+    fresh = {"machine": machine_info(), "rounds": a.rounds, "precision": a.precision, "models": {}}
     if a.tune:
         fresh.update(tuner=a.tune, options=a.options, budget=a.budget)
     data = json.loads(path.read_text()) if path.is_file() else fresh
@@ -263,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         if spec in data["models"] and "error" not in data["models"][spec]:
             continue
         try:
-            data["models"][spec] = (tune_model(spec, a.tune, a.options, a.budget, out, a.rounds) if a.tune
-                                    else run_model(spec, a.rounds, data["peak"]))
+            data["models"][spec] = (tune_model(spec, a.tune, a.options, a.budget, out, a.rounds, a.precision) if a.tune
+                                    else run_model(spec, a.rounds, data["peak"], a.precision))
         except (Exception, SystemExit) as e:  # noqa: BLE001 - a model that fails (or its tuning run) is a result
             data["models"][spec] = {"model": spec, "error": (str(e).strip().splitlines() or [type(e).__name__])[0]}
         write_text(path, json.dumps(data, indent=1))

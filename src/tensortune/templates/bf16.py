@@ -54,13 +54,18 @@ def register_intrinsics() -> None:
                 _REGISTERED.add(lanes)
 
 
+def helper_ir(lanes: int) -> tuple[str, str]:
+    """``(name, LLVM IR)`` of the helper that runs ``vdpbf16ps`` on ``lanes`` float32 sums and
+    ``2 * lanes`` bfloat16 values given as ``int16`` vectors."""
+    return _HELPER.format(lanes=lanes), _IR.format(lanes=lanes, pairs=2 * lanes, bits=32 * lanes)
+
+
 def _register(lanes: int) -> None:
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
     pairs = 2 * lanes
-    ir = _IR.format(lanes=lanes, pairs=pairs, bits=32 * lanes)
-    helper = _HELPER.format(lanes=lanes)
+    helper, ir = helper_ir(lanes)
 
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((2,), "uint16", offset_factor=1), B: T.Buffer((lanes, 2), "uint16", offset_factor=1),
