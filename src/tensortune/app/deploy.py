@@ -79,17 +79,19 @@ def compile(model: Any, database: str | None = None, layout: str | None = None, 
 
 
 def bench(model: Any, database: str | None = None, threads: int | None = None,
-          with_onnxruntime: bool = True, precision: str | None = None) -> BenchReport:
+          with_onnxruntime: bool = True, precision: str | None = None,
+          extra: Mapping[str, Any] | None = None) -> BenchReport:
     """``model`` compiled tuned (``database``) and untuned, checked against PyTorch / ONNX Runtime /
     OpenVINO (with the f32 hint, and as shipped where it picks another precision) and timed beside
-    them; in ``precision`` (None: the model's own)."""
+    them; in ``precision`` (None: the model's own); ``extra``: more rows by name (a
+    :class:`CompiledModel` of another precision, say)."""
     from ..models.comparison import bench_model
 
     m = load(model, precision=precision)
     check_precision(m.precision, target_of(None))
     n = use_threads(threads)
     with readonly_db(database) as db:
-        return bench_model(m, db, n, with_ort=with_onnxruntime)
+        return bench_model(m, db, n, with_ort=with_onnxruntime, extra=dict(extra or {}))
 
 
 def profile(model: Any, database: str | None = None, threads: int | None = None, runs: int = PROFILE_RUNS,

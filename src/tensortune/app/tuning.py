@@ -207,9 +207,10 @@ class TunedModel:
             check_output(p, force, db=self.database)
         return self.compile().export(path)
 
-    def bench(self, threads: int | None = None, with_onnxruntime: bool = True) -> BenchReport:
-        """Tuned and untuned, checked and timed beside PyTorch, ONNX Runtime and OpenVINO."""
-        return deploy.bench(self.model, self.database, threads, with_onnxruntime)
+    def bench(self, threads: int | None = None, with_onnxruntime: bool = True,
+              extra: Mapping[str, Any] | None = None) -> BenchReport:
+        """Tuned and untuned, checked and timed beside PyTorch, ONNX Runtime and OpenVINO (and ``extra``)."""
+        return deploy.bench(self.model, self.database, threads, with_onnxruntime, extra=extra)
 
     def profile(self, threads: int | None = None, runs: int = PROFILE_RUNS, peak: bool = True) -> ModelProfile:
         """Every fused function of the tuned model timed."""

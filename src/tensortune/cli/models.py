@@ -12,8 +12,8 @@ from ..app.checks import target_of
 from ..app.tuning import DEFAULT_MODEL_BUDGET, DEFAULT_SCHEDULER, DEFAULT_TUNER
 from ..budget import Budget
 from ..errors import UsageError
-from .args import (check_db, check_output, load_model, model_args, positive_float, positive_int, seed, speedup,
-                   target_arg, threads as threads_arg, tuner_option_arg)
+from .args import (check_db, check_output, load_model, model_args, positive_float, positive_int, precision_arg, seed,
+                   speedup, target_arg, threads as threads_arg, tuner_option_arg)
 
 #: The main job on defaults: tune this built-in model for a few minutes, then compare.
 DEMO_MODEL, DEMO_DB = "resnet18", "tensortune_demo.db"
@@ -113,6 +113,7 @@ def add_parsers(sub: Any) -> None:
     d.add_argument("--tuner", default=DEFAULT_TUNER, help=f"one of {', '.join(TUNERS)} (default {DEFAULT_TUNER})")
     d.add_argument("--db", default=DEMO_DB, help=f"SQLite database file (default {DEMO_DB}; a second run resumes)")
     d.add_argument("--seed", type=seed, default=0, help="seed of the tuner's randomness (default 0)")
+    precision_arg(d)
     tuner_option_arg(d)
 
 
@@ -289,17 +290,23 @@ def cmd_profile(a: argparse.Namespace) -> int:
 
 def cmd_demo(a: argparse.Namespace) -> int:
     """The main job on defaults: tune a built-in model for a few minutes, compile, compare."""
+    from ..precision import CPU_FLAG, host_flags
+
     threads = app.use_threads(None)
-    print(f"tensortune demo: tune {a.model} with {a.tuner} for {a.time_budget:.0f} s (database {a.db}, resumes), "
-          f"then compare with PyTorch and ONNX Runtime")
+    print(f"tensortune demo: tune {a.model} in {a.precision} with {a.tuner} for {a.time_budget:.0f} s (database "
+          f"{a.db}, resumes), then compare with PyTorch, ONNX Runtime and OpenVINO")
     check_db(a.db, must_exist=False)
-    model = app.load(a.model)
+    model = app.load(a.model, precision=a.precision)
     tuned = app.tune_model(model, tuner=a.tuner, budget=Budget(wall_s=a.time_budget), database=a.db,
                            options=a.tuner_options, seed=a.seed, progress=True, threads=threads, say=_say)
     _print_outcomes(tuned)
     if tuned.check and "summary" in tuned.check:
         print(tuned.check["summary"])
-    report = tuned.bench(threads)
+    # the other precision's build beside it, where this CPU runs bf16 (its own records, else defaults)
+    other = "bf16" if model.precision == "f32" else "f32"
+    extra = {f"tensortune {other}": app.compile(model, a.db, precision=other)} \
+        if other == "f32" or CPU_FLAG in host_flags() else {}
+    report = tuned.bench(threads, extra=extra)
     print()
     print(report.table())
     return 1 if any(not r.ok for r in report.rows) else 0
