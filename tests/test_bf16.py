@@ -84,6 +84,10 @@ def test_codegen_for_a_bf16_cpu_holds_the_instruction(op: str, shape: list[int])
 @needs_bf16
 @pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [7, 7, 32, 16, 3, 2, 1, 16, 16]),
                                       ("conv2d_nchwc_bf16", [5, 5, 16, 8, 1, 1, 0, 8, 8]),
+                                      # 1x5 kernel, stride (1, 2), padding (0, 2, 1, 1), two groups of
+                                      # two 8-channel blocks
+                                      ("conv2d_nchwc_general_bf16",
+                                       [10, 12, 32, 32, 1, 5, 1, 2, 0, 2, 1, 1, 1, 1, 2, 8, 8]),
                                       ("dense_pack_bf16", [6, 48, 64, 16]),
                                       ("dense_pack_bf16", [1, 24, 40, 8])])
 def test_bf16_kernels_match_their_f32_references(op: str, shape: list[int]) -> None:

@@ -488,8 +488,8 @@ def legalize_conv2d(bb: Any, call: Any, precision: str = DEFAULT_PRECISION) -> A
                               out_dtype, primfunc_name_hint="depthwise_conv2d_nchwc")
         return bb.call_te(depthwise_nchwc_te, call.args[0], call.args[1], strides[0], padding[0], out_dtype,
                           primfunc_name_hint="depthwise_conv2d_nchwc")
-    if groups == 1 and plain and precision == "bf16" and out_dtype == "float32":
-        bf16 = _bf16_conv(bb, call, strides[0], padding[0])
+    if precision == "bf16" and out_dtype == "float32" and not kl.startswith("OIHW1i"):
+        bf16 = _bf16_conv(bb, call, strides, padding, dilation, groups, plain)
         if bf16 is not None:
             return bf16
     if groups == 1 and plain:
@@ -499,13 +499,14 @@ def legalize_conv2d(bb: Any, call: Any, precision: str = DEFAULT_PRECISION) -> A
                       out_dtype, primfunc_name_hint="conv2d_nchwc")
 
 
-def _bf16_conv(bb: Any, call: Any, stride: int, padding: int) -> Any | None:
-    """The bf16 call of a plain blocked conv2d (None when its weight is not a constant or its
-    blocks do not fit the instruction: it stays float32)."""
+def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...],
+               groups: int, plain: bool) -> Any | None:
+    """The bf16 call of a blocked conv2d (None when its weight is not a constant or its blocks do
+    not fit the instruction: it stays float32)."""
     from tvm import relax
     from tvm.ir.expr import Constant
 
-    from ..task.ops_bf16 import conv2d_nchwc_bf16_te, pack_conv_weight
+    from ..task.ops_bf16 import conv2d_nchwc_bf16_te, conv2d_nchwc_general_bf16_te, pack_conv_weight
 
     data, weight = call.args
     if not isinstance(weight, Constant) or str(data.ty.dtype) != "float32":
@@ -513,5 +514,10 @@ def _bf16_conv(bb: Any, call: Any, stride: int, padding: int) -> Any | None:
     w = weight.value.numpy()
     if w.ndim != 6 or w.shape[4] % 2 or w.shape[5] not in (8, 16):
         return None
-    return bb.call_te(conv2d_nchwc_bf16_te, data, relax.const(pack_conv_weight(w)), stride, padding,
+    packed = relax.const(pack_conv_weight(w))
+    if plain and groups == 1:
+        return bb.call_te(conv2d_nchwc_bf16_te, data, packed, strides[0], padding[0],
+                          primfunc_name_hint="conv2d_nchwc_bf16")
+    pads = padding * 4 if len(padding) == 1 else padding * 2 if len(padding) == 2 else padding
+    return bb.call_te(conv2d_nchwc_general_bf16_te, data, packed, strides, pads, dilation, groups,
                       primfunc_name_hint="conv2d_nchwc_bf16")

@@ -530,6 +530,11 @@ OPS: dict[str, OpDef] = {
         lambda a: (_conv_check(a, ["IC", "OC", "IB", "OB"]), _blocks_divide(a, [("IC", "IB"), ("OC", "OB")]),
                    ops_bf16.check_pairs(a, "IB", "OB")),
     ),
+    "conv2d_nchwc_general_bf16": OpDef(
+        "conv2d_nchwc_general_bf16", GENERAL_CONV_ARGS, "conv2d_nchwc_general_bf16", "conv2d_nchwc_general_bf16",
+        ops_bf16.conv2d_nchwc_general_bf16_compute, _general_conv_flops, ops_bf16.conv2d_nchwc_general_bf16_reference,
+        lambda a: (_general_conv_check(a), ops_bf16.check_pairs(a, "IB", "OB")),
+    ),
     "dense_pack_bf16": OpDef(
         "dense_pack_bf16", ("M", "N", "K", "NB"), "dense_pack_bf16", "dense_pack_bf16", ops_bf16.dense_pack_bf16_compute,
         lambda a: 2.0 * a["M"] * a["N"] * a["K"],

@@ -7,7 +7,8 @@ at compile time with pairs of input channels (or of reduction steps) side by sid
 
 - ``conv2d_nchwc_bf16``: data ``[1, IC/IB, H, W, IB]`` float32 (as the f32 form), weight
   ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` bf16 (:func:`pack_conv_weight`), output
-  ``[1, OC/OB, OH, OW, OB]`` float32;
+  ``[1, OC/OB, OH, OW, OB]`` float32; ``conv2d_nchwc_general_bf16`` the same of any geometry
+  and groups of channel blocks (weight ``[OC/OB, IC/G/IB, KH, KW, IB/2, OB, 2]``);
 - ``dense_pack_bf16``: data ``[..., K]`` float32, weight ``[N/NB, K/2, NB, 2]`` bf16
   (:func:`pack_dense_weight`), output ``[..., N]`` float32.
 
@@ -78,6 +79,48 @@ def conv2d_nchwc_bf16_te(data: "te.Tensor", kernel: "te.Tensor", S: int, P: int)
     )
 
 
+def conv2d_nchwc_general_bf16_te(data: "te.Tensor", kernel: "te.Tensor", strides: Sequence[int],
+                                 padding: Sequence[int], dilation: Sequence[int], groups: int) -> "te.Tensor":
+    """Blocked conv2d of any geometry in bf16 (the f32 ``conv2d_nchwc_general``'s, with ``padding``
+    (top, left, bottom, right) and groups of channel blocks): data ``[1, IC/IB, H, W, IB]`` float32,
+    kernel ``[OC/OB, IC/G/IB, KH, KW, IB/2, OB, 2]`` bf16 bits; float32 out."""
+    from tvm import te, tirx
+
+    _, ICo, H, W, IB = (int(d) for d in data.shape)
+    OCo, ICgo, KH, KW, _, OB, _ = (int(d) for d in kernel.shape)
+    (SH, SW), (DH, DW), (PT, PL, PB, PR) = strides, dilation, padding
+    OH = (H + PT + PB - (KH - 1) * DH - 1) // SH + 1
+    OW = (W + PL + PR - (KW - 1) * DW - 1) // SW + 1
+
+    def convert(n: Any, c: Any, y: Any, x: Any, i: Any) -> Any:
+        if not any(padding):
+            return bf16_bits_expr(data[n, c, y, x, i])
+        inside = tirx.all(y >= PT, y < H + PT, x >= PL, x < W + PL)
+        return tirx.if_then_else(inside, bf16_bits_expr(data[n, c, y - PT, x - PL, i]), tirx.const(0, BF16_STORAGE))
+
+    padded = te.compute((1, ICo, H + PT + PB, W + PL + PR, IB), convert, name=CONVERT_STAGE)
+    rco = te.reduce_axis((0, ICgo), name="rco")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+    rcp = te.reduce_axis((0, IB // 2), name="rcp")
+    rce = te.reduce_axis((0, 2), name="rce")
+    OCgo = OCo // groups
+
+    def chan(fo: Any) -> Any:
+        if groups == 1:
+            return rco
+        return (fo if OCgo == 1 else tirx.floordiv(fo, OCgo)) * ICgo + rco
+
+    return te.compute(
+        (1, OCo, OH, OW, OB),
+        lambda n, fo, y, x, fi: te.sum(
+            bf16_value_expr(padded[n, chan(fo), y * SH + ry * DH, x * SW + rx * DW, rcp * 2 + rce])
+            * bf16_value_expr(kernel[fo, rco, ry, rx, rcp, fi, rce]),
+            axis=[rco, ry, rx, rcp, rce]),
+        name="conv_nchwc_bf16",
+    )
+
+
 def dense_pack_bf16_te(data: "te.Tensor", packed: "te.Tensor") -> "te.Tensor":
     """``data[..., K] x W`` in bf16, ``W[K, N]`` packed as ``[N/NB, K/2, NB, 2]`` bf16 bits; float32 out."""
     from tvm import te
@@ -133,6 +176,24 @@ def conv2d_nchwc_bf16_compute(args: dict[str, int]) -> list:
     return [data, kernel, conv2d_nchwc_bf16_te(data, kernel, args["S"], args["P"])]
 
 
+def conv2d_nchwc_general_bf16_compute(args: dict[str, int]) -> list:
+    from tvm import te
+
+    a = args
+    data = te.placeholder((1, a["IC"] // a["IB"], a["H"], a["W"], a["IB"]), name="data")
+    kernel = te.placeholder((a["OC"] // a["OB"], a["IC"] // a["G"] // a["IB"], a["KH"], a["KW"], a["IB"] // 2, a["OB"], 2),
+                            BF16_STORAGE, name="kernel")
+    out = conv2d_nchwc_general_bf16_te(data, kernel, (a["SH"], a["SW"]), (a["PT"], a["PL"], a["PB"], a["PR"]),
+                                       (a["DH"], a["DW"]), a["G"])
+    return [data, kernel, out]
+
+
+def conv2d_nchwc_general_bf16_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    from .ops import get_op
+
+    return get_op("conv2d_nchwc_general").reference(args, [inputs[0], unpack_conv_weight(inputs[1])])
+
+
 def dense_pack_bf16_compute(args: dict[str, int]) -> list:
     from tvm import te
 
@@ -165,7 +226,7 @@ def check_pairs(args: dict[str, int], reduction: str, lanes: str) -> None:
 
 
 #: The ops whose bf16 form :func:`bf16_form` knows.
-BF16_FORMS = ("conv2d", "conv2d_nchwc", "dense", "matmul", "dense_pack")
+BF16_FORMS = ("conv2d", "conv2d_nchwc", "conv2d_nchwc_general", "dense", "matmul", "dense_pack")
 
 
 def bf16_form(op: str, args: dict[str, int]) -> tuple[str, dict[str, int]]:
@@ -176,8 +237,8 @@ def bf16_form(op: str, args: dict[str, int]) -> tuple[str, dict[str, int]]:
 
     if op.endswith("_bf16"):
         return op, dict(args)
-    if op == "conv2d_nchwc":
-        return "conv2d_nchwc_bf16", dict(args)
+    if op in ("conv2d_nchwc", "conv2d_nchwc_general"):
+        return op + "_bf16", dict(args)
     if op == "dense_pack":
         return "dense_pack_bf16", dict(args)
     if op in ("dense", "matmul"):

@@ -3,7 +3,8 @@ their float32 forms, for products of bfloat16 operands.
 
 - ``conv2d_nchwc_bf16``: ``out[n,fo,y,x,fi] += bf(data_bf16[n, rco, y*S+ry, x*S+rx, rcp*2+rce])
   * bf(w[fo, rco, ry, rx, rcp, fi, rce])``, where ``data_bf16`` rounds (and zero-pads) a float32
-  ``[1, IC/IB, H, W, IB]`` input;
+  ``[1, IC/IB, H, W, IB]`` input; ``conv2d_nchwc_general_bf16`` of any geometry
+  (``data_bf16[n, g(fo) + rco, y*SH + ry*DH, x*SW + rx*DW, ...]``, groups of channel blocks);
 - ``dense_pack_bf16``: ``out[..., i, j] += bf(data_bf16[..., i, kp*2+ke]) * bf(W[j // NB, kp, j % NB, ke])``.
 """
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from .ops_bf16 import CONVERT_STAGE
-from .pattern import (FuncPattern, _Block, _epilogue_op, _generic, _linear, _load_buffer, _plain_var, _prod, _shape,
-                      _strip_cast)
+from .pattern import (FuncPattern, _Block, _channel_groups, _epilogue_op, _generic, _is_load, _linear, _load_buffer,
+                      _plain_var, _prod, _shape, _strip_cast)
 
 
 def classify_bf16(b: _Block, x: Any, y: Any, before: list[_Block], after: list[_Block]) -> FuncPattern:
@@ -63,6 +64,8 @@ def _pair_index(e: Any, pair: Any, elem: Any) -> bool:
 
 def _conv(b: _Block, stage: _Block, data: Any, weight: Any, common: dict[str, Any],
           extra: dict[str, Any]) -> FuncPattern:
+    """``conv2d_nchwc_bf16`` (square kernel, one stride and padding, no dilation or groups), else
+    ``conv2d_nchwc_general_bf16``."""
     out_idx = [_plain_var(e) for e in b.store.indices]
     if len(out_idx) != 5 or any(v is None for v in out_idx) or out_idx != b.spatial:
         return _generic("bf16 conv output is not NCHWc indexed by its loops")
@@ -72,25 +75,57 @@ def _conv(b: _Block, stage: _Block, data: Any, weight: Any, common: dict[str, An
         return _generic("batch > 1 convolution")
     if [_plain_var(e) for e in weight.indices] != [fo, rco, ry, rx, rcp, fi, rce] or not _pair_index(data.indices[4], rcp, rce):
         return _generic("bf16 conv operands are not indexed as the template expects")
-    lin = [_linear(e) for e in data.indices[:4]]
-    if any(v is None for v in lin) or lin[0] != ({n: 1}, 0) or lin[1] != ({rco: 1}, 0):
-        return _generic("bf16 conv data index is not [n, rco, ...]")
-    (c_y, off_y), (c_x, off_x) = lin[2], lin[3]  # type: ignore[misc]
-    if c_y.keys() != {oy, ry} or c_x.keys() != {ox, rx} or off_y or off_x or c_y[ry] != 1 or c_x[rx] != 1 \
-            or c_y[oy] != c_x[ox]:
-        return _generic("bf16 conv data spatial index is not y*S + ry")
+    group = _channel_groups(data.indices[1], fo, rco)
+    lin = [_linear(e) for e in (data.indices[0], data.indices[2], data.indices[3])]
+    if group is None or any(v is None for v in lin) or lin[0] != ({n: 1}, 0):
+        return _generic("bf16 conv data index is not [n, group(fo) + rco, y*S + ry*D, x*S + rx*D, ...]")
+    (c_y, off_y), (c_x, off_x) = lin[1], lin[2]  # type: ignore[misc]
+    if c_y.keys() != {oy, ry} or c_x.keys() != {ox, rx} or off_y or off_x:
+        return _generic("bf16 conv data spatial index is not y*S + ry*D")
     wshape, dshape = _shape(_load_buffer(weight)), _shape(_load_buffer(data))
-    source = [s for r in stage.reads if (s := _shape(r)) is not None and len(s) == 5]
-    if wshape is None or dshape is None or not source:
-        return _generic("symbolic shapes")
-    H, W = source[0][2], source[0][3]
-    P = (dshape[2] - H) // 2
-    K, S = b.extent(ry), c_y[oy]
-    if dshape[2] - H != 2 * P or dshape[3] - W != 2 * P or b.extent(rx) != K:
-        return _generic("bf16 conv padding or kernel is not symmetric")
+    source = _source_load(stage.store.value)
+    sshape = _shape(_load_buffer(source)) if source is not None else None
+    if wshape is None or dshape is None or sshape is None:
+        return _generic("bf16 conv input not read by its rounding stage")
+    offsets = [_linear(e) for e in source.indices[2:4]]
+    if any(v is None for v in offsets):
+        return _generic("bf16 conv padding offsets are not constants")
+    H, W, PT, PL = sshape[2], sshape[3], -offsets[0][1], -offsets[1][1]  # type: ignore[index]
+    PB, PR = dshape[2] - H - PT, dshape[3] - W - PL
+    SH, SW, DH, DW, KH, KW = c_y[oy], c_x[ox], c_y[ry], c_x[rx], b.extent(ry), b.extent(rx)
+    if min(PT, PL, PB, PR) < 0:
+        return _generic("bf16 conv padding crops the input")
     IB, OB = dshape[4], wshape[5]
-    args = {"H": H, "W": W, "IC": wshape[1] * IB, "OC": b.extent(fo) * OB, "K": K, "S": S, "P": P, "IB": IB, "OB": OB}
-    return FuncPattern("conv2d_nchwc_bf16", args, **extra, **common)
+    G = 1
+    if group != (0, 0):
+        OCgo, ICgo = group
+        G = b.extent(fo) // OCgo
+        if ICgo != wshape[1] or dshape[1] != G * ICgo:
+            return _generic("grouped bf16 conv whose channel index does not match its shapes")
+    if SH == SW and DH == DW == 1 and KH == KW and PT == PL == PB == PR and G == 1:
+        args = {"H": H, "W": W, "IC": wshape[1] * IB, "OC": b.extent(fo) * OB, "K": KH, "S": SH, "P": PT,
+                "IB": IB, "OB": OB}
+        return FuncPattern("conv2d_nchwc_bf16", args, **extra, **common)
+    args = {"H": H, "W": W, "IC": dshape[1] * IB, "OC": b.extent(fo) * OB, "KH": KH, "KW": KW, "SH": SH, "SW": SW,
+            "PT": PT, "PL": PL, "PB": PB, "PR": PR, "DH": DH, "DW": DW, "G": G, "IB": IB, "OB": OB}
+    return FuncPattern("conv2d_nchwc_general_bf16", args, **extra, **common)
+
+
+def _source_load(e: Any) -> Any | None:
+    """The float32 NCHWc load (5 indices) a rounding stage's value reads."""
+    if _is_load(e):
+        return e if len(e.indices) == 5 and str(e.ty) == "float32" else None
+    for name in ("a", "b", "value", "true_value", "false_value"):
+        sub = getattr(e, name, None)
+        if sub is not None and not isinstance(sub, (int, float, str)):
+            found = _source_load(sub)
+            if found is not None:
+                return found
+    for sub in getattr(e, "args", None) or ():
+        found = _source_load(sub)
+        if found is not None:
+            return found
+    return None
 
 
 def _dense(b: _Block, data: Any, weight: Any, common: dict[str, Any], extra: dict[str, Any]) -> FuncPattern:

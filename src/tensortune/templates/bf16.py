@@ -181,6 +181,18 @@ class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
         return sch
 
 
+class Conv2dNCHWcGeneralBf16Template(Conv2dNCHWcBf16Template):
+    """The same for a blocked conv2d of any geometry (``conv2d_nchwc_general_bf16``: 1xk and kx1
+    kernels, asymmetric padding, strides, dilation, groups of channel blocks)."""
+
+    name = "conv2d_nchwc_general_bf16"
+
+    @staticmethod
+    def in_blocks(task: Task) -> int:
+        """Input channel blocks of one group."""
+        return task.args["IC"] // task.args["G"] // task.args["IB"]
+
+
 class DensePackBf16Template(Template):
     """C[..., M, N] = A[..., M, K] x W in bf16, W packed ``[N/NB, K/2, NB, 2]``, on ``vdpbf16ps``."""
 

@@ -66,6 +66,7 @@ TEMPLATES: Registry[Any] = Registry("template", {
     "conv2d_nchwc": "tensortune.templates.conv2d_nchwc:Conv2dNCHWcTemplate",
     "conv2d_nchwc_general": "tensortune.templates.conv2d_nchwc:Conv2dNCHWcGeneralTemplate",
     "conv2d_nchwc_bf16": "tensortune.templates.bf16:Conv2dNCHWcBf16Template",
+    "conv2d_nchwc_general_bf16": "tensortune.templates.bf16:Conv2dNCHWcGeneralBf16Template",
     "dense_pack_bf16": "tensortune.templates.bf16:DensePackBf16Template",
     "depthwise_conv2d": "tensortune.templates.depthwise:DepthwiseTemplate",
     "depthwise_conv2d_nchwc": "tensortune.templates.depthwise_nchwc:DepthwiseNCHWcTemplate",
