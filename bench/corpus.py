@@ -74,12 +74,13 @@ def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f3
     rows, ms, fastest = _medians(report, SYSTEMS)
     untuned = rows.get("tensortune untuned")
     prof = profile_compiled(cm, threads=peak.get("threads", 0), peak_gflops=peak.get("peak_gflops"),
-                            bandwidth_gbs=peak.get("bandwidth_gbs"))
+                            bandwidth_gbs=peak.get("bandwidth_gbs"), bf16_peak_gflops=peak.get("bf16_peak_gflops"))
     return {
         "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9,
         "import_s": t1 - t0, "compile_s": t2 - t1, "ms": ms,
         "below_half_peak": [{"task": f.task, "mflops": f.flops / 1e6, "gflops": f.gflops, "calls": f.calls,
-                             "ms": f.ms} for f in prof.below(0.5) if f.kernel_class.startswith(COMPUTE_KERNELS)],
+                             "ms": f.ms, "peak": prof.peak_of(f)}
+                            for f in prof.below(0.5) if f.kernel_class.startswith(COMPUTE_KERNELS)],
         "untuned_copy_ms": rows["tensortune tuned"].latency.median_ms if rows["tensortune tuned"].latency else None,
         "checks": {n: r.check for n, r in rows.items()}, "outputs_match": bool(untuned and untuned.ok),
         "max_rel_err": _max_rel_err(rows.get("tensortune untuned")),
@@ -247,12 +248,15 @@ def report_md(data: dict[str, Any]) -> str:
              f"{data['machine'].get('cpus')} threads, {data['rounds']} interleaved rounds)", "",
              *_table(data, columns), "", _geomean_line(data, "ratio", "untuned")]
     peak = data.get("peak", {}).get("peak_gflops")
+    bf16_peak = data.get("peak", {}).get("bf16_peak_gflops")
     lines += ["", f"## Conv and matmul functions of more than 50 MFLOPs under half the measured peak "
-                  f"({peak:.0f} GFLOP/s)" if peak else "## Under half the peak", ""]
+                  f"({peak:.0f} GFLOP/s" + (f"; bf16 kernels: {bf16_peak:.0f}" if bf16_peak else "") + ")"
+              if peak else "## Under half the peak", ""]
     for e in data["models"].values():
         for f in e.get("below_half_peak", []):
-            lines.append(f"- {e['model']}: {f['task']}: {f['gflops']:.0f} GFLOP/s ({f['gflops'] / peak:.0%}), "
-                         f"{f['calls']} calls, {f['ms']:.2f} ms" if peak else f"- {e['model']}: {f['task']}")
+            roof = f.get("peak") or peak
+            lines.append(f"- {e['model']}: {f['task']}: {f['gflops']:.0f} GFLOP/s ({f['gflops'] / roof:.0%} of "
+                         f"{roof:.0f}), {f['calls']} calls, {f['ms']:.2f} ms" if roof else f"- {e['model']}: {f['task']}")
     lines += ["", "## Layouts and fallbacks", ""]
     for e in data["models"].values():
         if "error" in e:

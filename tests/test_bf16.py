@@ -153,3 +153,19 @@ def test_a_model_built_in_bf16_matches_its_f32_reference() -> None:
     a = prec.agreement(got, net(x).detach().numpy())
     assert a.ok and a.top5 == 1.0 and a.max_rel_err > 0
     assert app.compile(model.with_precision("f32")).precision == "f32"
+
+
+def test_the_bf16_peak_kernel_keeps_its_sums_in_registers() -> None:
+    """The peak loop is the instruction and nothing else: no store between two ``vdpbf16ps``
+    (a stored accumulator would measure the store port, not the dot products). Codegen only."""
+    import re
+
+    import tvm
+
+    from tensortune.measure.peak import _dpbf16_kernel
+    from tensortune.target import make_target
+
+    asm = tvm.compile(tvm.IRModule({"main": _dpbf16_kernel(1, 8, 1000)}), target=make_target(ZNVER4)).mod.inspect_source("asm")
+    first, last = asm.find("vdpbf16ps"), asm.rfind("vdpbf16ps")
+    loop = asm[first:last]
+    assert loop.count("vdpbf16ps") >= 7 and not re.search(r"vmov\w*\s+%zmm\d+, -?\d*\(", loop)

@@ -1,5 +1,8 @@
 """The machine's ceiling: measured peak float32 FLOP/s and memory bandwidth, and the roofline.
 
+On a CPU with avx512_bf16 the bf16 peak too: the same register-resident loop on ``vdpbf16ps``
+(:func:`measure_bf16_peak`), the ceiling of the bf16 kernels.
+
 - Peak FLOP/s: a register-resident kernel built with TVM. Each core (one parallel iteration)
   keeps ``acc`` independent vectors of ``lanes`` floats in registers and updates each
   ``acc = acc * a + b`` (one fused multiply-add, 2 FLOPs per lane) ``iters`` times; enough
@@ -48,6 +51,57 @@ def _fma_kernel(cores: int, acc: int, lanes: int, iters: int) -> Any:
                 out[p, j, v] = reg[j, v]
 
     return fma
+
+
+def _dpbf16_kernel(cores: int, acc: int, iters: int) -> Any:
+    """The bf16 counterpart of :func:`_fma_kernel`: ``acc`` chains of ``vdpbf16ps`` per core (16
+    float32 sums of 2 bfloat16 products each: 64 FLOPs an instruction). The accumulators are a
+    ``global``-scope buffer: LLVM keeps it in registers (a ``local`` one is stored back after every
+    instruction, around the imported helper)."""
+    from tvm.script import tirx as T
+
+    from ..templates.bf16 import helper_ir
+
+    helper, ir = helper_ir(16)
+
+    @T.prim_func
+    def dp(a: T.Buffer((cores, acc, 16), "float32"), w: T.Buffer((32,), "uint16"),
+           out: T.Buffer((cores, acc, 16), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        for p in T.parallel(cores):
+            reg = T.alloc_buffer((acc, 16), "float32", scope="global")
+            for j in T.unroll(acc):
+                reg[j, T.ramp(0, 1, 16)] = a[p, j, T.ramp(0, 1, 16)]
+            for _k in T.serial(iters):
+                for j in T.unroll(acc):
+                    with T.attr(0, "pragma_import_llvm", ir):
+                        reg[j, T.ramp(0, 1, 16)] = T.call_pure_extern(
+                            "float32x16", helper, reg[j, T.ramp(0, 1, 16)],
+                            T.reinterpret(w[T.ramp(0, 1, 32)], dtype="int16x32"),
+                            T.reinterpret(w[T.ramp(0, 1, 32)], dtype="int16x32"))
+            for j in T.unroll(acc):
+                out[p, j, T.ramp(0, 1, 16)] = reg[j, T.ramp(0, 1, 16)]
+
+    return dp
+
+
+#: Chains of the bf16 peak kernel tried (enough to hide the instruction's latency).
+DPBF16_CHAINS = (8, 12, 16)
+
+
+def measure_bf16_peak(threads: int) -> float:
+    """Peak bf16 GFLOP/s (``vdpbf16ps`` on registers) with ``threads`` threads: the best median of
+    :data:`DPBF16_CHAINS`. Needs a CPU with avx512_bf16."""
+    from ..target import host_target_json, make_target
+
+    target = make_target(host_target_json())
+    best = 0.0
+    for acc in DPBF16_CHAINS:
+        secs = _time(_dpbf16_kernel(threads, acc, FMA_ITERS), target,
+                     [np.random.rand(threads, acc, 16).astype("float32"), np.zeros(32, "uint16"),
+                      np.zeros((threads, acc, 16), "float32")])
+        best = max(best, 64.0 * threads * acc * FMA_ITERS / statistics.median(secs) / 1e9)
+    return best
 
 
 def _copy_kernel(n: int, cores: int, lanes: int = 16) -> Any:
@@ -121,7 +175,10 @@ def measure_peak(threads: int) -> dict[str, Any]:
     secs = _time(_copy_kernel(n, threads), target, [np.random.rand(n).astype("float32"), np.zeros(n, "float32")],
                  min_repeat_ms=0)
     moved = 2.0 * n * 4
-    return {"threads": threads, "peak_gflops": max(f["gflops_median"] for f in fma), "fma_kernels": fma,
+    from ..precision import CPU_FLAG, host_flags
+
+    bf16 = {"bf16_peak_gflops": measure_bf16_peak(threads)} if CPU_FLAG in host_flags() else {}
+    return {"threads": threads, "peak_gflops": max(f["gflops_median"] for f in fma), "fma_kernels": fma, **bf16,
             "bandwidth_gbs": moved / statistics.median(secs) / 1e9, "bandwidth_gbs_max": moved / min(secs) / 1e9,
             "copy_mib": COPY_MB, "method": "TVM-built FMA kernel (registers only) and parallel vectorised copy; medians"}
 

@@ -101,6 +101,13 @@ class ModelProfile:
     layout: str = ""
     runs: int = DEFAULT_RUNS
     bandwidth_gbs: float | None = None  # the machine's measured copy bandwidth
+    bf16_peak_gflops: float | None = None  # the measured vdpbf16ps peak (CPUs with avx512_bf16)
+
+    def peak_of(self, f: FuncProfile) -> float | None:
+        """The compute roof of ``f``: the bf16 peak for a bf16 kernel (when measured), else the f32 one."""
+        if "bf16" in f.kernel_class and self.bf16_peak_gflops:
+            return self.bf16_peak_gflops
+        return self.peak_gflops
 
     @property
     def sum_ms(self) -> float:
@@ -111,19 +118,22 @@ class ModelProfile:
         """Kernels of more than ``min_mflops`` per call that run under ``share`` of the peak."""
         if not self.peak_gflops:
             return []
-        return [f for f in self.funcs if f.flops > min_mflops * 1e6 and f.gflops < share * self.peak_gflops]
+        return [f for f in self.funcs if f.flops > min_mflops * 1e6 and f.gflops < share * (self.peak_of(f) or 0.0)]
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (``tensortune profile --json``)."""
         return {"model": self.model, "threads": self.threads, "cpu_model": self.cpu_model, "runs": self.runs,
                 "total_ms": self.total_ms, "sum_ms": self.sum_ms, "peak_gflops": self.peak_gflops, "layout": self.layout,
-                "bandwidth_gbs": self.bandwidth_gbs, "funcs": [f.to_json(self.peak_gflops, self.bandwidth_gbs) for f in self.funcs]}
+                "bf16_peak_gflops": self.bf16_peak_gflops, "bandwidth_gbs": self.bandwidth_gbs,
+                "funcs": [f.to_json(self.peak_of(f), self.bandwidth_gbs) for f in self.funcs]}
 
     def table(self, top: int | None = None) -> str:
         """The report as text, heaviest function first."""
         peak, bw = self.peak_gflops, self.bandwidth_gbs
         head = (f"{self.model}: medians of {self.runs} inferences, {self.threads} threads, {self.cpu_model or 'CPU ?'}"
-                + (f", measured peak {peak:.1f} GFLOP/s" if peak else "") + (f", copy {bw:.1f} GB/s" if bw else ""))
+                + (f", measured peak {peak:.1f} GFLOP/s" if peak else "")
+                + (f" (bf16 {self.bf16_peak_gflops:.1f})" if self.bf16_peak_gflops else "")
+                + (f", copy {bw:.1f} GB/s" if bw else ""))
         lines = [head, self.layout] if self.layout else [head]
         lines.append(f"{'ms/inf':>8} {'share':>6} {'calls':>5} {'ms/call':>8} {'stored':>8} {'GFLOP/s':>8} {'GB/s':>6} "
                      f"{'%roof':>9}  {'source':8} function")
@@ -132,8 +142,8 @@ class ModelProfile:
             stored = f"{f.stored_ms:8.3f}" if f.stored_ms else f"{'-':>8}"
             gf = f"{f.gflops:8.1f}" if f.flops else f"{'-':>8}"
             gb = f"{f.gbs:6.1f}" if f.bytes else f"{'-':>6}"
-            roof = f.roof_share(peak, bw)
-            pk = f"{roof:4.0%} {f.bound(peak, bw)[:3]}" if roof is not None else f"{'-':>9}"
+            roof = f.roof_share(self.peak_of(f), bw)
+            pk = f"{roof:4.0%} {f.bound(self.peak_of(f), bw)[:3]}" if roof is not None else f"{'-':>9}"
             share = f.ms / self.sum_ms if self.sum_ms else 0.0
             lines.append(f"{f.ms:8.3f} {share:6.1%} {f.calls:5d} {f.ms_per_call:8.3f} {stored} {gf} {gb} {pk:>9}  "
                          f"{f.source:8} {f.name}" + (f"  [{f.task}]" if f.task else ""))
@@ -181,8 +191,8 @@ def function_times(compiled: Any, run: Callable[[], None], runs: int) -> list[di
 
 
 def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int = DEFAULT_RUNS, threads: int = 0,
-                     peak_gflops: float | None = None, layout: str = "", bandwidth_gbs: float | None = None
-                     ) -> ModelProfile:
+                     peak_gflops: float | None = None, layout: str = "", bandwidth_gbs: float | None = None,
+                     bf16_peak_gflops: float | None = None) -> ModelProfile:
     """Profile a :class:`~tensortune.models.compile.CompiledModel` on ``inputs`` (default: the
     model's example inputs). TVM_NUM_THREADS must already be set to ``threads``."""
     from ..target import cpu_model
@@ -221,5 +231,5 @@ def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int =
     if not layout and compiled.layout is not None:
         layout = compiled.layout.summary()
     return ModelProfile(model.name, threads, _median_ms(plain), funcs, peak_gflops, cpu_model(), layout, runs,
-                        bandwidth_gbs)
+                        bandwidth_gbs, bf16_peak_gflops)
 
