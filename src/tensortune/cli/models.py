@@ -265,11 +265,13 @@ def cmd_bench(a: argparse.Namespace) -> int:
         print(json.dumps(report.to_json()))
     else:
         print(report.table())
-        fastest = report.fastest_library()
-        if fastest is not None:
-            untuned = report.row("tensortune untuned")
-            ratio = f"{untuned.latency.median_ms / fastest[1]:.2f}" if untuned and untuned.latency else "-"
-            print(f"fastest CPU runtime: {fastest[0]} {fastest[1]:.2f} ms (untuned tensortune / it: {ratio} x)")
+        anchor = report.anchor()  # the faster library in f32; OpenVINO as shipped for a bf16 build
+        if anchor is not None:
+            ratios = ", ".join(f"{name.removeprefix('tensortune ')} / it: {row.latency.median_ms / anchor[1]:.2f} x"
+                               for name in ("tensortune tuned", "tensortune untuned")
+                               if (row := report.row(name)) is not None and row.latency is not None)
+            what = "compared with" if report.precision == "bf16" else "fastest CPU runtime:"
+            print(f"{what} {anchor[0]} {anchor[1]:.2f} ms ({ratios or 'tensortune not timed'})")
     return 1 if any(not r.ok for r in report.rows) else 0
 
 

@@ -512,8 +512,8 @@ def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int,
     if not isinstance(weight, Constant) or str(data.ty.dtype) != "float32":
         return None
     w = weight.value.numpy()
-    if w.ndim != 6 or w.shape[4] % 2 or w.shape[5] not in (8, 16):
-        return None
+    if w.ndim != 6 or w.shape[5] not in (8, 16) or (w.shape[4] % 2 and w.shape[1] != 1):
+        return None  # an odd input block is padded to pairs only where it is the whole input (the stem)
     packed = relax.const(pack_conv_weight(w))
     if plain and groups == 1:
         return bb.call_te(conv2d_nchwc_bf16_te, data, packed, strides[0], padding[0],

@@ -48,26 +48,39 @@ def bf16_value_expr(b: Any) -> Any:
     return tirx.reinterpret("float32", tirx.shift_left(b.astype("uint32"), tirx.const(16, "uint32")))
 
 
+def _rounding(data: "te.Tensor", padding: Sequence[int]) -> Any:
+    """The rounding stage's body: ``data`` ``[1, C, H, W, IB]`` as bfloat16 bits, zero-padded by
+    ``padding`` (top, left, bottom, right) and, past ``IB``, along its block (an odd block, the
+    RGB stem's 3 channels, is read as an even one: the pairs the instruction takes)."""
+    from tvm import tirx
+
+    _, _, H, W, IB = (int(d) for d in data.shape)
+    PT, PL = padding[0], padding[1]
+
+    def convert(n: Any, c: Any, y: Any, x: Any, i: Any) -> Any:
+        conds = ([y >= PT, y < H + PT, x >= PL, x < W + PL] if any(padding) else []) + [i < IB]
+        value = bf16_bits_expr(data[n, c, y - PT, x - PL, tirx.min(i, IB - 1)])
+        return tirx.if_then_else(tirx.all(*conds), value, tirx.const(0, BF16_STORAGE))
+
+    def plain(n: Any, c: Any, y: Any, x: Any, i: Any) -> Any:
+        return bf16_bits_expr(data[n, c, y, x, i])
+
+    return convert if any(padding) or IB % 2 else plain
+
+
 def conv2d_nchwc_bf16_te(data: "te.Tensor", kernel: "te.Tensor", S: int, P: int) -> "te.Tensor":
     """Blocked conv2d in bf16: data ``[1, IC/IB, H, W, IB]`` float32, kernel
     ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` bf16 bits; float32 out."""
     from tvm import te, tirx
 
-    _, ICo, H, W, IB = (int(d) for d in data.shape)
-    OCo, _, K, _, _, OB, _ = (int(d) for d in kernel.shape)
+    _, ICo, H, W, _ = (int(d) for d in data.shape)
+    OCo, _, K, _, IB2, OB, _ = (int(d) for d in kernel.shape)
     OH, OW = (H + 2 * P - K) // S + 1, (W + 2 * P - K) // S + 1
-
-    def convert(n: Any, c: Any, y: Any, x: Any, i: Any) -> Any:
-        if not P:
-            return bf16_bits_expr(data[n, c, y, x, i])
-        inside = tirx.all(y >= P, y < H + P, x >= P, x < W + P)
-        return tirx.if_then_else(inside, bf16_bits_expr(data[n, c, y - P, x - P, i]), tirx.const(0, BF16_STORAGE))
-
-    padded = te.compute((1, ICo, H + 2 * P, W + 2 * P, IB), convert, name=CONVERT_STAGE)
+    padded = te.compute((1, ICo, H + 2 * P, W + 2 * P, 2 * IB2), _rounding(data, (P, P, P, P)), name=CONVERT_STAGE)
     rco = te.reduce_axis((0, ICo), name="rco")
     ry = te.reduce_axis((0, K), name="ry")
     rx = te.reduce_axis((0, K), name="rx")
-    rcp = te.reduce_axis((0, IB // 2), name="rcp")
+    rcp = te.reduce_axis((0, IB2), name="rcp")
     rce = te.reduce_axis((0, 2), name="rce")
     return te.compute(
         (1, OCo, OH, OW, OB),
@@ -86,23 +99,16 @@ def conv2d_nchwc_general_bf16_te(data: "te.Tensor", kernel: "te.Tensor", strides
     kernel ``[OC/OB, IC/G/IB, KH, KW, IB/2, OB, 2]`` bf16 bits; float32 out."""
     from tvm import te, tirx
 
-    _, ICo, H, W, IB = (int(d) for d in data.shape)
-    OCo, ICgo, KH, KW, _, OB, _ = (int(d) for d in kernel.shape)
+    _, ICo, H, W, _ = (int(d) for d in data.shape)
+    OCo, ICgo, KH, KW, IB2, OB, _ = (int(d) for d in kernel.shape)
     (SH, SW), (DH, DW), (PT, PL, PB, PR) = strides, dilation, padding
     OH = (H + PT + PB - (KH - 1) * DH - 1) // SH + 1
     OW = (W + PL + PR - (KW - 1) * DW - 1) // SW + 1
-
-    def convert(n: Any, c: Any, y: Any, x: Any, i: Any) -> Any:
-        if not any(padding):
-            return bf16_bits_expr(data[n, c, y, x, i])
-        inside = tirx.all(y >= PT, y < H + PT, x >= PL, x < W + PL)
-        return tirx.if_then_else(inside, bf16_bits_expr(data[n, c, y - PT, x - PL, i]), tirx.const(0, BF16_STORAGE))
-
-    padded = te.compute((1, ICo, H + PT + PB, W + PL + PR, IB), convert, name=CONVERT_STAGE)
+    padded = te.compute((1, ICo, H + PT + PB, W + PL + PR, 2 * IB2), _rounding(data, padding), name=CONVERT_STAGE)
     rco = te.reduce_axis((0, ICgo), name="rco")
     ry = te.reduce_axis((0, KH), name="ry")
     rx = te.reduce_axis((0, KW), name="rx")
-    rcp = te.reduce_axis((0, IB // 2), name="rcp")
+    rcp = te.reduce_axis((0, IB2), name="rcp")
     rce = te.reduce_axis((0, 2), name="rce")
     OCgo = OCo // groups
 
@@ -141,7 +147,10 @@ def dense_pack_bf16_te(data: "te.Tensor", packed: "te.Tensor") -> "te.Tensor":
 # ---------------------------------------------------------------- weights, packed once
 def pack_conv_weight(w: np.ndarray) -> np.ndarray:
     """A blocked float32 weight ``[OC/OB, IC/IB, K, K, IB, OB]`` as bf16 bits
-    ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` (input-channel pairs side by side)."""
+    ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` (input-channel pairs side by side; an odd ``IB`` gets a
+    zero channel)."""
+    if w.shape[4] % 2:
+        w = np.pad(w, [(0, 0)] * 4 + [(0, 1), (0, 0)])
     o, i, kh, kw, ib, ob = w.shape
     pairs = np.asarray(w, dtype=np.float32).reshape(o, i, kh, kw, ib // 2, 2, ob).transpose(0, 1, 2, 3, 4, 6, 5)
     return to_bf16_bits(np.ascontiguousarray(pairs))
