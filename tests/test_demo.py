@@ -35,7 +35,7 @@ def test_demo_exits_0_and_announces_the_run(demo) -> None:
     p, db = demo
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     first = p.stdout.splitlines()[0]
-    assert first.startswith(f"tensortune demo: tune {MODEL} with autotvm for 1 s (database {db}, resumes)"), first
+    assert first.startswith(f"tensortune demo: tune {MODEL} in f32 with autotvm for 1 s (database {db}, resumes)"), first
 
 
 def tuning_rows(out: str) -> list[tuple[str, int, int, str]]:
@@ -77,7 +77,7 @@ def test_demo_tunes_into_the_database(demo) -> None:
 def test_demo_compares_every_system_and_outputs_match(demo) -> None:
     p, _ = demo
     lines = p.stdout.splitlines()
-    head = next(i for i, ln in enumerate(lines) if ln.startswith(f"{MODEL}: outputs checked against pytorch"))
+    head = next(i for i, ln in enumerate(lines) if ln.startswith(f"{MODEL} (tensortune in f32): outputs checked against pytorch"))
     table = {ln[:28].strip(): ln for ln in lines[head + 2:] if ln.strip()}
     assert set(SYSTEMS) <= set(table), lines[head:]
     for name in SYSTEMS:
