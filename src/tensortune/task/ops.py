@@ -285,7 +285,7 @@ def conv2d_nchwc_general_te(data: "te.Tensor", kernel: "te.Tensor", strides: Seq
     """Blocked conv2d of any geometry: data ``[1, IC/IB, H, W, IB]``, kernel
     ``[OC/OB, IC/G/IB, KH, KW, IB, OB]``; ``padding`` is (top, left, bottom, right); output block
     ``fo`` of group ``fo // (OC/G/OB)`` reads that group's ``IC/G/IB`` input blocks."""
-    from tvm import te, tirx
+    from tvm import te
 
     OCo, ICgo, _, _, _, OB = (int(d) for d in kernel.shape)
     SH, SW = strides
@@ -293,17 +293,11 @@ def conv2d_nchwc_general_te(data: "te.Tensor", kernel: "te.Tensor", strides: Seq
     pad, OH, OW, ry, rx = _padded_window(data, kernel, strides, padding, dilation)
     rco = te.reduce_axis((0, ICgo), name="rco")
     rci = te.reduce_axis((0, int(data.shape[4])), name="rci")
-    OCgo = OCo // groups
-
-    def chan(fo: Any) -> Any:  # the forms task.pattern reads back (_channel_groups)
-        if groups == 1:
-            return rco
-        return (fo if OCgo == 1 else tirx.floordiv(fo, OCgo)) * ICgo + rco
-
     return te.compute(
         (1, OCo, OH, OW, OB),
         lambda n, fo, y, x, fi: te.sum(
-            pad[n, chan(fo), y * SH + ry * DH, x * SW + rx * DW, rci].astype(out_dtype)
+            pad[n, ops_bf16.group_block(fo, rco, groups, OCo // groups, ICgo), y * SH + ry * DH, x * SW + rx * DW,
+                rci].astype(out_dtype)
             * kernel[fo, rco, ry, rx, rci, fi].astype(out_dtype), axis=[rco, ry, rx, rci]),
         name="conv_nchwc",
     )

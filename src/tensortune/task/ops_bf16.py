@@ -71,7 +71,7 @@ def _rounding(data: "te.Tensor", padding: Sequence[int]) -> Any:
 def conv2d_nchwc_bf16_te(data: "te.Tensor", kernel: "te.Tensor", S: int, P: int) -> "te.Tensor":
     """Blocked conv2d in bf16: data ``[1, IC/IB, H, W, IB]`` float32, kernel
     ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` bf16 bits; float32 out."""
-    from tvm import te, tirx
+    from tvm import te
 
     _, ICo, H, W, _ = (int(d) for d in data.shape)
     OCo, _, K, _, IB2, OB, _ = (int(d) for d in kernel.shape)
@@ -92,12 +92,23 @@ def conv2d_nchwc_bf16_te(data: "te.Tensor", kernel: "te.Tensor", S: int, P: int)
     )
 
 
+def group_block(fo: Any, rco: Any, groups: int, OCgo: int, ICgo: int) -> Any:
+    """The input channel block output block ``fo`` reads at reduction step ``rco``: its group's
+    (``fo // OCgo``) first block plus ``rco``; ``rco`` with one group (the forms
+    :mod:`.pattern` reads back)."""
+    from tvm import tirx
+
+    if groups == 1:
+        return rco
+    return (fo if OCgo == 1 else tirx.floordiv(fo, OCgo)) * ICgo + rco
+
+
 def conv2d_nchwc_general_bf16_te(data: "te.Tensor", kernel: "te.Tensor", strides: Sequence[int],
                                  padding: Sequence[int], dilation: Sequence[int], groups: int) -> "te.Tensor":
     """Blocked conv2d of any geometry in bf16 (the f32 ``conv2d_nchwc_general``'s, with ``padding``
     (top, left, bottom, right) and groups of channel blocks): data ``[1, IC/IB, H, W, IB]`` float32,
     kernel ``[OC/OB, IC/G/IB, KH, KW, IB/2, OB, 2]`` bf16 bits; float32 out."""
-    from tvm import te, tirx
+    from tvm import te
 
     _, ICo, H, W, _ = (int(d) for d in data.shape)
     OCo, ICgo, KH, KW, IB2, OB, _ = (int(d) for d in kernel.shape)
@@ -110,17 +121,11 @@ def conv2d_nchwc_general_bf16_te(data: "te.Tensor", kernel: "te.Tensor", strides
     rx = te.reduce_axis((0, KW), name="rx")
     rcp = te.reduce_axis((0, IB2), name="rcp")
     rce = te.reduce_axis((0, 2), name="rce")
-    OCgo = OCo // groups
-
-    def chan(fo: Any) -> Any:
-        if groups == 1:
-            return rco
-        return (fo if OCgo == 1 else tirx.floordiv(fo, OCgo)) * ICgo + rco
-
     return te.compute(
         (1, OCo, OH, OW, OB),
         lambda n, fo, y, x, fi: te.sum(
-            bf16_value_expr(padded[n, chan(fo), y * SH + ry * DH, x * SW + rx * DW, rcp * 2 + rce])
+            bf16_value_expr(padded[n, group_block(fo, rco, groups, OCo // groups, ICgo), y * SH + ry * DH,
+                                   x * SW + rx * DW, rcp * 2 + rce])
             * bf16_value_expr(kernel[fo, rco, ry, rx, rcp, fi, rce]),
             axis=[rco, ry, rx, rcp, rce]),
         name="conv_nchwc_bf16",

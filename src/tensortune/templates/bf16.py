@@ -20,11 +20,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, TemplateError, annotate_unroll, inline_prologue, largest_divisor_le, output_stage,
-                   schedule_of, target_lanes, unroll_knobs, vectorize_own_loop)
+from .base import (Template, TemplateError, annotate_unroll, inline_prologue, largest_divisor_le, schedule_of,
+                   target_lanes, unroll_knobs)
 from .conv2d import UNROLL_STEPS
 from .conv2d_nchwc import Conv2dNCHWcTemplate, default_register_tile, max_accumulators, vector_registers
-from .dense_pack import default_register_tile as dense_register_tile
+from .dense_pack import default_register_tile as dense_register_tile, tile_packed_product
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
@@ -228,21 +228,7 @@ class DensePackBf16Template(Template):
         inline_prologue(sch, pat)
         block = sch.get_sblock(pat.anchor)
         loops = sch.get_loops(block)
-        lead, (i, j, kp, ke) = loops[:-4], loops[-4:]
-        jo, jn = sch.split(j, [None, NB])
-        yo, ym, yi = sch.split(i, [None, *config["tile_y"][1:]])
-        xo, xm, xb = sch.split(jo, list(config["tile_x"]))
-        ko, ki = sch.split(kp, list(config["tile_k"]))
-        sch.reorder(*lead, xo, yo, ym, xm, ko, ki, yi, xb, jn, ke)
-        out = output_stage(sch, block, pat)
-        sch.reverse_compute_at(out, xm)
-        par = sch.fuse(*lead, xo, yo)
-        sch.parallel(par)
-        sch.unroll(yi)
-        sch.unroll(xb)
-        vectorize_own_loop(sch, out, xm)
-        annotate_unroll(sch, par, config)
-        sch.decompose_reduction(block, ko)
+        jn = tile_packed_product(sch, block, pat, config, NB, loops[:-4], *loops[-4:])
         schedule_convert(sch, pat.pad, target_lanes(task.target_json))
         sch.tensorize(jn, intrinsic(NB))
         return sch

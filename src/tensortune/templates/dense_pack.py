@@ -88,25 +88,32 @@ class DensePackTemplate(Template):
                 **unroll_knobs(64)}
 
     def schedule(self, task: Task, config: Config) -> Any:
-        pat = task.pattern
-        NB = task.args["NB"]
         sch, block = anchored_schedule(task)
         loops = sch.get_loops(block)
-        lead, (i, j, k) = loops[:-3], loops[-3:]
-        jo, jn = sch.split(j, [None, NB])
-        yo, ym, yi = sch.split(i, [None, *config["tile_y"][1:]])  # a guarded tail when the rows do not divide
-        xo, xm, xb = sch.split(jo, list(config["tile_x"]))
-        ko, ki = sch.split(k, list(config["tile_k"]))
-        sch.reorder(*lead, xo, yo, ym, xm, ko, ki, yi, xb, jn)
-        out = output_stage(sch, block, pat)
-        sch.reverse_compute_at(out, xm)
-        par = sch.fuse(*lead, xo, yo)
-        sch.parallel(par)
-        sch.unroll(yi)
-        sch.unroll(xb)
-        sch.vectorize(jn)
-        vectorize_own_loop(sch, out, xm)
-        annotate_unroll(sch, par, config)
-        sch.decompose_reduction(block, ko)
+        tile_packed_product(sch, block, task.pattern, config, task.args["NB"], loops[:-3], *loops[-3:])
         return sch
 
+
+def tile_packed_product(sch: Any, block: Any, pat: Any, config: Config, NB: int, lead: list[Any], i: Any, j: Any,
+                        k: Any, *inner: Any) -> Any:
+    """The packed product's register tile (the module doc): rows ``i`` and columns ``j`` tiled,
+    reduction ``k`` split, the epilogue written per tile, the outer tiles parallel; the block's
+    lane loop (``NB``, returned) vectorised, or, with ``inner`` loops (a bf16 product's pair,
+    kept innermost), left to be tensorized."""
+    jo, jn = sch.split(j, [None, NB])
+    yo, ym, yi = sch.split(i, [None, *config["tile_y"][1:]])
+    xo, xm, xb = sch.split(jo, list(config["tile_x"]))
+    ko, ki = sch.split(k, list(config["tile_k"]))
+    sch.reorder(*lead, xo, yo, ym, xm, ko, ki, yi, xb, jn, *inner)
+    out = output_stage(sch, block, pat)
+    sch.reverse_compute_at(out, xm)
+    par = sch.fuse(*lead, xo, yo)
+    sch.parallel(par)
+    sch.unroll(yi)
+    sch.unroll(xb)
+    if not inner:
+        sch.vectorize(jn)
+    vectorize_own_loop(sch, out, xm)
+    annotate_unroll(sch, par, config)
+    sch.decompose_reduction(block, ko)
+    return jn
