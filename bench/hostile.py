@@ -222,6 +222,16 @@ def cases() -> list[Case]:
                                                            "--db", "{d}/n.db", "--no-progress"]))
     for t in ("999", "0", "-1"):
         add(Case("numbers", f"bench --threads {t}", ["bench", "resnet18", "--threads", t]))
+    # precision: a name it does not know, a target without AVX512-BF16, an op without a bf16 form
+    add(Case("precision", "tune-op --precision fp8", ["tune-op", *SMALL, "--precision", "fp8", "--db", "{d}/n.db"]))
+    add(Case("precision", "tune-op --precision bf16 for a znver3 target",
+             ["tune-op", *SMALL, "--precision", "bf16", "--target", '{"kind": "llvm", "mcpu": "znver3"}',
+              "--db", "{d}/n.db"], extra_check=lambda d: "left a file" if (d / "n.db").exists() else ""))
+    add(Case("precision", "compile --precision bf16 for a generic x86-64 target",
+             ["compile", "resnet18", "--precision", "bf16", "--target", "generic", "-o", "{d}/r.so"]))
+    add(Case("precision", "tune-op depthwise_conv2d --precision bf16 (no bf16 form)",
+             ["tune-op", "depthwise_conv2d", "--shape", "8,8,16,3,1,1", "--trials", "2", "--precision", "bf16",
+              "--db", "{d}/n.db"]))
     for shape in ("x=-1", "x=1000000000,3,8,8", "x=0", "x=1,3,224,224", "x=a", "nonsense"):
         add(Case("numbers", f"tasks resnet18 --input-shape {shape}", ["tasks", "resnet18", "--input-shape", shape]))
     for shape in ("input=-1,3,8,8", "input=0,3,8,8", "input=1000000000,3,8,8", "nosuch=1,3,8,8"):

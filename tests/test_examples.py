@@ -29,6 +29,7 @@ def test_every_example_is_tested() -> None:
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
+@pytest.mark.slow  # tuned, checked in the model, exported, built and run from C++ (about 30 s)
 def test_tune_a_pytorch_module_export_and_deploy(tmp_path: Path) -> None:
     out = run(tmp_path, "tune_pytorch.py", "--trials", "2")
     assert "tasks tuned" in out and "output matches PyTorch" in out

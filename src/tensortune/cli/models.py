@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .. import app
-from ..app.checks import target_of
+from ..app.checks import check_precision, target_of
 from ..app.tuning import DEFAULT_MODEL_BUDGET, DEFAULT_SCHEDULER, DEFAULT_TUNER
 from ..budget import Budget
 from ..errors import UsageError
@@ -146,7 +146,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
     threads = app.use_threads(a.threads)
     check_db(a.db, must_exist=False)
     check_tuning(a.tuner, a.scheduler, budget, a.db, a.tuner_options)  # before importing a model
-    target_of(a.target)
+    check_precision(a.precision, target_of(a.target))  # before importing a model
     if a.ray_address is not None:
         from ..app.tuning import check_cluster
         from ..cluster.nodes import connect
@@ -213,6 +213,7 @@ def cmd_tasks(a: argparse.Namespace) -> int:
     from ..models.compile import model_tasks
 
     tj = target_of(a.target)
+    check_precision(a.precision, tj)
     model = load_model(a)
     tasks = model_tasks(model, tj)
     if a.json:
@@ -228,6 +229,7 @@ def cmd_tasks(a: argparse.Namespace) -> int:
 def cmd_compile(a: argparse.Namespace) -> int:
     """``tensortune compile``."""
     tj = target_of(a.target)  # all of it before the (slow) model import
+    check_precision(a.precision, tj)
     from ..measure.cuda import FATBIN_SUFFIX
     from ..target import is_cuda
 
