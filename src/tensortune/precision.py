@@ -16,7 +16,6 @@ Accuracy (:func:`agreement`): a bf16 output matches its float32 reference when
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
