@@ -70,26 +70,9 @@ def _rounding(data: "te.Tensor", padding: Sequence[int]) -> Any:
 
 def conv2d_nchwc_bf16_te(data: "te.Tensor", kernel: "te.Tensor", S: int, P: int) -> "te.Tensor":
     """Blocked conv2d in bf16: data ``[1, IC/IB, H, W, IB]`` float32, kernel
-    ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` bf16 bits; float32 out."""
-    from tvm import te
-
-    _, ICo, H, W, _ = (int(d) for d in data.shape)
-    OCo, _, K, _, IB2, OB, _ = (int(d) for d in kernel.shape)
-    OH, OW = (H + 2 * P - K) // S + 1, (W + 2 * P - K) // S + 1
-    padded = te.compute((1, ICo, H + 2 * P, W + 2 * P, 2 * IB2), _rounding(data, (P, P, P, P)), name=CONVERT_STAGE)
-    rco = te.reduce_axis((0, ICo), name="rco")
-    ry = te.reduce_axis((0, K), name="ry")
-    rx = te.reduce_axis((0, K), name="rx")
-    rcp = te.reduce_axis((0, IB2), name="rcp")
-    rce = te.reduce_axis((0, 2), name="rce")
-    return te.compute(
-        (1, OCo, OH, OW, OB),
-        lambda n, fo, y, x, fi: te.sum(
-            bf16_value_expr(padded[n, rco, y * S + ry, x * S + rx, rcp * 2 + rce])
-            * bf16_value_expr(kernel[fo, rco, ry, rx, rcp, fi, rce]),
-            axis=[rco, ry, rx, rcp, rce]),
-        name="conv_nchwc_bf16",
-    )
+    ``[OC/OB, IC/IB, K, K, IB/2, OB, 2]`` bf16 bits; float32 out (the general form's computation
+    for one stride and padding: the same function, so the same tasks)."""
+    return conv2d_nchwc_general_bf16_te(data, kernel, (S, S), (P, P, P, P), (1, 1), 1)
 
 
 def group_block(fo: Any, rco: Any, groups: int, OCgo: int, ICgo: int) -> Any:

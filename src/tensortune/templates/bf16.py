@@ -20,10 +20,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
-from .base import (Template, TemplateError, annotate_unroll, inline_prologue, largest_divisor_le, schedule_of,
-                   target_lanes, unroll_knobs)
-from .conv2d import UNROLL_STEPS
-from .conv2d_nchwc import Conv2dNCHWcTemplate, default_register_tile, max_accumulators, vector_registers
+from .base import Template, TemplateError, anchored_schedule, largest_divisor_le, target_lanes, unroll_knobs
+from .conv2d_nchwc import (Conv2dNCHWcGeneralTemplate, Conv2dNCHWcTemplate, max_accumulators, tile_blocked_conv,
+                           vector_registers)
 from .dense_pack import default_register_tile as dense_register_tile, tile_packed_product
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -122,61 +121,17 @@ def schedule_convert(sch: Any, name: str, lanes: int) -> None:
 
 
 class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
-    """conv2d ``NCHW{IB}c`` x bf16 ``OIHW{IB/2}i{OB}o2i`` -> ``NCHW{OB}c`` float32 on ``vdpbf16ps``."""
+    """conv2d ``NCHW{IB}c`` x bf16 ``OIHW{IB/2}i{OB}o2i`` -> ``NCHW{OB}c`` float32 on ``vdpbf16ps``:
+    the f32 template's space (column tiles that divide the width) and register tile, the lane
+    loop and the pair tensorized."""
 
     name = "conv2d_nchwc_bf16"
-
-    def space(self, task: Task) -> ConfigSpace:
-        a = task.args
-        OCo, ICo, OH, OW = a["OC"] // a["OB"], self.in_blocks(task), task.out_shape[2], task.out_shape[3]
-        acc = max_accumulators(task.target_json)
-        s = ConfigSpace()
-        s.define_split("tile_f", OCo, 2, max_innermost=4)
-        s.define_split("tile_y", OH, 2, max_innermost=4)
-        s.define_split("tile_x", OW, 2, max_innermost=acc)  # exact factors: a guarded tile cannot be tensorized
-        s.define_split("tile_rc", ICo, 2)
-        s.define_choice("unroll_kw", [0, 1])
-        s.define_unroll(UNROLL_STEPS)
-        s.add_constraint("registers", lambda c: c["tile_x"][1] * c["tile_f"][1] <= acc)
-        return s
-
-    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
-        a = task.args
-        OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], self.in_blocks(task)
-        xi, fm = default_register_tile(OW, OCo, 1, max_accumulators(task.target_json))
-        xi = max(d for d in range(1, xi + 1) if OW % d == 0)
-        return {
-            "tile_f": (OCo // fm, fm),
-            "tile_y": next(e for e in space.knob("tile_y").entities if e[1] == 1),
-            "tile_x": (-(-OW // xi), xi),
-            "tile_rc": (ICo, 1),
-            "unroll_kw": int(fm == 1),
-            **unroll_knobs(16),
-        }
+    exact_columns = True
 
     def schedule(self, task: Task, config: Config) -> Any:
-        from .conv2d_nchwc import write_tile_and_parallelise
-
-        pat = task.pattern
-        sch = schedule_of(task)
-        inline_prologue(sch, pat)
-        block = sch.get_sblock(pat.anchor)
-        n, f, y, x, fi, rc, ry, rx, rcp, rce = sch.get_loops(block)
-        fo, fm = sch.split(f, list(config["tile_f"]))
-        yo, yi = sch.split(y, list(config["tile_y"]))
-        xo, xi = sch.split(x, [None, config["tile_x"][1]])
-        rco, rcm = sch.split(rc, list(config["tile_rc"]))
-        if config["unroll_kw"]:
-            sch.reorder(n, fo, yo, yi, xo, rco, ry, rcm, rcp, rx, xi, fm, fi, rce)
-            sch.unroll(rx)
-        else:
-            sch.reorder(n, fo, yo, yi, xo, rco, ry, rx, rcm, rcp, xi, fm, fi, rce)
-        par = write_tile_and_parallelise(sch, block, pat, xo, [n, fo, yo])
-        sch.unroll(xi)
-        sch.unroll(fm)
-        annotate_unroll(sch, par, config)
-        sch.decompose_reduction(block, rco)
-        schedule_convert(sch, pat.pad, task.args["IB"])
+        sch, block = anchored_schedule(task)
+        fi = tile_blocked_conv(sch, block, task.pattern, config, sch.get_loops(block))
+        schedule_convert(sch, task.pattern.pad, task.args["IB"])
         sch.tensorize(fi, intrinsic(task.args["OB"]))
         return sch
 
@@ -186,11 +141,7 @@ class Conv2dNCHWcGeneralBf16Template(Conv2dNCHWcBf16Template):
     kernels, asymmetric padding, strides, dilation, groups of channel blocks)."""
 
     name = "conv2d_nchwc_general_bf16"
-
-    @staticmethod
-    def in_blocks(task: Task) -> int:
-        """Input channel blocks of one group."""
-        return task.args["IC"] // task.args["G"] // task.args["IB"]
+    in_blocks = staticmethod(Conv2dNCHWcGeneralTemplate.in_blocks)
 
 
 class DensePackBf16Template(Template):
@@ -224,9 +175,7 @@ class DensePackBf16Template(Template):
     def schedule(self, task: Task, config: Config) -> Any:
         pat = task.pattern
         NB = task.args["NB"]
-        sch = schedule_of(task)
-        inline_prologue(sch, pat)
-        block = sch.get_sblock(pat.anchor)
+        sch, block = anchored_schedule(task)
         loops = sch.get_loops(block)
         jn = tile_packed_product(sch, block, pat, config, NB, loops[:-4], *loops[-4:])
         schedule_convert(sch, pat.pad, target_lanes(task.target_json))

@@ -72,6 +72,8 @@ class Conv2dNCHWcTemplate(Template):
 
     name = "conv2d_nchwc"
     parallel_splits = ("tile_f", "tile_y")
+    #: column tiles that divide the output width only (a tensorized tile cannot be guarded)
+    exact_columns = False
 
     @staticmethod
     def in_blocks(task: Task) -> int:
@@ -86,7 +88,7 @@ class Conv2dNCHWcTemplate(Template):
         s = ConfigSpace()
         s.define_split("tile_f", OCo, 2, max_innermost=4)
         s.define_split("tile_y", OH, 2, max_innermost=4)
-        s.define_split("tile_x", OW, 2, policy="any", max_innermost=acc)
+        s.define_split("tile_x", OW, 2, policy="factors" if self.exact_columns else "any", max_innermost=acc)
         s.define_split("tile_rc", ICo, 2)
         s.define_choice("unroll_kw", [0, 1])
         s.define_unroll(UNROLL_STEPS)
@@ -97,6 +99,8 @@ class Conv2dNCHWcTemplate(Template):
         a = task.args
         OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], self.in_blocks(task)
         xi, fm = default_register_tile(OW, OCo, block_vectors(task, a["OB"]), max_accumulators(task.target_json))
+        if self.exact_columns:
+            xi = max(d for d in range(1, xi + 1) if OW % d == 0)
         return {
             "tile_f": (OCo // fm, fm),
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
@@ -107,26 +111,35 @@ class Conv2dNCHWcTemplate(Template):
         }
 
     def schedule(self, task: Task, config: Config) -> Any:
-        pat = task.pattern
         sch, block = anchored_schedule(task)
-        n, f, y, x, fi, rc, ry, rx, rci = sch.get_loops(block)
-        fo, fm = sch.split(f, list(config["tile_f"]))
-        yo, yi = sch.split(y, list(config["tile_y"]))
-        xo, xi = sch.split(x, [None, config["tile_x"][1]])
-        rco, rcm = sch.split(rc, list(config["tile_rc"]))
-        if config["unroll_kw"]:
-            sch.reorder(n, fo, yo, yi, xo, rco, ry, rcm, rci, rx, xi, fm, fi)
-            sch.unroll(rx)
-        else:
-            sch.reorder(n, fo, yo, yi, xo, rco, ry, rx, rcm, rci, xi, fm, fi)
-        par = write_tile_and_parallelise(sch, block, pat, xo, [n, fo, yo])
-        sch.unroll(xi)
-        sch.unroll(fm)
-        sch.vectorize(fi)
-        annotate_unroll(sch, par, config)
-        sch.decompose_reduction(block, rco)
-        schedule_padding(sch, pat.pad)
+        tile_blocked_conv(sch, block, task.pattern, config, sch.get_loops(block))
+        schedule_padding(sch, task.pattern.pad)
         return sch
+
+
+def tile_blocked_conv(sch: Any, block: Any, pat: Any, config: Config, loops: list[Any]) -> Any:
+    """The blocked conv's register tile (the module doc) over the anchor's ``loops``
+    ``n, f, y, x, fi, rc, ry, rx, rci, *inner``: the ``inner`` reduction loops (a bf16 conv's
+    pair) kept innermost; the output block loop ``fi`` (returned) vectorised, or, with ``inner``
+    loops, left to be tensorized."""
+    n, f, y, x, fi, rc, ry, rx, rci, *inner = loops
+    fo, fm = sch.split(f, list(config["tile_f"]))
+    yo, yi = sch.split(y, list(config["tile_y"]))
+    xo, xi = sch.split(x, [None, config["tile_x"][1]])
+    rco, rcm = sch.split(rc, list(config["tile_rc"]))
+    if config["unroll_kw"]:
+        sch.reorder(n, fo, yo, yi, xo, rco, ry, rcm, rci, rx, xi, fm, fi, *inner)
+        sch.unroll(rx)
+    else:
+        sch.reorder(n, fo, yo, yi, xo, rco, ry, rx, rcm, rci, xi, fm, fi, *inner)
+    par = write_tile_and_parallelise(sch, block, pat, xo, [n, fo, yo])
+    sch.unroll(xi)
+    sch.unroll(fm)
+    if not inner:
+        sch.vectorize(fi)
+    annotate_unroll(sch, par, config)
+    sch.decompose_reduction(block, rco)
+    return fi
 
 
 
