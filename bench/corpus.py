@@ -83,7 +83,7 @@ def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f3
                             for f in prof.below(0.5) if f.kernel_class.startswith(COMPUTE_KERNELS)],
         "untuned_copy_ms": rows["tensortune tuned"].latency.median_ms if rows["tensortune tuned"].latency else None,
         "checks": {n: r.check for n, r in rows.items()}, "outputs_match": bool(untuned and untuned.ok),
-        "max_rel_err": _max_rel_err(rows.get("tensortune untuned")),
+        "max_rel_err": rows["tensortune untuned"].max_rel_err if "tensortune untuned" in rows else None,
         "fastest": fastest[0] if fastest else None,
         "ratio": _over(ms["tensortune untuned"], fastest),
         "layout": cm.layout.summary() if cm.layout is not None else "",
@@ -105,14 +105,6 @@ def tuning_seconds(budget: float, compile_s: float) -> float:
     """The ``--time-budget`` of a model whose whole ``tune`` command (the in-model check
     included) must end within ``budget`` seconds, its untuned compile taking ``compile_s``."""
     return max(0.25 * budget, TUNE_SHARE * budget - CHECK_COMPILES * compile_s)
-
-
-def _max_rel_err(row: Any) -> float | None:
-    """The max error over max |reference| a row's check message states (None when it has none)."""
-    import re
-
-    m = re.search(r"([0-9.]+e[-+][0-9]+) of max \|ref\|", row.check) if row is not None else None
-    return float(m.group(1)) if m else None
 
 
 def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Path, rounds: int,
@@ -151,7 +143,7 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
         "tuning_wall_s": run.get("wall_s"), "time_budget_s": tune_s, "tasks_measured": run.get("tasks_measured"),
         "counts": cm.counts(),
         "outputs_match": bool(rows.get("tensortune tuned") and rows["tensortune tuned"].ok),
-        "max_rel_err": _max_rel_err(rows.get("tensortune tuned")),
+        "max_rel_err": rows["tensortune tuned"].max_rel_err if "tensortune tuned" in rows else None,
         "fastest": fastest[0] if fastest else None,
         "ratio": _over(ms["tensortune tuned"], fastest), "untuned_ratio": _over(ms["tensortune untuned"], fastest),
         "notes": report.notes,

@@ -46,6 +46,7 @@ class BenchRow:
     check: str  # one-line output check message (or why the system is unavailable)
     ok: bool
     latency: Any = None  # measure.timing.Latency when timed
+    max_rel_err: float | None = None  # of its outputs: max |got - ref| / max |ref| (None: not compared)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -182,12 +183,12 @@ def bench_model(model: Model, database: Database | None = None, threads: int | N
                 got = runner.run(inputs)
                 low = getattr(runner, "precision", "f32") != "f32"  # a bf16 build, or OpenVINO's bf16 choice
                 check = compare_outputs(got, expected, BF16_RTOL if low else DEFAULT_RTOL)
-                ok, msg = check.ok, ("reference" if name == ref_name else check.message)
+                ok, msg, err = check.ok, ("reference" if name == ref_name else check.message), check.max_rel_err
                 if name == SHIPPED_ROW:
                     msg = f"computes in {runner.precision}; {msg}"
             except Exception as e:  # noqa: BLE001 - a crash is a failed row
-                ok, msg = False, f"error: {str(e).splitlines()[0][:160]}"
-            report.rows.append(BenchRow(name, msg, ok))
+                ok, msg, err = False, f"error: {str(e).splitlines()[0][:160]}", None
+            report.rows.append(BenchRow(name, msg, ok, max_rel_err=err))
             if ok:
                 systems[name] = runner.callable(inputs)
         if with_ort and "onnxruntime" not in runners:
