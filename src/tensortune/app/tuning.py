@@ -302,10 +302,11 @@ def tune_model(model: Any, example_inputs: Sequence[Any] | None = None, tuner: s
         check_seed(seed)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if precision is not None:
+    if precision is not None:  # before the model's import
         check_precision(precision, tj)
     m = load(model, example_inputs, precision=precision)
-    check_precision(m.precision, tj)
+    if precision is None:  # a loaded Model's own
+        check_precision(m.precision, tj)
     from ..models.compile import model_tasks
 
     tasks = model_tasks(m, tj)
