@@ -14,10 +14,17 @@ rounds, fresh processes each load both libraries and time ``--inferences`` infer
   calling thread left free: the two speeds of issue 75);
 - ``one-thread``: one thread, ``load_library``.
 
-Writes ``placement.json`` (every process's median and quartiles) and ``report.md``: per arm and
-model, the median of the processes' medians, the slowest process against the fastest, and
-whether every two-thread process of ours beat the one-thread median. The targets: every
-process within 5% of the best one, and two threads faster than one in every process.
+Every round also times the host itself, without TVM: two threads pinned to two CPUs of the
+process's mask pass a flag back and forth (``bench/probes/roundtrip.c``, built with the system C
+compiler), so a slow round can be told apart as the host's (the cross-core round trip of that
+process, timed just before it starts) or the pool's (the same round trip, one arm slower than
+the others).
+
+Writes ``placement.json`` (every process's median and quartiles, every round's round trip) and
+``report.md``: per arm and model, the median of the processes' medians, the slowest process
+against the fastest, and whether every two-thread process of ours beat the one-thread median;
+then the rounds with their round trips. The targets: every process within 5% of the best one,
+and two threads faster than one in every process.
 """
 from __future__ import annotations
 
@@ -179,6 +186,33 @@ def spawn(arm: str, threads: int, libs: dict[str, dict[str, Any]], inferences: i
     return out
 
 
+PROBE = Path(__file__).parent / "probes" / "roundtrip.c"
+#: Seconds of round trips timed before each process.
+PROBE_S = 1
+
+
+def build_probe(folder: Path) -> Path | None:
+    """The round-trip probe built with the system C compiler; None (said) where there is none."""
+    import shutil
+
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    exe = folder / "roundtrip"
+    if cc is None or subprocess.run([cc, "-O2", "-pthread", str(PROBE), "-o", str(exe)]).returncode != 0:
+        print("no C compiler built the round-trip probe: rounds are not timed on the host", file=sys.stderr)
+        return None
+    return exe
+
+
+def probe(exe: Path | None) -> float | None:
+    """The median cross-core round trip (ns) over ``PROBE_S`` one-second windows, on the first two
+    CPUs of this process's mask; None without a probe or with fewer than two CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if exe is None or len(cpus) < 2:
+        return None
+    out = subprocess.run([str(exe), str(cpus[0]), str(cpus[1]), str(PROBE_S)], capture_output=True, text=True, check=True)
+    return statistics.median(float(v) for v in out.stdout.split())
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per arm and model: the processes' medians, their median, slowest over fastest."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
@@ -210,6 +244,14 @@ def report(meta: dict[str, Any], table: dict[str, dict[str, dict[str, Any]]]) ->
             lines.append(f"| {arm} | {model} | {meta['libraries'][model]['functions']} | {row['median_ms']:.2f} | "
                          f"{row['worst_over_best']:.3f} | {'' if faster is None else ('yes' if faster else 'no')} | "
                          f"{', '.join(f'{m:.2f}' for m in row['medians_ms'])} |")
+    if any(r.get("round_trip_ns") is not None for r in meta["runs"]):
+        lines += ["", "Each process with the host's cross-core round trip timed just before it (no TVM):", "",
+                  "| round | arm | round trip (ns) | " + " | ".join(f"{m} (ms)" for m in MODELS) + " |",
+                  "|---:|---|---:|" + "---:|" * len(MODELS)]
+        for r in meta["runs"]:
+            t = r.get("round_trip_ns")
+            lines.append(f"| {r['round'] + 1} | {r['arm']} | {'' if t is None else f'{t:.0f}'} | "
+                         + " | ".join(f"{r['models'][m]['median_ms']:.2f}" for m in MODELS) + " |")
     ok = all(r["worst_over_best"] <= SPREAD_TARGET for r in table.get("tensortune", {}).values())
     lines += ["", f"Target (every tensortune process within {SPREAD_TARGET - 1:.0%} of the best, two threads faster "
                   f"than one in every process): {'met' if ok and all(r.get('faster_than_one_thread') for r in table.get('tensortune', {}).values()) else 'NOT met'}."]
@@ -242,18 +284,22 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         libs = export_models(Path(tmp))
+        exe = build_probe(Path(tmp))
         runs = []
         for i in range(args.processes):
             for arm in ARMS:
-                runs.append({"round": i, "arm": arm, "models": spawn(arm, args.threads, libs, args.inferences)})
-                print(f"round {i + 1}/{args.processes} {arm}: "
+                trip = probe(exe)
+                runs.append({"round": i, "arm": arm, "round_trip_ns": trip,
+                             "models": spawn(arm, args.threads, libs, args.inferences)})
+                print(f"round {i + 1}/{args.processes} {arm} (host round trip {trip} ns): "
                       + ", ".join(f"{m} {v['median_ms']:.2f} ms" for m, v in runs[-1]["models"].items()), flush=True)
     meta = {"machine": info, "processes": args.processes, "inferences": args.inferences, "threads": args.threads,
             "libraries": {n: {"functions": v["functions"]} for n, v in libs.items()}}
     table = summarize(runs)
     (out / "placement.json").write_text(json.dumps({"meta": meta, "runs": runs, "summary": table}, indent=1) + "\n")
-    write_text(out / "report.md", report(meta, table))
-    print(report(meta, table))
+    text = report({**meta, "runs": runs}, table)
+    write_text(out / "report.md", text)
+    print(text)
     return 0
 
 

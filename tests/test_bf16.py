@@ -68,7 +68,8 @@ def test_a_target_without_the_feature_is_refused() -> None:
 
 
 @pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [6, 6, 16, 16, 3, 1, 1, 16, 16]),
-                                      ("dense_pack_bf16", [8, 32, 16, 16])])
+                                      ("dense_pack_bf16", [8, 32, 16, 16]),
+                                      ("batch_matmul_bf16", [2, 8, 32, 16, 16])])
 def test_codegen_for_a_bf16_cpu_holds_the_instruction(op: str, shape: list[int]) -> None:
     """Built for znver4 (no execution: any x86 machine checks it)."""
     import tvm
@@ -89,7 +90,9 @@ def test_codegen_for_a_bf16_cpu_holds_the_instruction(op: str, shape: list[int])
                                       ("conv2d_nchwc_general_bf16",
                                        [10, 12, 32, 32, 1, 5, 1, 2, 0, 2, 1, 1, 1, 1, 2, 8, 8]),
                                       ("dense_pack_bf16", [6, 48, 64, 16]),
-                                      ("dense_pack_bf16", [1, 24, 40, 8])])
+                                      ("dense_pack_bf16", [1, 24, 40, 8]),
+                                      ("batch_matmul_bf16", [3, 12, 32, 20, 16]),
+                                      ("batch_matmul_bf16", [2, 5, 8, 64, 8])])
 def test_bf16_kernels_match_their_f32_references(op: str, shape: list[int]) -> None:
     """A few configs of each space (the default among them) against the float32 op on the same
     values; the tolerance is the bf16 one, and the error is the data's rounding, not more."""
@@ -154,6 +157,39 @@ def test_a_model_built_in_bf16_matches_its_f32_reference() -> None:
     a = prec.agreement(got, net(x).detach().numpy())
     assert a.ok and a.top5 == 1.0 and a.max_rel_err > 0
     assert app.compile(model.with_precision("f32")).precision == "f32"
+
+
+@needs_bf16
+def test_attention_products_of_run_time_operands_run_in_bf16() -> None:
+    """``Q K^T`` and ``P V`` (both operands computed at run time) as ``batch_matmul_bf16``: rows
+    (a ViT-like 13 tokens) and columns (13 keys) padded to the tiles and cut off after, within the
+    tolerance of the float32 build."""
+    import torch
+
+    from tensortune import app
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = torch.nn.Linear(32, 96)
+            self.out = torch.nn.Linear(32, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.qkv(x).reshape(1, 13, 3, 2, 16).permute(2, 0, 3, 1, 4)
+            p = torch.softmax(q @ k.transpose(-2, -1) * 0.25, dim=-1)
+            return self.out((p @ v).transpose(1, 2).reshape(1, 13, 32))
+
+    torch.manual_seed(0)
+    net = Attention().eval()
+    x = torch.randn(1, 13, 32)
+    model = app.load(net, (x,), precision="bf16")
+    cm = app.compile(model)
+    products = [c for c in cm.choices if c.kernel_class.startswith("batch_matmul_bf16")]
+    assert len(products) == 2, [c.kernel_class for c in cm.choices]
+    assert "2 products of run-time operands in bf16" in cm.layout.summary()
+    got = cm.run([x.numpy()])[0]
+    a = prec.agreement(got, net(x).detach().numpy())
+    assert a.ok and a.max_rel_err > 0
 
 
 def test_the_bf16_peak_kernel_keeps_its_sums_in_registers() -> None:

@@ -99,8 +99,11 @@ class LayoutPlan:
             return f"; matmul weights not packed ({self.dense_note})"
         if not self.denses:
             return ""
-        packed = [d for d in self.denses if d.block]
+        packed = [d for d in self.denses if d.block and not d.at_run_time]
         text = f"; {len(packed)}/{len(self.denses)} matmul weights packed at compile time"
+        run_time = sum(d.at_run_time for d in self.denses)
+        if run_time:
+            text += f", {run_time} products of run-time operands in bf16"
         reasons = sorted({d.reason for d in self.denses if d.reason})
         return text + (" (kept: " + "; ".join(reasons[:3]) + ")" if reasons else "")
 

@@ -7,7 +7,11 @@ the kernel reads a block of NB output columns contiguously along the reduction a
 inference repacks the weight. ``NB`` is the target's vector lanes (or half of them when that is
 what divides N). A matmul whose weight is computed at run time, whose N no block divides, or
 whose rows carry a batch keeps TVM's ``matmul`` (and the ``gemm`` template), with the reason
-in its :class:`DensePlan`.
+in its :class:`DensePlan`. In bf16, a matmul of two run-time operands (attention's ``Q K^T`` and
+``P V``) becomes ``batch_matmul_bf16``, which rounds and packs its right operand per call, but
+where its scores are as large as those the attention fusion takes (:mod:`.attention`): there the
+float32 attention that keeps them in cache measured faster (Whisper's encoder: 78 against 108 ms
+with its products in bf16 and the scores through memory).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ class DensePlan:
     block: int  # NB of the packed weight (0: not packed)
     reason: str = ""  # why the weight was not packed
     precision: str = DEFAULT_PRECISION  # of its product (bf16: dense_pack_bf16)
+    at_run_time: bool = False  # both operands computed at run time, the right one packed per call (bf16)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for reports."""
@@ -42,6 +47,10 @@ def weight_block(n: int, target_json: dict[str, Any]) -> int:
     return next((b for b in (lanes, lanes // 2) if n % b == 0), 0)
 
 
+#: The most work a bf16 product of run-time operands may do on its padded rows, columns and
+#: reduction, over the product's own: past it the float32 product is kept (Swin's 49-token
+#: windows, 1.49x padded, measured 1.05x slower in bf16; ViT's 197 tokens, 1.06x, 0.97x).
+MAX_PADDED_WORK = 1.25
 #: Register-tile heights of a bf16 product (its rows must divide: a guarded tile cannot be tensorized).
 BF16_ROW_TILE = 8
 
@@ -54,6 +63,13 @@ def row_padding(rows: int) -> int:
     if rows < 4 or largest_divisor_le(rows, 16) >= 4:
         return 0
     return -rows % BF16_ROW_TILE
+
+
+def column_block(cols: int) -> tuple[int, int]:
+    """``(NB, extra columns)`` of a bf16 product of run-time operands with ``cols`` columns: 16
+    lanes (the fewest instructions, whatever the padding), 8 for at most 8 columns."""
+    nb = 8 if cols <= 8 else 16
+    return nb, -cols % nb
 
 
 def static_shape(expr: Any) -> tuple[int, ...] | None:
@@ -73,7 +89,7 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     from ..task.ops import dense_pack_te, pack_weight
-    from ..task.ops_bf16 import dense_pack_bf16_te, pack_dense_weight
+    from ..task.ops_bf16 import batch_matmul_bf16_te, dense_pack_bf16_te, pack_dense_weight
 
     plans: list[DensePlan] = []
 
@@ -95,6 +111,17 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             plan = DensePlan(f"{'x'.join(map(str, xs))} @ {'x'.join(map(str, ws))}", flops, 0)
             plans.append(plan)
             out_dtype = str(call.ty.dtype)
+            if const is None and precision == "bf16" and _attention_sized(xs, ws):
+                plan.reason = "scores of an attention fused in f32"
+                return call
+            if const is None and precision == "bf16" and _runtime_bf16(xs, ws, (x, w), out_dtype):
+                nb, extra_cols = column_block(ws[-1])
+                waste = _padded_work(xs, ws, extra_cols)
+                if waste <= MAX_PADDED_WORK:
+                    plan.precision, plan.at_run_time, plan.block = "bf16", True, nb
+                    return self._runtime_product(x, w, xs, ws, nb, extra_cols)
+                plan.reason = f"run-time operands padded to {waste:.2f}x the work in bf16"
+                return call
             if const is None:
                 plan.reason = "weight computed at run time"
             elif len(ws) != 2 or len(xs) < 2:
@@ -125,6 +152,23 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             packed = relax.const(pack_weight(const.value.numpy(), plan.block))
             return self.builder_.call_te(dense_pack_te, x, packed, out_dtype, primfunc_name_hint="dense_pack")
 
+        def _runtime_product(self, x: Any, w: Any, xs: tuple[int, ...], ws: tuple[int, ...], nb: int,
+                             extra_cols: int) -> Any:
+            """``batch_matmul_bf16`` of ``x`` and ``w``, rows and columns padded to its tiles and an
+            odd reduction to pairs (the pads fuse into its rounding and packing stages), the extra
+            rows and columns cut off after it."""
+            extra_rows, odd = row_padding(xs[-2]), xs[-1] % 2  # an odd reduction gets a zero step: pairs
+            lead = [0, 0] * (len(xs) - 2)
+            if extra_rows or odd:
+                x = self.builder_.emit(relax.op.nn.pad(x, lead + [0, extra_rows, 0, odd]))
+            if extra_cols or odd:
+                w = self.builder_.emit(relax.op.nn.pad(w, lead + [0, odd, 0, extra_cols]))
+            out = self.builder_.call_te(batch_matmul_bf16_te, x, w, nb, primfunc_name_hint="batch_matmul_bf16")
+            if not (extra_rows or extra_cols):
+                return out
+            return relax.op.strided_slice(self.builder_.emit(out), axes=[len(xs) - 2, len(xs) - 1], begin=[0, 0],
+                                          end=[xs[-2], ws[-1]])
+
     out = mod.clone() if hasattr(mod, "clone") else mod
     packer = _Pack(out)
     for gv, f in list(out.functions.items()):
@@ -132,3 +176,26 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             packer.builder_.update_func(gv, packer.visit_expr(f))
     out = packer.builder_.get()
     return relax.transform.DeadCodeElimination()(out), plans
+
+
+def _runtime_bf16(xs: tuple[int, ...], ws: tuple[int, ...], operands: tuple[Any, Any], out_dtype: str) -> bool:
+    """A matmul of two run-time float32 operands that ``batch_matmul_bf16`` computes: the same
+    leading dimensions (no broadcast)."""
+    return (len(xs) == len(ws) >= 2 and xs[:-2] == ws[:-2] and xs[-1] == ws[-2]
+            and out_dtype == "float32" and all(str(o.ty.dtype) == "float32" for o in operands))
+
+
+def _attention_sized(xs: tuple[int, ...], ws: tuple[int, ...]) -> bool:
+    """A run-time product whose scores (its output, or its left operand for ``P V``) are as large
+    as those :func:`tensortune.models.attention.fuse_attention` fuses."""
+    from .attention import MIN_SCORES_BYTES
+
+    if len(xs) < 2 or len(ws) < 2:
+        return False
+    return 4 * max(xs[-2] * ws[-1], xs[-2] * xs[-1]) >= MIN_SCORES_BYTES
+
+
+def _padded_work(xs: tuple[int, ...], ws: tuple[int, ...], extra_cols: int) -> float:
+    """The work of a bf16 product of run-time operands on its padded shape over its own."""
+    M, K, N = xs[-2], xs[-1], ws[-1]
+    return (M + row_padding(M)) * (K + K % 2) * (N + extra_cols) / (M * K * N)

@@ -4,8 +4,8 @@ Each op is an :class:`OpDef` in :data:`OPS`, reachable by its short name. Shapes
 ``bench/workloads.json``: NCHW for convolutions (batch 1), ``C[M,N] = A[M,K] x B[K,N]``
 for matmul, ``B`` given as ``[N,K]`` for dense, ``A[b,M,K] x B[b,K,N]`` for batch_matmul;
 ``dense_pack`` is a model's matmul with a constant weight packed at compile time as
-``[N/NB, K, NB]`` (:func:`dense_pack_te`, :func:`pack_weight`). ``conv2d_nchwc_bf16`` and
-``dense_pack_bf16`` are their bf16 forms (:mod:`.ops_bf16`).
+``[N/NB, K, NB]`` (:func:`dense_pack_te`, :func:`pack_weight`). ``conv2d_nchwc_bf16``,
+``dense_pack_bf16`` and ``batch_matmul_bf16`` are their bf16 forms (:mod:`.ops_bf16`).
 
 The blocked convolutions are the forms a model's layout plan gives them
 (:mod:`tensortune.models.layout`): ``conv2d_nchwc`` reads data ``[1, IC/IB, H, W, IB]`` and a
@@ -534,6 +534,13 @@ OPS: dict[str, OpDef] = {
         lambda a: 2.0 * a["M"] * a["N"] * a["K"],
         ops_bf16.dense_pack_bf16_reference,
         lambda a: (_positive(a, ("M", "N", "K", "NB")), _blocks_divide(a, [("N", "NB")]), ops_bf16.check_pairs(a, "K", "NB")),
+    ),
+    "batch_matmul_bf16": OpDef(
+        "batch_matmul_bf16", ("B", "M", "N", "K", "NB"), "batch_matmul_bf16", "batch_matmul_bf16",
+        ops_bf16.batch_matmul_bf16_compute, lambda a: 2.0 * a["B"] * a["M"] * a["N"] * a["K"],
+        ops_bf16.batch_matmul_bf16_reference,
+        lambda a: (_positive(a, ("B", "M", "N", "K", "NB")), _blocks_divide(a, [("N", "NB")]),
+                   ops_bf16.check_pairs(a, "K", "NB")),
     ),
     "conv2d_nchwc_general": OpDef(
         "conv2d_nchwc_general", GENERAL_CONV_ARGS, "conv2d_nchwc_general", "conv2d_nchwc_general",

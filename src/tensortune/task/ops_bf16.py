@@ -10,7 +10,10 @@ at compile time with pairs of input channels (or of reduction steps) side by sid
   ``[1, OC/OB, OH, OW, OB]`` float32; ``conv2d_nchwc_general_bf16`` the same of any geometry
   and groups of channel blocks (weight ``[OC/OB, IC/G/IB, KH, KW, IB/2, OB, 2]``);
 - ``dense_pack_bf16``: data ``[..., K]`` float32, weight ``[N/NB, K/2, NB, 2]`` bf16
-  (:func:`pack_dense_weight`), output ``[..., N]`` float32.
+  (:func:`pack_dense_weight`), output ``[..., N]`` float32;
+- ``batch_matmul_bf16``: both operands computed at run time (attention's ``Q K^T`` and ``P V``):
+  ``A[b, M, K] x B[b, K, N]``, float32 in and out; its ``b_bf16`` stage packs ``B`` per call
+  the way :func:`pack_dense_weight` packs a weight (``[b, N/NB, K/2, NB, 2]``).
 
 The activations arrive in float32 and are rounded to bfloat16 (to nearest even) by the
 function's first stage (``data_bf16``, padding included), once per call, so the reduction
@@ -29,6 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Name of the stage that rounds the float32 activations to bfloat16 (padding included).
 CONVERT_STAGE = "data_bf16"
+#: Name of the stage that rounds and packs a product's run-time right operand (``batch_matmul_bf16``).
+PACK_STAGE = "b_bf16"
 
 
 def bf16_bits_expr(x: Any) -> Any:
@@ -132,6 +137,27 @@ def dense_pack_bf16_te(data: "te.Tensor", packed: "te.Tensor") -> "te.Tensor":
     )
 
 
+def batch_matmul_bf16_te(a: "te.Tensor", b: "te.Tensor", nb: int) -> "te.Tensor":
+    """``a[..., M, K] x b[..., K, N]`` in bf16, both float32 and computed at run time (the same
+    leading dimensions): ``a`` rounded by the ``data_bf16`` stage, ``b`` rounded and packed by
+    the ``b_bf16`` stage as ``[..., N/nb, K/2, nb, 2]``; float32 out."""
+    from tvm import te
+
+    lead = [int(d) for d in a.shape[:-2]]
+    K, N = (int(d) for d in b.shape[-2:])
+    conv = te.compute(tuple(int(d) for d in a.shape), lambda *i: bf16_bits_expr(a[i]), name=CONVERT_STAGE)
+    packed = te.compute((*lead, N // nb, K // 2, nb, 2),
+                        lambda *i: bf16_bits_expr(b[(*i[:-4], i[-3] * 2 + i[-1], i[-4] * nb + i[-2])]), name=PACK_STAGE)
+    kp = te.reduce_axis((0, K // 2), name="kp")
+    ke = te.reduce_axis((0, 2), name="ke")
+    return te.compute(
+        (*lead, int(a.shape[-2]), N),
+        lambda *idx: te.sum(bf16_value_expr(conv[(*idx[:-1], kp * 2 + ke)])
+                            * bf16_value_expr(packed[(*idx[:-2], idx[-1] // nb, kp, idx[-1] % nb, ke)]), axis=[kp, ke]),
+        name="batch_matmul_bf16",
+    )
+
+
 # ---------------------------------------------------------------- weights, packed once
 def pack_conv_weight(w: np.ndarray) -> np.ndarray:
     """A blocked float32 weight ``[OC/OB, IC/IB, K, K, IB, OB]`` as bf16 bits
@@ -200,6 +226,21 @@ def dense_pack_bf16_compute(args: dict[str, int]) -> list:
     return [A, Bp, dense_pack_bf16_te(A, Bp)]
 
 
+def batch_matmul_bf16_compute(args: dict[str, int]) -> list:
+    from tvm import te
+
+    B, M, N, K = args["B"], args["M"], args["N"], args["K"]
+    A = te.placeholder((B, M, K), name="A")
+    Bm = te.placeholder((B, K, N), name="B")
+    return [A, Bm, batch_matmul_bf16_te(A, Bm, args["NB"])]
+
+
+def batch_matmul_bf16_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """The float32 product of the operands' bf16 values (the kernel's accumulation is float32)."""
+    a, b = (from_bf16_bits(to_bf16_bits(np.asarray(x, dtype=np.float32))) for x in inputs)
+    return np.matmul(a, b)
+
+
 def conv2d_nchwc_bf16_reference(args: dict[str, int], inputs: Sequence[np.ndarray]) -> np.ndarray:
     """The float32 convolution of the float32 data with the bf16 weight's values: what the
     bf16 kernel approximates (its data rounding is the error the tolerance allows)."""
@@ -223,7 +264,7 @@ def check_pairs(args: dict[str, int], reduction: str, lanes: str) -> None:
 
 
 #: The ops whose bf16 form :func:`bf16_form` knows.
-BF16_FORMS = ("conv2d", "conv2d_nchwc", "conv2d_nchwc_general", "dense", "matmul", "dense_pack")
+BF16_FORMS = ("conv2d", "conv2d_nchwc", "conv2d_nchwc_general", "dense", "matmul", "dense_pack", "batch_matmul")
 
 
 def bf16_form(op: str, args: dict[str, int]) -> tuple[str, dict[str, int]]:
@@ -241,6 +282,9 @@ def bf16_form(op: str, args: dict[str, int]) -> tuple[str, dict[str, int]]:
     if op in ("dense", "matmul"):
         nb = next((b for b in (16, 8) if args["N"] % b == 0), 16)
         return "dense_pack_bf16", {"M": args["M"], "N": args["N"], "K": args["K"], "NB": nb}
+    if op == "batch_matmul":
+        nb = next((b for b in (16, 8) if args["N"] % b == 0), 16)
+        return "batch_matmul_bf16", {**args, "NB": nb}
     if op == "conv2d":
         b = next((b for b in (16, 8) if args["IC"] % b == 0 and args["OC"] % b == 0), 16)
         return "conv2d_nchwc_bf16", {**args, "IB": b, "OB": b}

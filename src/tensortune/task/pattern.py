@@ -42,6 +42,7 @@ class FuncPattern:
     args: dict[str, int] = field(default_factory=dict)
     anchor: str | None = None  # block name of the anchor reduction
     pad: str | None = None  # block name of the padding stage feeding the anchor's data
+    pack: str | None = None  # bf16: block name of the stage that rounds and packs a run-time right operand
     weight_read: int = 1  # index of the weight (conv) / B (gemm) operand in the anchor's reads
     b_layout: str = "kn"  # gemm: "kn" (B[..., k, j]), "nk" (B[..., j, k]) or "packed" (dense_pack)
     b_ndim: int = 2  # gemm: rank of B

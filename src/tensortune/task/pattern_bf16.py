@@ -5,13 +5,15 @@ their float32 forms, for products of bfloat16 operands.
   * bf(w[fo, rco, ry, rx, rcp, fi, rce])``, where ``data_bf16`` rounds (and zero-pads) a float32
   ``[1, IC/IB, H, W, IB]`` input; ``conv2d_nchwc_general_bf16`` of any geometry
   (``data_bf16[n, g(fo) + rco, y*SH + ry*DH, x*SW + rx*DW, ...]``, groups of channel blocks);
-- ``dense_pack_bf16``: ``out[..., i, j] += bf(data_bf16[..., i, kp*2+ke]) * bf(W[j // NB, kp, j % NB, ke])``.
+- ``dense_pack_bf16``: ``out[..., i, j] += bf(data_bf16[..., i, kp*2+ke]) * bf(W[j // NB, kp, j % NB, ke])``;
+- ``batch_matmul_bf16``: ``out[b.., i, j] += bf(data_bf16[b.., i, kp*2+ke]) * bf(b_bf16[b.., j // NB, kp, j % NB, ke])``,
+  where ``b_bf16`` rounds and packs the right operand in the function itself.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .ops_bf16 import CONVERT_STAGE
+from .ops_bf16 import CONVERT_STAGE, PACK_STAGE
 from .pattern import (FuncPattern, _Block, _channel_groups, _epilogue_op, _generic, _is_load, _linear, _load_buffer,
                       _plain_var, _prod, _shape, _strip_cast)
 
@@ -19,11 +21,14 @@ from .pattern import (FuncPattern, _Block, _channel_groups, _epilogue_op, _gener
 def classify_bf16(b: _Block, x: Any, y: Any, before: list[_Block], after: list[_Block]) -> FuncPattern:
     """The bf16 anchor ``b`` with bfloat16 operand loads ``x`` and ``y`` and the blocks ``after`` it
     (generic when its form is another). The epilogue is elementwise over the anchor's output, or
-    over its first rows only: a product on rows padded to its register tile
-    (:func:`tensortune.models.prepack.row_padding`) whose extra rows the epilogue cuts off."""
+    over its first rows and columns only: a product on rows padded to its register tile
+    (:func:`tensortune.models.prepack.row_padding`) or columns padded to its vector, whose extra
+    rows and columns the epilogue cuts off."""
     out_elems = _prod([b.extent(v) for v in b.spatial])
     rows = b.extent(b.spatial[-2]) if len(b.spatial) >= 2 else 1
-    kept = {out_elems // rows * r for r in range(max(1, rows - 15), rows + 1)}
+    cols = b.extent(b.spatial[-1]) if b.spatial else 1
+    kept = {out_elems // (rows * cols) * r * c for r in range(max(1, rows - 15), rows + 1)
+            for c in range(max(1, cols - 15), cols + 1)}
     for blk in after:
         if _prod(blk.extents) not in kept:
             return _generic(f"the epilogue is not elementwise over the anchor's output ({blk.name} covers "
@@ -34,15 +39,20 @@ def classify_bf16(b: _Block, x: Any, y: Any, before: list[_Block], after: list[_
     if convert is None:
         return _generic("bf16 operands not rounded by a data_bf16 stage")
     stage, data, weight = convert
-    prologue = tuple(p.name for p in before if p.name != stage.name)
     reads = [r.__chandle__() for r in b.reads]
     wbuf = _load_buffer(weight)
-    extra = {"pad": stage.name, "weight_read": reads.index(wbuf.__chandle__()), "prologue": prologue,
+    wh = wbuf.__chandle__()
+    pack = next((p.name for p in before if p.name.startswith(PACK_STAGE)
+                 and any(w.__chandle__() == wh for w in p.write_buffers)), None)
+    prologue = tuple(p.name for p in before if p.name not in (stage.name, pack))
+    extra = {"pad": stage.name, "weight_read": reads.index(wh), "prologue": prologue,
              "index_dtype": str(wbuf.shape[0].ty.dtype)}
+    if pack is not None:
+        return _packed_product(b, data, weight, common, {**extra, "pack": pack}, batch=True)
     if len(weight.indices) == 7 and len(b.reduction) == 5:
         return _conv(b, stage, data, weight, common, extra)
     if len(weight.indices) == 4 and len(b.reduction) == 2:
-        return _dense(b, data, weight, common, extra)
+        return _packed_product(b, data, weight, common, extra, batch=False)
     return _generic("bf16 operands in a form no bf16 template knows")
 
 
@@ -128,21 +138,32 @@ def _source_load(e: Any) -> Any | None:
     return None
 
 
-def _dense(b: _Block, data: Any, weight: Any, common: dict[str, Any], extra: dict[str, Any]) -> FuncPattern:
+def _packed_product(b: _Block, data: Any, weight: Any, common: dict[str, Any], extra: dict[str, Any],
+                    batch: bool) -> FuncPattern:
+    """``dense_pack_bf16`` (a weight packed at compile time, rows without a batch), or with
+    ``batch`` ``batch_matmul_bf16`` (the right operand packed in the function, per batch)."""
+    name = "batch_matmul_bf16" if batch else "dense"
     out_idx = [_plain_var(e) for e in b.store.indices]
-    if len(out_idx) < 2 or any(v is None for v in out_idx) or out_idx != b.spatial:
-        return _generic("bf16 dense output is not indexed by its loops")
+    if len(out_idx) < 2 or any(v is None for v in out_idx) or out_idx != b.spatial or len(b.reduction) != 2:
+        return _generic(f"bf16 {name} output is not indexed by its loops")
     i, j = out_idx[-2], out_idx[-1]
     kp, ke = b.reduction
-    if any(b.extent(v) != 1 for v in out_idx[:-2]):
+    lead = out_idx[:-2]
+    if not batch and any(b.extent(v) != 1 for v in lead):
         return _generic("bf16 dense rows carry a batch")
     w = weight.indices
-    div, mod = _strip_cast(w[0]), _strip_cast(w[2])
+    if len(w) != (len(lead) + 4 if batch else 4) or (batch and [_plain_var(e) for e in w[:-4]] != lead):
+        return _generic(f"bf16 {name} right operand is not [batch.., j // NB, kp, j % NB, ke]")
+    div, mod = _strip_cast(w[-4]), _strip_cast(w[-2])
     if type(div).__name__ != "FloorDiv" or type(mod).__name__ != "FloorMod" or _plain_var(div.a) != j \
-            or _plain_var(mod.a) != j or _plain_var(w[1]) != kp or _plain_var(w[3]) != ke:
-        return _generic("bf16 dense weight is not [j // NB, kp, j % NB, ke]")
-    if _plain_var(data.indices[-2]) != i or not _pair_index(data.indices[-1], kp, ke):
-        return _generic("bf16 dense data is not [..., i, kp*2+ke]")
+            or _plain_var(mod.a) != j or _plain_var(w[-3]) != kp or _plain_var(w[-1]) != ke:
+        return _generic(f"bf16 {name} right operand is not [.., j // NB, kp, j % NB, ke]")
+    if _plain_var(data.indices[-2]) != i or not _pair_index(data.indices[-1], kp, ke) \
+            or (batch and [_plain_var(e) for e in data.indices[:-2]] != lead):
+        return _generic(f"bf16 {name} data is not [.., i, kp*2+ke]")
     NB = int(_strip_cast(div.b).value)
     args = {"M": b.extent(i), "N": b.extent(j), "K": 2 * b.extent(kp), "NB": NB}
+    if batch:
+        return FuncPattern("batch_matmul_bf16", {"B": _prod([b.extent(v) for v in lead]), **args}, b_layout="packed",
+                           b_ndim=len(w), **extra, **common)
     return FuncPattern("dense_pack_bf16", args, b_layout="packed", b_ndim=4, **extra, **common)

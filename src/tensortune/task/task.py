@@ -277,10 +277,18 @@ class Task:
         shapes, dtypes = self._signature
         return np.zeros(shapes[-1], dtype=dtypes[-1])
 
-    @property
+    @cached_property
     def precision(self) -> str:
-        """``bf16`` when the function reads bfloat16 operands (``uint16`` buffers), else ``f32``."""
-        return precision_of_dtypes(list(self._signature[1]))
+        """``bf16`` when the function computes on bfloat16 values (``uint16`` buffers: parameters,
+        or stages that round its float32 operands), else ``f32``."""
+        from .pattern import _blocks
+
+        dtypes = list(self._signature[1])
+        try:
+            dtypes += [str(w.dtype) for b in _blocks(self.prim_func()) for w in b.write_buffers]
+        except Exception:  # noqa: BLE001 - an unusual block structure: the parameters decide
+            pass
+        return precision_of_dtypes(dtypes)
 
     def outputs_match(self, got: np.ndarray, expected: np.ndarray) -> bool:
         """The correctness rule of a candidate's output: :data:`RTOL` / :data:`ATOL` in float32,

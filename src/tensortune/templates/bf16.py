@@ -181,3 +181,33 @@ class DensePackBf16Template(Template):
         schedule_convert(sch, pat.pad, target_lanes(task.target_json))
         sch.tensorize(jn, intrinsic(NB))
         return sch
+
+
+def schedule_pack(sch: Any, name: str) -> None:
+    """A run-time operand's rounding and packing stage (``[..., N/NB, K/2, NB, 2]``): its leading
+    loops fused and parallel, the block of ``NB`` pairs vectorised."""
+    block = sch.get_sblock(name)
+    loops = sch.get_loops(block)
+    sch.vectorize(sch.fuse(*loops[-2:]))
+    sch.parallel(sch.fuse(*loops[:-3]))
+
+
+class BatchMatmulBf16Template(DensePackBf16Template):
+    """C[b, M, N] = A[b, M, K] x B[b, K, N] in bf16, both operands computed at run time (an
+    attention's two products), on ``vdpbf16ps``: the packed dense's space and register tile over
+    every batch, ``B`` rounded and packed per call by its ``b_bf16`` stage (reshapes,
+    transposes and padding before the two rounding stages read in place)."""
+
+    name = "batch_matmul_bf16"
+
+    def schedule(self, task: Task, config: Config) -> Any:
+        pat = task.pattern
+        if pat.pack is None:
+            raise TemplateError("batch_matmul_bf16 without the stage that packs its right operand")
+        sch, block = anchored_schedule(task)
+        loops = sch.get_loops(block)
+        jn = tile_packed_product(sch, block, pat, config, task.args["NB"], loops[:-4], *loops[-4:])
+        schedule_convert(sch, pat.pad, target_lanes(task.target_json))
+        schedule_pack(sch, pat.pack)
+        sch.tensorize(jn, intrinsic(task.args["NB"]))
+        return sch

@@ -68,6 +68,7 @@ TEMPLATES: Registry[Any] = Registry("template", {
     "conv2d_nchwc_bf16": "tensortune.templates.bf16:Conv2dNCHWcBf16Template",
     "conv2d_nchwc_general_bf16": "tensortune.templates.bf16:Conv2dNCHWcGeneralBf16Template",
     "dense_pack_bf16": "tensortune.templates.bf16:DensePackBf16Template",
+    "batch_matmul_bf16": "tensortune.templates.bf16:BatchMatmulBf16Template",
     "depthwise_conv2d": "tensortune.templates.depthwise:DepthwiseTemplate",
     "depthwise_conv2d_nchwc": "tensortune.templates.depthwise_nchwc:DepthwiseNCHWcTemplate",
     "depthwise_conv2d_nchwc_general": "tensortune.templates.depthwise_nchwc:DepthwiseNCHWcGeneralTemplate",
