@@ -160,13 +160,14 @@ def test_a_model_built_in_bf16_matches_its_f32_reference() -> None:
 
 
 @needs_bf16
-def test_attention_products_of_run_time_operands_run_in_bf16() -> None:
+def test_attention_products_of_run_time_operands_run_in_bf16(monkeypatch) -> None:
     """``Q K^T`` and ``P V`` (both operands computed at run time) as ``batch_matmul_bf16``: rows
-    (a ViT-like 13 tokens) and columns (13 keys) padded to the tiles and cut off after, within the
-    tolerance of the float32 build."""
+    (13 tokens), columns (13 keys) and the odd reduction padded to the tiles and cut off after,
+    within the tolerance of the float32 build; products this small stay float32 by default."""
     import torch
 
     from tensortune import app
+    from tensortune.models import prepack
 
     class Attention(torch.nn.Module):
         def __init__(self) -> None:
@@ -182,8 +183,11 @@ def test_attention_products_of_run_time_operands_run_in_bf16() -> None:
     torch.manual_seed(0)
     net = Attention().eval()
     x = torch.randn(1, 13, 32)
-    model = app.load(net, (x,), precision="bf16")
-    cm = app.compile(model)
+    small = app.compile(app.load(net, (x,), precision="bf16"))
+    assert not any(c.kernel_class.startswith("batch_matmul_bf16") for c in small.choices)
+    assert "too small to pay for packing in bf16" in small.layout.summary()
+    monkeypatch.setattr(prepack, "MIN_RUNTIME_FLOPS", 0)  # the mechanism on a shape that tests run fast
+    cm = app.compile(app.load(net, (x,), precision="bf16"))
     products = [c for c in cm.choices if c.kernel_class.startswith("batch_matmul_bf16")]
     assert len(products) == 2, [c.kernel_class for c in cm.choices]
     assert "2 products of run-time operands in bf16" in cm.layout.summary()

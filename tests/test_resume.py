@@ -21,6 +21,10 @@ def tune_cmd(db: str, tuner: str = "random", trials: int = 24, seed: int = 0) ->
             "--trials", str(trials), "--db", db, "--seed", str(seed), "--batch-size", "4", "--json"]
 
 
+#: Short timings where the subject is the database, not the measurement.
+FAST = ["--repeat", "3", "--min-repeat-ms", "5"]
+
+
 def trial_rows(db: str) -> list[tuple[int, str]]:
     """(config index, tuner) of every search trial (confirmation re-measurements left out)."""
     with Database(db, readonly=True) as d:
@@ -91,7 +95,7 @@ def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
 def test_two_tuners_write_one_database_at_once(tmp_path):
     db = str(tmp_path / "t.db")
     Database(db).close()
-    procs = [subprocess.Popen(tune_cmd(db, tuner=t, trials=12, seed=s), stdout=subprocess.PIPE,
+    procs = [subprocess.Popen(tune_cmd(db, tuner=t, trials=12, seed=s) + FAST, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
              for t, s in (("random", 1), ("genetic", 2))]
     outs = [p.communicate(timeout=300)[0] for p in procs]

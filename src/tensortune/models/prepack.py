@@ -51,6 +51,11 @@ def weight_block(n: int, target_json: dict[str, Any]) -> int:
 #: reduction, over the product's own: past it the float32 product is kept (Swin's 49-token
 #: windows, 1.49x padded, measured 1.05x slower in bf16; ViT's 197 tokens, 1.06x, 0.97x).
 MAX_PADDED_WORK = 1.25
+#: The least work (FLOPs) of a product of run-time operands computed in bf16: below it its three
+#: passes (rounding, packing, product) cost more than bf16 saves (sequences of 128: BERT's,
+#: GPT-2's and T5's 25 MFLOP products measured 1.02-1.03x slower; ViT's 64 and MobileViT's 100
+#: MFLOP ones 0.95-0.97x).
+MIN_RUNTIME_FLOPS = 50e6
 #: Register-tile heights of a bf16 product (its rows must divide: a guarded tile cannot be tensorized).
 BF16_ROW_TILE = 8
 
@@ -107,7 +112,7 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             if const is None and isinstance(w, relax.Var):
                 bound = self.lookup_binding(w)
                 const = bound if isinstance(bound, Constant) else None
-            flops = 2.0 * float(np.prod(xs)) * (ws[-1] if len(ws) == 2 else 0)
+            flops = 2.0 * float(np.prod(xs)) * ws[-1]
             plan = DensePlan(f"{'x'.join(map(str, xs))} @ {'x'.join(map(str, ws))}", flops, 0)
             plans.append(plan)
             out_dtype = str(call.ty.dtype)
@@ -117,6 +122,9 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             if const is None and precision == "bf16" and _runtime_bf16(xs, ws, (x, w), out_dtype):
                 nb, extra_cols = column_block(ws[-1])
                 waste = _padded_work(xs, ws, extra_cols)
+                if flops < MIN_RUNTIME_FLOPS:
+                    plan.reason = f"run-time operands, {flops / 1e6:.0f} MFLOP: too small to pay for packing in bf16"
+                    return call
                 if waste <= MAX_PADDED_WORK:
                     plan.precision, plan.at_run_time, plan.block = "bf16", True, nb
                     return self._runtime_product(x, w, xs, ws, nb, extra_cols)
