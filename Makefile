@@ -42,11 +42,8 @@ test: setup
 	$(PY) -m pytest -q
 
 # The end-to-end runs of minutes each (Ray races, the suite's tiny-budget runs); CI runs them too.
-# Two at a time (most of their time is waiting on servers, actors and subprocesses), then
-# those that compare timings alone.
 test-slow: setup
-	$(PY) -m pytest -q -m "slow and not serial" -n 2
-	$(PY) -m pytest -q -m "slow and serial"
+	$(PY) -m pytest -q -m slow
 
 bench: setup
 	$(PY) -m bench run

@@ -11,7 +11,6 @@ from bench import rpc_scaling
 
 @pytest.mark.slow  # a tracker and two servers
 @pytest.mark.timeout(600)
-@pytest.mark.serial  # compares timings: alone on the cores
 def test_two_simulated_devices_measure_faster_than_one(tmp_path) -> None:
     out = tmp_path / "rs"
     assert rpc_scaling.main(["--devices", "1,2", "--device-s", "0.5", "--trials", "8", "--batch", "8",

@@ -87,7 +87,6 @@ def test_quiet_times_outrank_noisy_ones_of_the_same_config() -> None:
 
 @pytest.mark.slow  # waits for the quiet spell after the competitor leaves (15-20 s)
 @pytest.mark.timeout(300)
-@pytest.mark.serial  # compares timings: alone on the cores
 def test_a_planted_competitor_flags_the_trials_and_the_finalists_wait_for_quiet(tmp_path) -> None:
     from tensortune.measure import Measurer
     from tensortune.task import Task

@@ -39,7 +39,6 @@ def options(port: int | None) -> MeasureOptions:
 
 
 @pytest.mark.slow  # end to end: a tracker and its servers
-@pytest.mark.serial  # compares timings: alone on the cores
 def test_records_match_local_measurement(tmp_path) -> None:
     # 256^3: a tenth of a millisecond or more per run, so that timing noise (a 64^3 kernel's 7-30 us
     # scattered 3x between two local runs) does not decide the comparison
