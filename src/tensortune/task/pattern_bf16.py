@@ -21,12 +21,12 @@ from .pattern import (FuncPattern, _Block, _channel_groups, _epilogue_op, _gener
 def classify_bf16(b: _Block, x: Any, y: Any, before: list[_Block], after: list[_Block]) -> FuncPattern:
     """The bf16 anchor ``b`` with bfloat16 operand loads ``x`` and ``y`` and the blocks ``after`` it
     (generic when its form is another). The epilogue is elementwise over the anchor's output, or
-    over its first rows and columns only: a product on rows padded to its register tile
-    (:func:`tensortune.models.prepack.row_padding`) or columns padded to its vector, whose extra
-    rows and columns the epilogue cuts off."""
+    over its first rows (and a product's first columns) only: a product on rows padded to its
+    register tile (:func:`tensortune.models.prepack.row_padding`) or columns padded to its
+    vector, whose extra rows and columns the epilogue cuts off."""
     out_elems = _prod([b.extent(v) for v in b.spatial])
     rows = b.extent(b.spatial[-2]) if len(b.spatial) >= 2 else 1
-    cols = b.extent(b.spatial[-1]) if b.spatial else 1
+    cols = b.extent(b.spatial[-1]) if b.spatial and len(b.reduction) == 2 else 1  # a product's columns
     kept = {out_elems // (rows * cols) * r * c for r in range(max(1, rows - 15), rows + 1)
             for c in range(max(1, cols - 15), cols + 1)}
     for blk in after:
