@@ -48,8 +48,9 @@ def weight_block(n: int, target_json: dict[str, Any]) -> int:
 
 
 #: The most work a bf16 product of run-time operands may do on its padded rows, columns and
-#: reduction, over the product's own: past it the float32 product is kept (Swin's 49-token
-#: windows, 1.49x padded, measured 1.05x slower in bf16; ViT's 197 tokens, 1.06x, 0.97x).
+#: reduction, over the product's own: past it the float32 product is kept (a rough line: Swin's
+#: 49-token windows, 1.31x padded, measured 1.05x slower in bf16; ViT's 197 tokens, 1.06x, 0.97x;
+#: MobileViT's 36-column products, 1.33x, 0.95x, kept float32 by it).
 MAX_PADDED_WORK = 1.25
 #: The least work (FLOPs) of a product of run-time operands computed in bf16: below it its three
 #: passes (rounding, packing, product) cost more than bf16 saves (sequences of 128: BERT's,
