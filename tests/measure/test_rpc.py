@@ -235,6 +235,7 @@ def test_a_session_is_reused_released_to_a_waiting_requester_and_dropped_when_it
     ``session_reuse``; a second requester waiting at the tracker gets the device after the next
     candidate; a session whose device died costs that one candidate, and the next gets a new one."""
     import threading
+    import weakref
 
     from tensortune.measure import worker
 
@@ -251,11 +252,15 @@ def test_a_session_is_reused_released_to_a_waiting_requester_and_dropped_when_it
             return worker.rpc_run_candidate(task.json_text, path, opts, device)
 
         try:
-            sessions = []
+            # weak references: a new session may take a freed one's id(), and a session held here
+            # would keep the one-device tracker from handing the device out again
+            same, previous = [], None
             for k in range(4):
                 assert run_one(k)[0] == "none"
-                sessions.append(id(worker._SESSIONS[device][0]))
-            assert sessions[0] == sessions[1] == sessions[2] != sessions[3]  # 3 per session, then a new one
+                now = weakref.ref(worker._SESSIONS[device][0])
+                same.append(previous is not None and previous() is now())
+                previous = now
+            assert same == [False, True, True, False]  # 3 per session, then a new one
             got: list = []
             from tvm import rpc
 
