@@ -20,8 +20,8 @@ check-python:
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | check-python
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(if $(TORCH_INDEX),$(PY) -m pip install -q --no-compile -c $(CONSTRAINTS) --extra-index-url $(TORCH_INDEX) torch)
-	$(PY) -m pip install -q --no-compile -c $(CONSTRAINTS) -e ".[all,dev,bench]"
+	$(if $(TORCH_INDEX),$(PY) -m pip install -q -c $(CONSTRAINTS) --extra-index-url $(TORCH_INDEX) torch)
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[all,dev,bench]"
 	touch $@
 
 # constraints.txt anew from what the venv holds (after changing a range in pyproject.toml)

@@ -66,7 +66,7 @@ def test_the_wheel_installs_core_only_and_tunes_an_operator(which: int, wheel: P
     venv = tmp_path / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300, env=CLEAN_ENV)
     py = venv / "bin" / "python"
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", "-c", str(CONSTRAINTS), str(wheel)],
+    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), str(wheel)],
                          capture_output=True, text=True, timeout=1200, env=CLEAN_ENV)
     assert pip.returncode == 0, pip.stderr[-2000:]
     exe = venv / "bin" / "tensortune"
