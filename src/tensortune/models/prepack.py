@@ -121,11 +121,11 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
                 plan.reason = "scores of an attention fused in f32"
                 return call
             if const is None and precision == "bf16" and _runtime_bf16(xs, ws, (x, w), out_dtype):
-                nb, extra_cols = column_block(ws[-1])
-                waste = _padded_work(xs, ws, extra_cols)
                 if flops < MIN_RUNTIME_FLOPS:
                     plan.reason = f"run-time operands, {flops / 1e6:.0f} MFLOP: too small to pay for packing in bf16"
                     return call
+                nb, extra_cols = column_block(ws[-1])
+                waste = _padded_work(xs, ws, extra_cols)
                 if waste <= MAX_PADDED_WORK:
                     plan.precision, plan.at_run_time, plan.block = "bf16", True, nb
                     return self._runtime_product(x, w, xs, ws, nb, extra_cols)
@@ -199,9 +199,7 @@ def _attention_sized(xs: tuple[int, ...], ws: tuple[int, ...]) -> bool:
     as those :func:`tensortune.models.attention.fuse_attention` fuses."""
     from .attention import MIN_SCORES_BYTES
 
-    if len(xs) < 2 or len(ws) < 2:
-        return False
-    return 4 * max(xs[-2] * ws[-1], xs[-2] * xs[-1]) >= MIN_SCORES_BYTES
+    return len(xs) >= 2 and len(ws) >= 2 and 4 * max(xs[-2] * ws[-1], xs[-2] * xs[-1]) >= MIN_SCORES_BYTES
 
 
 def _padded_work(xs: tuple[int, ...], ws: tuple[int, ...], extra_cols: int) -> float:
