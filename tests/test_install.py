@@ -7,6 +7,7 @@ import glob
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -57,17 +58,30 @@ def _interpreters() -> list[str]:
     return [base] + ([second] if second else [])
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["this-python", "second-python"])
-def test_the_wheel_installs_core_only_and_tunes_an_operator(which: int, wheel: Path, tmp_path: Path) -> None:
-    pythons = _interpreters()
-    if which >= len(pythons):
-        pytest.skip("no second Python of 3.10-3.13 on this machine (PATH or pyenv)")
-    python = pythons[which]
-    venv = tmp_path / "venv"
+def _install(python: str, wheel: Path, where: Path) -> tuple[str, Path, subprocess.CompletedProcess]:
+    """A fresh venv of ``python`` at ``where`` with the wheel installed core only: (python, venv, pip's run)."""
+    venv = where / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300, env=CLEAN_ENV)
-    py = venv / "bin" / "python"
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), str(wheel)],
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), str(wheel)],
                          capture_output=True, text=True, timeout=1200, env=CLEAN_ENV)
+    return python, venv, pip
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, subprocess.CompletedProcess]]:
+    """The wheel installed into a fresh venv of each interpreter, the installs side by side (pip
+    waits on the disk about as much as it computes)."""
+    pythons = _interpreters()
+    with ThreadPoolExecutor(len(pythons)) as pool:
+        return list(pool.map(lambda py: _install(py, wheel, tmp_path_factory.mktemp("install")), pythons))
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["this-python", "second-python"])
+def test_the_wheel_installs_core_only_and_tunes_an_operator(which: int, installed, tmp_path: Path) -> None:
+    if which >= len(installed):
+        pytest.skip("no second Python of 3.10-3.13 on this machine (PATH or pyenv)")
+    python, venv, pip = installed[which]
+    py = venv / "bin" / "python"
     assert pip.returncode == 0, pip.stderr[-2000:]
     exe = venv / "bin" / "tensortune"
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)

@@ -61,7 +61,7 @@ def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     trials = 24  # 6 batches of 4: the kill comes after 2 are committed, with 4 still to come
     log = tmp_path / "first-run.stderr"
     with open(log, "wb") as err:
-        proc = subprocess.Popen(tune_cmd(db, trials=trials), stdout=subprocess.DEVNULL, stderr=err,
+        proc = subprocess.Popen(tune_cmd(db, trials=trials) + FAST, stdout=subprocess.DEVNULL, stderr=err,
                                 start_new_session=True)
     deadline = time.time() + 240
     try:
@@ -81,7 +81,8 @@ def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     assert integrity(db) == "ok"
     after_kill = trial_rows(db)
     assert len(after_kill) >= before  # nothing committed was lost
-    out = subprocess.run(tune_cmd(db, trials=trials), capture_output=True, text=True, timeout=300, check=True)
+    assert exited is None, f"the first run ended ({why}) before it could be killed"
+    out = subprocess.run(tune_cmd(db, trials=trials) + FAST, capture_output=True, text=True, timeout=300, check=True)
     summary = json.loads(out.stdout)
     rows = trial_rows(db)
     assert summary["trials_measured"] == trials - len(after_kill)

@@ -32,23 +32,32 @@ def onnx_path(tmp_path_factory):
     return export_onnx(m, x, str(tmp_path_factory.mktemp("race") / "tiny.onnx"))
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # end to end: Ray races (one race of three actors for both subjects)
 @pytest.mark.timeout(600)
-def test_race_survives_a_killed_actor_and_keeps_its_records(local_ray, onnx_path, tmp_path) -> None:
+def test_a_race_survives_a_killed_actor_keeps_its_records_and_runs_its_rounds_in_step(local_ray, onnx_path,
+                                                                                     tmp_path) -> None:
+    """Three actors of one model, ``genetic`` killed after its first round: its death is told once,
+    as it is found, and its records stay. Every actor of the model finishes round r before any
+    starts round r + 1: the ranking after round 2 compares two round-2 changes, and the one
+    suspended then runs no third round."""
     from tensortune.cluster.race import race
 
     rows, told = [], []
-    out = race([onnx_path], ["random", "grid"], tmp_path / "dbs", max_rounds=3, batch=2, suspend=False,
-               on_round=lambda e, row: rows.append((e.tuner, row["round"])), kill_after={f"{onnx_path}/grid": 1},
-               on_status=lambda e: told.append((e.tuner, e.status)))
+    out = race([onnx_path], ["random", "grid", "genetic"], tmp_path / "dbs", max_rounds=3, batch=2, suspend=True,
+               on_round=lambda e, row: rows.append((e.tuner, row["round"])),
+               kill_after={f"{onnx_path}/genetic": 1}, on_status=lambda e: told.append((e.tuner, e.status)))
     by = {e["tuner"]: e for e in out["entries"]}
-    assert by["grid"]["status"] == "died" and len(by["grid"]["rounds"]) == 1
-    assert by["random"]["status"] == "done" and len(by["random"]["rounds"]) == 3
-    assert all(r["latency_s"] > 0 for r in by["random"]["rounds"])
-    with Database(by["grid"]["db"], readonly=True) as db:  # the dead actor's records stay
-        assert sum(db.count(t.workload_key) for t in db.tasks()) == by["grid"]["trials"] > 0
-    assert out["cpu_s"] > 0 and ("random", 3) in rows
-    assert told == [("grid", "died")]  # the death is told as it is found, once
+    assert by["genetic"]["status"] == "died" and len(by["genetic"]["rounds"]) == 1
+    with Database(by["genetic"]["db"], readonly=True) as db:  # the dead actor's records stay
+        assert sum(db.count(t.workload_key) for t in db.tasks()) == by["genetic"]["trials"] > 0
+    assert told[0] == ("genetic", "died") and [s for _, s in told].count("died") == 1  # told as found, once
+    (gone,) = [t for t, status in told if status == "suspended"]
+    kept = ({"random", "grid"} - {gone}).pop()
+    assert len(by[gone]["rounds"]) == 2 and by[gone]["status"] == "suspended"
+    assert len(by[kept]["rounds"]) == 3 and by[kept]["status"] == "done"
+    assert all(r["latency_s"] > 0 for r in by[kept]["rounds"])
+    assert [r for _, r in rows] == [1, 1, 1, 2, 2, 3]  # in step: no round r + 1 returned before round r's last
+    assert out["cpu_s"] > 0 and (kept, 3) in rows
 
 
 @pytest.mark.timeout(600)
@@ -130,24 +139,6 @@ def test_the_paired_change_ranks_and_a_round_that_measured_nothing_ends_the_acto
     old = Entry("m", "o", "w")  # rows from before the paired change: the two timings' change
     old.rounds = [{"latency_s": 1.0}, {"latency_s": 0.9}]
     assert old.improvement == pytest.approx(-0.1)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_models_rounds_are_in_step_and_a_suspended_actor_runs_no_further_round(local_ray, onnx_path, tmp_path) -> None:
-    """Every actor of a model finishes round r before any starts round r + 1: the ranking after
-    round 2 compares two round-2 changes, and the one suspended then runs no third round."""
-    from tensortune.cluster.race import race
-
-    rows, told = [], []
-    out = race([onnx_path], ["random", "grid"], tmp_path / "dbs", max_rounds=3, batch=2, suspend=True,
-               on_round=lambda e, row: rows.append(row["round"]), on_status=lambda e: told.append((e.tuner, e.status)))
-    by = {e["tuner"]: e for e in out["entries"]}
-    (gone,) = [t for t, status in told if status == "suspended"]
-    kept = ({"random", "grid"} - {gone}).pop()
-    assert len(by[gone]["rounds"]) == 2 and by[gone]["status"] == "suspended"
-    assert len(by[kept]["rounds"]) == 3 and by[kept]["status"] == "done"
-    assert rows == [1, 1, 2, 2, 3]  # in step: no round r + 1 returned before round r's last
 
 
 def test_the_worst_is_suspended(onnx_path, tmp_path) -> None:

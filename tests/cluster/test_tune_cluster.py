@@ -18,9 +18,11 @@ ray = pytest.importorskip("ray")
 TRIALS, BATCH = 6, 3
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_nodes():
-    """A head and a worker node of one CPU each, on this machine; the driver joins the head."""
+    """A head and a worker node of one CPU each, on this machine; the driver joins the head. One
+    cluster for the module (each start costs seconds): the test that removes the worker node
+    comes last."""
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
@@ -90,34 +92,6 @@ def test_two_nodes_measure_at_once_and_every_record_is_stored_once(two_nodes, mo
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_node_killed_mid_batch_loses_that_batch_and_its_task_goes_on(two_nodes, model, tmp_path) -> None:
-    cluster, worker = two_nodes
-    died: list[int] = []
-
-    def kill(slots) -> None:
-        (victim,) = [s for s in slots if s.info.node_id == worker.node_id]
-        measure, calls = victim.measure, []
-
-        def measure_then_die(inputs, on_result=None):
-            calls.append(len(inputs))
-            if len(calls) == 2:  # its second batch: the node goes while it builds
-                died.append(len(inputs))
-                threading.Timer(0.5, cluster.remove_node, (worker,)).start()
-            return measure(inputs, on_result)
-
-        victim.measure = measure_then_die
-
-    t0 = time.time()
-    slots, sched, outcomes, tasks = _run(model, tmp_path / "k.db", kill)
-    assert died and len(sched.lost) == 1 and "died with a batch in flight" in sched.lost[0], sched.lost
-    stored = _stored(tmp_path / "k.db", tasks)
-    assert all(len(ix) == len(set(ix)) == TRIALS for ix in stored.values()), stored  # the others finished every task
-    assert all(o.best_s < float("inf") for o in outcomes if o.mtask.tunable)
-    assert time.time() - t0 < 600
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
 def test_tune_ray_address_then_compile_uses_the_cluster_records(two_nodes, tmp_path, capsys) -> None:
     """``tensortune tune --ray-address``: the nodes' records are this machine's, so compile builds
     every tuned task with its best stored config."""
@@ -158,6 +132,34 @@ def test_a_node_of_another_cpu_kind_is_refused_before_anything_is_measured(two_n
     with pytest.raises(UsageError, match="a cluster tunes for one CPU kind, the driver's"):
         nodes.start_slots(model_measure_options(1))
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if "slot" in str(a)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_node_killed_mid_batch_loses_that_batch_and_its_task_goes_on(two_nodes, model, tmp_path) -> None:
+    cluster, worker = two_nodes
+    died: list[int] = []
+
+    def kill(slots) -> None:
+        (victim,) = [s for s in slots if s.info.node_id == worker.node_id]
+        measure, calls = victim.measure, []
+
+        def measure_then_die(inputs, on_result=None):
+            calls.append(len(inputs))
+            if len(calls) == 2:  # its second batch: the node goes while it builds
+                died.append(len(inputs))
+                threading.Timer(0.5, cluster.remove_node, (worker,)).start()
+            return measure(inputs, on_result)
+
+        victim.measure = measure_then_die
+
+    t0 = time.time()
+    slots, sched, outcomes, tasks = _run(model, tmp_path / "k.db", kill)
+    assert died and len(sched.lost) == 1 and "died with a batch in flight" in sched.lost[0], sched.lost
+    stored = _stored(tmp_path / "k.db", tasks)
+    assert all(len(ix) == len(set(ix)) == TRIALS for ix in stored.values()), stored  # the others finished every task
+    assert all(o.best_s < float("inf") for o in outcomes if o.mtask.tunable)
+    assert time.time() - t0 < 600
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -172,7 +172,7 @@ def measure_peak(threads: int) -> dict[str, Any]:
                     "gflops_max": flops / min(secs) / 1e9})
     n = COPY_MB * 2**20 // 4
     n -= n % (threads * 16)
-    secs = _time(_copy_kernel(n, threads), target, [np.random.rand(n).astype("float32"), np.zeros(n, "float32")],
+    secs = _time(_copy_kernel(n, threads), target, [np.full(n, 0.5, "float32"), np.zeros(n, "float32")],
                  min_repeat_ms=0)
     moved = 2.0 * n * 4
     from ..precision import CPU_FLAG, host_flags
