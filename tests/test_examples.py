@@ -55,11 +55,13 @@ def test_tune_a_hugging_face_model(tmp_path: Path) -> None:
     assert "ms" in out
 
 
+@pytest.mark.slow  # an operator tuned and its best confirmed, as a user would run the script
 def test_tune_one_operator(tmp_path: Path) -> None:
     out = run(tmp_path, "tune_operator.py", "--shape", "64,64,64", "--trials", "4")
     assert "matmul" in out and "GFLOPS after 4 trials" in out and "best from:" in out
 
 
+@pytest.mark.slow  # the README's snippet run as a user would: tuned, checked in the model, exported
 def test_the_readme_python_snippet_tunes_a_torch_module(tmp_path: Path) -> None:
     text = (ROOT / "README.md").read_text()
     blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]

@@ -228,22 +228,25 @@ class VGG(nn.Module):
 
     def __init__(self, cfg: list[int | str], num_classes: int = 1000, dropout: float = 0.5) -> None:
         super().__init__()
+        from torch.nn.utils import skip_init
+
         layers: list[nn.Module] = []
         cin = 3
         for v in cfg:
             if v == "M":
                 layers.append(nn.MaxPool2d(2, 2))
             else:
-                layers += [nn.Conv2d(cin, int(v), 3, padding=1), nn.ReLU()]
+                layers += [skip_init(nn.Conv2d, cin, int(v), 3, padding=1), nn.ReLU()]
                 cin = int(v)
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
         self.classifier = nn.Sequential(
-            nn.Linear(512 * 7 * 7, 4096), nn.ReLU(), nn.Dropout(dropout),
-            nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(dropout),
-            nn.Linear(4096, num_classes))
-        # torchvision's VGG init: with PyTorch's default init and no batch norm, the signal fades
-        # through 13 convolutions and the logits end up (almost) independent of the input.
+            skip_init(nn.Linear, 512 * 7 * 7, 4096), nn.ReLU(), nn.Dropout(dropout),
+            skip_init(nn.Linear, 4096, 4096), nn.ReLU(), nn.Dropout(dropout),
+            skip_init(nn.Linear, 4096, num_classes))
+        # torchvision's VGG init (PyTorch's default one skipped: it would be drawn, then replaced):
+        # with the default init and no batch norm, the signal fades through 13 convolutions and the
+        # logits end up (almost) independent of the input.
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
