@@ -159,6 +159,82 @@ def test_a_model_built_in_bf16_matches_its_f32_reference() -> None:
     assert app.compile(model.with_precision("f32")).precision == "f32"
 
 
+def test_register_tiles_of_exact_columns_serve_awkward_widths() -> None:
+    """A tensorized tile cannot be guarded, so its columns divide the output width: 13 columns
+    take one tile of 13 (not 13 tiles of one); a width with no divisor from 4 to 16 (109, the
+    SqueezeNet stem's) keeps the f32 kernel, whose tiles have guarded tails."""
+    from tensortune.templates.conv2d_nchwc import exact_columns_fit, exact_register_tile
+
+    assert exact_register_tile(13, 7, 2, 1, 24) == (13, 1)
+    assert exact_register_tile(56, 8, 2, 1, 24) == (8, 2)  # a divisor within the default: as it was
+    assert exact_register_tile(27, 7, 2, 1, 24) == (9, 1)
+    assert [exact_columns_fit(w) for w in (3, 7, 13, 56, 109, 17)] == [True, True, True, True, False, False]
+
+
+@needs_bf16
+def test_a_convolution_no_exact_tile_serves_stays_f32() -> None:
+    import torch
+
+    from tensortune import app
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(16, 16, 3, padding=1)).eval()
+    for width, bf16 in ((17, 0), (16, 2)):
+        x = torch.randn(1, 16, 8, width)
+        cm = app.compile(app.load(net, (x,), precision="bf16"))
+        convs = [c.kernel_class for c in cm.choices if c.kernel_class.startswith("conv2d")]
+        assert len(convs) == 2 and sum(k.startswith("conv2d_nchwc_bf16") for k in convs) == bf16, convs
+        assert prec.agreement(cm.run([x.numpy()])[0], net(x).detach().numpy()).ok
+
+
+@needs_bf16
+def test_activations_of_bf16_products_cross_memory_as_bits(monkeypatch) -> None:
+    """Each activation a bf16 convolution reads is rounded in its producer's epilogue and every
+    other reader widens the bits itself (the residual add, the pool): no float32 copy of it and
+    no rounding pass of its own; the outputs within the tolerance, and those of the build that
+    rounds inside each product."""
+    import torch
+
+    from tensortune import app
+    from tensortune.models import layout
+
+    class Residual(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+            self.a = torch.nn.Conv2d(16, 16, 3, padding=1)
+            self.b = torch.nn.Conv2d(16, 16, 1)
+            self.head = torch.nn.Linear(16, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.stem(x))
+            z = torch.relu(self.b(torch.relu(self.a(y))) + y)  # y: read by conv a and by the add
+            return self.head(torch.nn.functional.adaptive_avg_pool2d(z, 1).flatten(1))
+
+    torch.manual_seed(0)
+    net = Residual().eval()
+    x = torch.randn(1, 3, 16, 16)
+    ref = net(x).detach().numpy()
+    cm = app.compile(app.load(net, (x,), precision="bf16"))
+    classes = [c.kernel_class for c in cm.choices]
+    convs = [k for k in classes if k.startswith("conv2d_nchwc_bf16")]
+    assert len(convs) == 3, classes
+    # the stem's and conv a's outputs leave them as bits; conv b's epilogue widens y for the add
+    assert sum(k.endswith("round_bf16") for k in convs) == 2, convs
+    assert any("widen_bf16" in k and "add" in k for k in convs), convs
+    # no pass of their own: only the model's input (no producer) is rounded by a function apart
+    assert sum("round_bf16" in k and not k.startswith("conv") for k in classes) <= 1, classes
+    assert not any("widen_bf16" in k and not k.startswith("conv") for k in classes), classes
+    got = cm.run([x.numpy()])[0]
+    a = prec.agreement(got, ref)
+    assert a.ok and a.max_rel_err > 0
+    monkeypatch.setattr(layout, "STORE_BF16", False)
+    inside = app.compile(app.load(net, (x,), precision="bf16"))
+    assert not any("round_bf16" in c.kernel_class for c in inside.choices)
+    assert prec.agreement(inside.run([x.numpy()])[0], ref).ok
+
+
 @needs_bf16
 def test_attention_products_of_run_time_operands_run_in_bf16(monkeypatch) -> None:
     """``Q K^T`` and ``P V`` (both operands computed at run time) as ``batch_matmul_bf16``: rows

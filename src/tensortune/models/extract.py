@@ -21,19 +21,22 @@ def fuse_passes(precision: str = DEFAULT_PRECISION) -> list[Any]:
     """TVM's legalize-and-fuse passes, in order (blocked convolutions lowered by
     :func:`tensortune.models.layout.legalize_conv2d` in ``precision``, exp/erf/tanh/softmax/GELU by the fast
     forms of :mod:`tensortune.models.fastmath`, each attention's three groups merged into one
-    by :func:`tensortune.models.attention.fuse_attention`)."""
+    by :func:`tensortune.models.attention.fuse_attention`; in bf16, the activations of bf16
+    products stored as bits, :mod:`tensortune.models.bf16act`)."""
     from tvm import relax
 
     from .attention import fuse_attention_pass
+    from .bf16act import store_activations_pass
     from .fastmath import FAST_MATH
-    from .layout import legalize_conv2d
+    from .layout import STORE_BF16, legalize_conv2d
 
     def conv2d(bb: Any, call: Any) -> Any:
         return legalize_conv2d(bb, call, precision)
 
     t = relax.transform
+    store = [store_activations_pass(), t.AnnotateTIROpPattern()] if precision == "bf16" and STORE_BF16 else []
     return [t.DecomposeOpsForInference(), t.LegalizeOps({**FAST_MATH, "relax.nn.conv2d": conv2d}), t.AnnotateTIROpPattern(),
-            t.FoldConstant(), t.FuseOps(), fuse_attention_pass(), t.FuseTIR(), t.DeadCodeElimination()]
+            *store, t.FoldConstant(), t.FuseOps(), fuse_attention_pass(), t.FuseTIR(), t.DeadCodeElimination()]
 
 
 def lower_to_fused(mod: Any, target: Any, precision: str = DEFAULT_PRECISION) -> Any:

@@ -464,6 +464,10 @@ def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
 
 
 # ---------------------------------------------------------------- legalization
+#: In bf16, the activations of bf16 products stored as bfloat16 bits, rounded in their producers'
+#: epilogues (:mod:`.bf16act`); off: each product rounds its float32 activation itself.
+STORE_BF16 = True
+
 def legalize_conv2d(bb: Any, call: Any, precision: str = DEFAULT_PRECISION) -> Any:
     """Lower a blocked conv2d to :func:`~tensortune.task.ops.conv2d_nchwc_te` (square kernel, one
     stride and padding, no dilation or groups), :func:`~tensortune.task.ops.conv2d_nchwc_general_te`
@@ -504,12 +508,15 @@ def legalize_conv2d(bb: Any, call: Any, precision: str = DEFAULT_PRECISION) -> A
 
 def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...],
                groups: int, plain: bool) -> Any | None:
-    """The bf16 call of a blocked conv2d (None when its weight is not a constant or its blocks do
-    not fit the instruction: it stays float32)."""
+    """The bf16 call of a blocked conv2d on its activation rounded to bfloat16 bits by an
+    elementwise call before it (which :mod:`.bf16act` moves into the activation's producer); None
+    when its weight is not a constant or its blocks do not fit the instruction: it stays float32."""
     from tvm import relax
     from tvm.ir.expr import Constant
 
-    from ..task.ops_bf16 import conv2d_nchwc_bf16_te, conv2d_nchwc_general_bf16_te, pack_conv_weight
+    from ..templates.conv2d_nchwc import exact_columns_fit
+    from ..task.ops_bf16 import ROUND_FUNC, conv2d_nchwc_bf16_te, conv2d_nchwc_general_bf16_te, pack_conv_weight, \
+        round_bits_te
 
     data, weight = call.args
     if not isinstance(weight, Constant) or str(data.ty.dtype) != "float32":
@@ -517,7 +524,11 @@ def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int,
     w = weight.value.numpy()
     if w.ndim != 6 or w.shape[5] not in (8, 16) or (w.shape[4] % 2 and w.shape[1] != 1):
         return None  # an odd input block is padded to pairs only where it is the whole input (the stem)
+    if not exact_columns_fit(int(call.ty.shape[3])):
+        return None  # its tensorized tiles would be one column wide; f32's tiles have guarded tails
     packed = relax.const(pack_conv_weight(w))
+    if STORE_BF16:
+        data = bb.emit(bb.call_te(round_bits_te, data, primfunc_name_hint=ROUND_FUNC))
     if plain and groups == 1:
         return bb.call_te(conv2d_nchwc_bf16_te, data, packed, strides[0], padding[0],
                           primfunc_name_hint="conv2d_nchwc_bf16")

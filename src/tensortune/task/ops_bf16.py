@@ -15,9 +15,12 @@ at compile time with pairs of input channels (or of reduction steps) side by sid
   ``A[b, M, K] x B[b, K, N]``, float32 in and out; its ``b_bf16`` stage packs ``B`` per call
   the way :func:`pack_dense_weight` packs a weight (``[b, N/NB, K/2, NB, 2]``).
 
-The activations arrive in float32 and are rounded to bfloat16 (to nearest even) by the
-function's first stage (``data_bf16``, padding included), once per call, so the reduction
-reads half the bytes; the outputs stay float32 for the fused epilogue and the next layer.
+In a model the activations reach a bf16 product as bfloat16 bits: :func:`round_bits_te` rounds
+them (to nearest even) in their producer's fused epilogue (:mod:`tensortune.models.bf16act`),
+so the producer writes and the product reads half the bytes, and the function's first stage
+(``data_bf16``) only pads them. A standalone product (an operator task) takes float32
+activations, and that stage rounds them, once per call. Outputs stay float32 for the fused
+epilogue.
 """
 from __future__ import annotations
 
@@ -34,6 +37,9 @@ if TYPE_CHECKING:  # pragma: no cover
 CONVERT_STAGE = "data_bf16"
 #: Name of the stage that rounds and packs a product's run-time right operand (``batch_matmul_bf16``).
 PACK_STAGE = "b_bf16"
+#: Names of the elementwise functions (and their blocks) that round an activation to bfloat16 bits
+#: and widen bits back to float32 (:mod:`tensortune.models.bf16act`).
+ROUND_FUNC, WIDEN_FUNC = "round_bf16", "widen_bf16"
 
 
 def bf16_bits_expr(x: Any) -> Any:
@@ -53,10 +59,32 @@ def bf16_value_expr(b: Any) -> Any:
     return tirx.reinterpret("float32", tirx.shift_left(b.astype("uint32"), tirx.const(16, "uint32")))
 
 
+def round_bits_te(x: "te.Tensor") -> "te.Tensor":
+    """``x`` float32 as bfloat16 bits (``uint16``), rounded to nearest even: elementwise, so it
+    fuses into the epilogue of the function that computes ``x``."""
+    from tvm import te
+
+    return te.compute(tuple(x.shape), lambda *i: bf16_bits_expr(x[i]), name=ROUND_FUNC)
+
+
+def widen_bits_te(b: "te.Tensor") -> "te.Tensor":
+    """bfloat16 bits ``b`` as float32 values (exact): elementwise, so it fuses into its consumer."""
+    from tvm import te
+
+    return te.compute(tuple(b.shape), lambda *i: bf16_value_expr(b[i]), name=WIDEN_FUNC)
+
+
+def as_bits(value: Any, dtype: str) -> Any:
+    """TIR: the bfloat16 bits of an activation loaded from a ``dtype`` tensor: rounded when it is
+    float32, as it is when it holds bits already (rounded by its producer)."""
+    return value if dtype == BF16_STORAGE else bf16_bits_expr(value)
+
+
 def _rounding(data: "te.Tensor", padding: Sequence[int]) -> Any:
-    """The rounding stage's body: ``data`` ``[1, C, H, W, IB]`` as bfloat16 bits, zero-padded by
-    ``padding`` (top, left, bottom, right) and, past ``IB``, along its block (an odd block, the
-    RGB stem's 3 channels, is read as an even one: the pairs the instruction takes)."""
+    """The rounding stage's body: ``data`` ``[1, C, H, W, IB]`` (float32, or bfloat16 bits) as
+    bfloat16 bits, zero-padded by ``padding`` (top, left, bottom, right) and, past ``IB``, along
+    its block (an odd block, the RGB stem's 3 channels, is read as an even one: the pairs the
+    instruction takes)."""
     from tvm import tirx
 
     _, _, H, W, IB = (int(d) for d in data.shape)
@@ -64,11 +92,11 @@ def _rounding(data: "te.Tensor", padding: Sequence[int]) -> Any:
 
     def convert(n: Any, c: Any, y: Any, x: Any, i: Any) -> Any:
         conds = ([y >= PT, y < H + PT, x >= PL, x < W + PL] if any(padding) else []) + [i < IB]
-        value = bf16_bits_expr(data[n, c, y - PT, x - PL, tirx.min(i, IB - 1)])
+        value = as_bits(data[n, c, y - PT, x - PL, tirx.min(i, IB - 1)], str(data.dtype))
         return tirx.if_then_else(tirx.all(*conds), value, tirx.const(0, BF16_STORAGE))
 
     def plain(n: Any, c: Any, y: Any, x: Any, i: Any) -> Any:
-        return bf16_bits_expr(data[n, c, y, x, i])
+        return as_bits(data[n, c, y, x, i], str(data.dtype))
 
     return convert if any(padding) or IB % 2 else plain
 
@@ -94,8 +122,8 @@ def group_block(fo: Any, rco: Any, groups: int, OCgo: int, ICgo: int) -> Any:
 def conv2d_nchwc_general_bf16_te(data: "te.Tensor", kernel: "te.Tensor", strides: Sequence[int],
                                  padding: Sequence[int], dilation: Sequence[int], groups: int) -> "te.Tensor":
     """Blocked conv2d of any geometry in bf16 (the f32 ``conv2d_nchwc_general``'s, with ``padding``
-    (top, left, bottom, right) and groups of channel blocks): data ``[1, IC/IB, H, W, IB]`` float32,
-    kernel ``[OC/OB, IC/G/IB, KH, KW, IB/2, OB, 2]`` bf16 bits; float32 out."""
+    (top, left, bottom, right) and groups of channel blocks): data ``[1, IC/IB, H, W, IB]`` float32
+    (or bfloat16 bits), kernel ``[OC/OB, IC/G/IB, KH, KW, IB/2, OB, 2]`` bf16 bits; float32 out."""
     from tvm import te
 
     _, ICo, H, W, _ = (int(d) for d in data.shape)
@@ -121,12 +149,13 @@ def conv2d_nchwc_general_bf16_te(data: "te.Tensor", kernel: "te.Tensor", strides
 
 
 def dense_pack_bf16_te(data: "te.Tensor", packed: "te.Tensor") -> "te.Tensor":
-    """``data[..., K] x W`` in bf16, ``W[K, N]`` packed as ``[N/NB, K/2, NB, 2]`` bf16 bits; float32 out."""
+    """``data[..., K] x W`` in bf16 (data float32 or bfloat16 bits), ``W[K, N]`` packed as
+    ``[N/NB, K/2, NB, 2]`` bf16 bits; float32 out."""
     from tvm import te
 
     nbo, K2, NB, _ = (int(d) for d in packed.shape)
     lead = [int(d) for d in data.shape[:-1]]
-    conv = te.compute(tuple(int(d) for d in data.shape), lambda *i: bf16_bits_expr(data[i]), name=CONVERT_STAGE)
+    conv = te.compute(tuple(int(d) for d in data.shape), lambda *i: as_bits(data[i], str(data.dtype)), name=CONVERT_STAGE)
     kp = te.reduce_axis((0, K2), name="kp")
     ke = te.reduce_axis((0, 2), name="ke")
     return te.compute(

@@ -34,6 +34,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .ops_bf16 import ROUND_FUNC, WIDEN_FUNC
+
+
 @dataclass(frozen=True)
 class FuncPattern:
     """What :func:`analyze_func` found in a PrimFunc."""
@@ -202,6 +205,9 @@ def _plain_var(e: Any) -> Any | None:
 
 def _epilogue_op(b: _Block) -> str:
     """Short name of an elementwise block: ``add``, ``relu``, ``clip``, ``sigmoid`` ..."""
+    for name in (ROUND_FUNC, WIDEN_FUNC):  # an activation's bfloat16 bits written or read
+        if b.name.startswith(name):
+            return name
     if b.name.startswith("T_"):
         return re.sub(r"_?\d+$", "", b.name[2:])
     v = _strip_cast(b.store.value) if type(b.store).__name__ == "BufferStore" else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..precision import BF16_STORAGE
 from .ops_bf16 import CONVERT_STAGE, PACK_STAGE
 from .pattern import (FuncPattern, _Block, _channel_groups, _epilogue_op, _generic, _is_load, _linear, _load_buffer,
                       _plain_var, _prod, _shape, _strip_cast)
@@ -122,9 +123,9 @@ def _conv(b: _Block, stage: _Block, data: Any, weight: Any, common: dict[str, An
 
 
 def _source_load(e: Any) -> Any | None:
-    """The float32 NCHWc load (5 indices) a rounding stage's value reads."""
+    """The NCHWc load (5 indices) a rounding stage's value reads: float32, or bfloat16 bits."""
     if _is_load(e):
-        return e if len(e.indices) == 5 and str(e.ty) == "float32" else None
+        return e if len(e.indices) == 5 and str(e.ty) in ("float32", BF16_STORAGE) else None
     for name in ("a", "b", "value", "true_value", "false_value"):
         sub = getattr(e, name, None)
         if sub is not None and not isinstance(sub, (int, float, str)):

@@ -102,10 +102,20 @@ def intrinsic(lanes: int) -> str:
     return INTRINSICS[lanes]
 
 
+def _plain_copy(sch: Any, block: Any) -> bool:
+    """Whether a stage only copies its input (bfloat16 bits already, nothing to pad)."""
+    body = sch.get(block).body
+    return type(body).__name__ == "BufferStore" and type(body.value).__name__ == "BufferLoad"
+
+
 def schedule_convert(sch: Any, name: str, lanes: int) -> None:
     """The activations' rounding stage: its leading loops fused and parallel, its innermost
-    loop vectorised (split to ``lanes`` when longer)."""
+    loop vectorised (split to ``lanes`` when longer); inlined where it only copies bits (an
+    activation its producer rounded, nothing to pad): the product reads them in place."""
     block = sch.get_sblock(name)
+    if _plain_copy(sch, block):
+        sch.compute_inline(block)
+        return
     loops = sch.get_loops(block)
     inner = loops[-1]
     extent = int(sch.get(inner).extent)

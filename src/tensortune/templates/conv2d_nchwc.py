@@ -67,6 +67,29 @@ def default_register_tile(width: int, f_blocks: int, vec: int, acc: int) -> tupl
     return best
 
 
+#: Widest register tile of a template whose column tiles divide the output width (columns).
+MAX_EXACT_COLUMNS = 16
+
+
+def exact_register_tile(width: int, xi: int, fm: int, vec: int, acc: int) -> tuple[int, int]:
+    """``(columns, channel blocks)`` of a register tile whose columns divide ``width``: the widest
+    divisor up to :func:`default_register_tile`'s ``xi`` columns; where that leaves fewer than 4
+    (a width of 13), the widest divisor up to :data:`MAX_EXACT_COLUMNS` on one channel block."""
+    exact = max(d for d in range(1, xi + 1) if width % d == 0)
+    if exact < min(4, width):
+        wide = [d for d in range(xi + 1, min(width, MAX_EXACT_COLUMNS) + 1) if width % d == 0 and d * vec <= acc]
+        if wide:
+            return max(wide), 1
+    return exact, fm
+
+
+def exact_columns_fit(width: int) -> bool:
+    """Whether a register tile of exact columns serves ``width``: a width of at most 3, or one
+    with a divisor from 4 to :data:`MAX_EXACT_COLUMNS` (a width of 109 has none: one column a
+    tile)."""
+    return width <= 3 or any(width % d == 0 for d in range(4, MAX_EXACT_COLUMNS + 1))
+
+
 class Conv2dNCHWcTemplate(Template):
     """conv2d ``NCHW{IB}c`` x ``OIHW{IB}i{OB}o`` -> ``NCHW{OB}c``, any stride and padding (batch 1)."""
 
@@ -98,9 +121,10 @@ class Conv2dNCHWcTemplate(Template):
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         a = task.args
         OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], self.in_blocks(task)
-        xi, fm = default_register_tile(OW, OCo, block_vectors(task, a["OB"]), max_accumulators(task.target_json))
+        vec, acc = block_vectors(task, a["OB"]), max_accumulators(task.target_json)
+        xi, fm = default_register_tile(OW, OCo, vec, acc)
         if self.exact_columns:
-            xi = max(d for d in range(1, xi + 1) if OW % d == 0)
+            xi, fm = exact_register_tile(OW, xi, fm, vec, acc)
         return {
             "tile_f": (OCo // fm, fm),
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
