@@ -491,3 +491,16 @@ def test_openvino_not_installed_says_how_to_install(monkeypatch, conv_onnx):
     monkeypatch.setitem(__import__("sys").modules, "openvino", None)  # import openvino -> ImportError
     with pytest.raises(ReferenceRunError, match=r"^openvino is not installed: pip install 'tensortune\[openvino\]'$"):
         OpenVinoRunner(conv_onnx[0], threads=1)
+
+
+def test_an_output_of_near_zero_values_is_measured_against_the_floor() -> None:
+    """An output whose largest value is below the absolute floor passes by the floor; its error is
+    reported against the floor's scale (ABS_FLOOR / rtol), not as 5x its own tiny maximum, so the
+    figure stays within the tolerance as the check does."""
+    big = np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(3, 4)
+    tiny = np.full((2, 2), 1e-8, dtype=np.float32)
+    check = compare_outputs([big, tiny + 5e-8], [big, tiny], rtol=2e-2)
+    assert check.ok and 0 < check.max_rel_err <= 2e-2
+    assert check.max_rel_err == pytest.approx(5e-8 / (1e-6 / 2e-2), rel=1e-3)
+    assert "output(s) 1 of the reference all (near) zero" in check.message
+    assert "near" not in compare_outputs([big], [big]).message

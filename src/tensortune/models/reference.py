@@ -541,7 +541,9 @@ def compare_outputs(got: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: 
     dtypes must be equal, and ``got`` must be finite wherever ``ref`` is finite (positions where
     ``ref`` is NaN/inf are not compared). The pair passes when
     ``max|got - ref| <= rtol * max|ref| + 1e-6`` (:data:`ABS_FLOOR`), both maxima over the positions
-    where ``ref`` is finite. ``max_rel_err`` is ``max|got - ref| / max|ref|`` of the worst output.
+    where ``ref`` is finite. ``max_rel_err`` is ``max|got - ref| / max|ref|`` of the worst output,
+    an output of near-zero values measured against the floor's scale (``ABS_FLOOR / rtol``), as
+    its check is: an error within the tolerance reads at most ``rtol``.
     All outputs must pass. The message is one line, e.g. ``outputs match (max abs err 3.1e-05,
     2.0e-06 of max |ref|; tolerance 1e-03)``, or says why the check failed.
     """
@@ -553,6 +555,7 @@ def compare_outputs(got: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: 
         worst_rel = 0.0
         failures: list[str] = []
         skipped = 0
+        dead: list[int] = []  # outputs whose reference is all (near) zero: a match there says little
         for i, (g_raw, r_raw) in enumerate(zip(got_l, ref_l)):
             g, r = np.asarray(g_raw), np.asarray(r_raw)
             if g.shape != r.shape:
@@ -569,11 +572,16 @@ def compare_outputs(got: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: 
                 continue
             abs_err = float(np.max(np.abs(g64[ref_finite] - r64[ref_finite])))
             scale = float(np.max(np.abs(r64[ref_finite])))
-            rel_err = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else math.inf)
+            floor = ABS_FLOOR / rtol if rtol > 0 else 0.0
+            rel_err = abs_err / max(scale, floor) if max(scale, floor) > 0 else (0.0 if abs_err == 0 else math.inf)
             worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
+            if scale <= ABS_FLOOR:
+                dead.append(i)
             if abs_err > rtol * scale + ABS_FLOOR:
                 failures.append(f"output {i} differs: max abs err {abs_err:.1e}, {rel_err:.1e} of max |ref| {scale:.1e}")
         note = f"; {skipped} non-finite reference value(s) not compared" if skipped else ""
+        if dead:
+            note += f"; output(s) {', '.join(map(str, dead))} of the reference all (near) zero: compared against the floor only"
         if failures:
             more = f" (and {len(failures) - 1} more output(s))" if len(failures) > 1 else ""
             return OutputCheck(False, worst_abs, worst_rel, rtol,
