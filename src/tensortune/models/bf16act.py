@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..task.ops_bf16 import ROUND_FUNC
+from ..task.ops_bf16 import ROUND_FUNC, WIDEN_FUNC
 
 #: Highest ``op_pattern`` (TVM's ``OpPatternKind``) of a reader that ``FuseOps`` fuses an
 #: elementwise producer into: elementwise, broadcast, injective and reductions (3); not a
@@ -116,7 +116,7 @@ def store_activations_bf16(mod: Any) -> Any:
                 return new
             for i in hits:
                 bits = self._bits_of(olds[i], news[i])
-                news[i] = self.builder_.emit(self.builder_.call_te(widen_bits_te, bits, primfunc_name_hint="widen_bf16"))
+                news[i] = self.builder_.emit(self.builder_.call_te(widen_bits_te, bits, primfunc_name_hint=WIDEN_FUNC))
             return relax.Call(new.op, [new.args[0], relax.Tuple(news), *new.args[2:]], new.attrs, new.ty_args)
 
     out = mod.clone() if hasattr(mod, "clone") else mod
