@@ -197,7 +197,7 @@ def test_activations_of_bf16_products_cross_memory_as_bits(monkeypatch) -> None:
     import torch
 
     from tensortune import app
-    from tensortune.models import layout
+    from tensortune.models import bf16act
 
     class Residual(torch.nn.Module):
         def __init__(self) -> None:
@@ -229,7 +229,7 @@ def test_activations_of_bf16_products_cross_memory_as_bits(monkeypatch) -> None:
     got = cm.run([x.numpy()])[0]
     a = prec.agreement(got, ref)
     assert a.ok and a.max_rel_err > 0
-    monkeypatch.setattr(layout, "STORE_BF16", False)
+    monkeypatch.setattr(bf16act, "STORE_BF16", False)
     inside = app.compile(app.load(net, (x,), precision="bf16"))
     assert not any("round_bf16" in c.kernel_class for c in inside.choices)
     assert prec.agreement(inside.run([x.numpy()])[0], ref).ok

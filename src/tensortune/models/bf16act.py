@@ -16,10 +16,22 @@ from typing import Any
 
 from ..task.ops_bf16 import ROUND_FUNC, WIDEN_FUNC
 
+#: In bf16, the activations of bf16 products stored as bfloat16 bits, rounded in their producers'
+#: epilogues; off: each product rounds its float32 activation itself.
+STORE_BF16 = True
+
 #: Highest ``op_pattern`` (TVM's ``OpPatternKind``) of a reader that ``FuseOps`` fuses an
 #: elementwise producer into: elementwise, broadcast, injective and reductions (3); not a
 #: convolution or product (4, "out-elementwise fusable") or an opaque call (8).
 FUSABLE_READER = 3
+
+
+def rounded(bb: Any, x: Any) -> Any:
+    """``x`` float32 as bfloat16 bits: an elementwise ``round_bf16`` call emitted with ``bb``
+    (legalization puts one before each bf16 product; ``FuseOps`` moves it into ``x``'s producer)."""
+    from ..task.ops_bf16 import round_bits_te
+
+    return bb.emit(bb.call_te(round_bits_te, x, primfunc_name_hint=ROUND_FUNC))
 
 
 def _call_tir_args(call: Any) -> list[Any] | None:
@@ -30,7 +42,7 @@ def _call_tir_args(call: Any) -> list[Any] | None:
 
 
 def _is_round(call: Any) -> bool:
-    return getattr(call.op, "name", "") == "relax.call_tir" and call.args[0].name_hint.startswith(ROUND_FUNC)
+    return _call_tir_args(call) is not None and call.args[0].name_hint.startswith(ROUND_FUNC)
 
 
 def _key(v: Any) -> int:
@@ -83,10 +95,10 @@ def store_activations_bf16(mod: Any) -> Any:
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    from ..task.ops_bf16 import round_bits_te, widen_bits_te
+    from ..task.ops_bf16 import widen_bits_te
 
-    rounded, blocked = _readers(mod)
-    shared = rounded - blocked
+    read_rounded, blocked = _readers(mod)
+    shared = read_rounded - blocked
     if not shared:
         return mod
 
@@ -98,8 +110,7 @@ def store_activations_bf16(mod: Any) -> Any:
 
         def _bits_of(self, old: Any, new: Any) -> Any:
             if _key(old) not in self.bits:
-                self.bits[_key(old)] = self.builder_.emit(
-                    self.builder_.call_te(round_bits_te, new, primfunc_name_hint=ROUND_FUNC))
+                self.bits[_key(old)] = rounded(self.builder_, new)
             return self.bits[_key(old)]
 
         def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name

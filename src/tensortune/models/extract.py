@@ -26,15 +26,16 @@ def fuse_passes(precision: str = DEFAULT_PRECISION) -> list[Any]:
     from tvm import relax
 
     from .attention import fuse_attention_pass
-    from .bf16act import store_activations_pass
+    from . import bf16act
     from .fastmath import FAST_MATH
-    from .layout import STORE_BF16, legalize_conv2d
+    from .layout import legalize_conv2d
 
     def conv2d(bb: Any, call: Any) -> Any:
         return legalize_conv2d(bb, call, precision)
 
     t = relax.transform
-    store = [store_activations_pass(), t.AnnotateTIROpPattern()] if precision == "bf16" and STORE_BF16 else []
+    store = ([bf16act.store_activations_pass(), t.AnnotateTIROpPattern()]  # annotates the functions it adds
+             if precision == "bf16" and bf16act.STORE_BF16 else [])
     return [t.DecomposeOpsForInference(), t.LegalizeOps({**FAST_MATH, "relax.nn.conv2d": conv2d}), t.AnnotateTIROpPattern(),
             *store, t.FoldConstant(), t.FuseOps(), fuse_attention_pass(), t.FuseTIR(), t.DeadCodeElimination()]
 

@@ -464,10 +464,6 @@ def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
 
 
 # ---------------------------------------------------------------- legalization
-#: In bf16, the activations of bf16 products stored as bfloat16 bits, rounded in their producers'
-#: epilogues (:mod:`.bf16act`); off: each product rounds its float32 activation itself.
-STORE_BF16 = True
-
 def legalize_conv2d(bb: Any, call: Any, precision: str = DEFAULT_PRECISION) -> Any:
     """Lower a blocked conv2d to :func:`~tensortune.task.ops.conv2d_nchwc_te` (square kernel, one
     stride and padding, no dilation or groups), :func:`~tensortune.task.ops.conv2d_nchwc_general_te`
@@ -514,9 +510,9 @@ def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int,
     from tvm import relax
     from tvm.ir.expr import Constant
 
+    from ..task.ops_bf16 import conv2d_nchwc_bf16_te, conv2d_nchwc_general_bf16_te, pack_conv_weight
     from ..templates.conv2d_nchwc import exact_columns_fit
-    from ..task.ops_bf16 import ROUND_FUNC, conv2d_nchwc_bf16_te, conv2d_nchwc_general_bf16_te, pack_conv_weight, \
-        round_bits_te
+    from . import bf16act
 
     data, weight = call.args
     if not isinstance(weight, Constant) or str(data.ty.dtype) != "float32":
@@ -527,8 +523,8 @@ def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int,
     if not exact_columns_fit(int(call.ty.shape[3])):
         return None  # its tensorized tiles would be one column wide; f32's tiles have guarded tails
     packed = relax.const(pack_conv_weight(w))
-    if STORE_BF16:
-        data = bb.emit(bb.call_te(round_bits_te, data, primfunc_name_hint=ROUND_FUNC))
+    if bf16act.STORE_BF16:
+        data = bf16act.rounded(bb, data)
     if plain and groups == 1:
         return bb.call_te(conv2d_nchwc_bf16_te, data, packed, strides[0], padding[0],
                           primfunc_name_hint="conv2d_nchwc_bf16")

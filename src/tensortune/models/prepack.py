@@ -95,8 +95,8 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     from ..task.ops import dense_pack_te, pack_weight
-    from ..task.ops_bf16 import ROUND_FUNC, batch_matmul_bf16_te, dense_pack_bf16_te, pack_dense_weight, round_bits_te
-    from .layout import STORE_BF16
+    from ..task.ops_bf16 import batch_matmul_bf16_te, dense_pack_bf16_te, pack_dense_weight
+    from . import bf16act
 
     plans: list[DensePlan] = []
 
@@ -151,8 +151,8 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
                 rows = xs[-2]
                 extra = row_padding(rows)
                 if not extra:
-                    if STORE_BF16:  # rounded by an elementwise call, moved into x's producer (.bf16act)
-                        x = self.builder_.emit(self.builder_.call_te(round_bits_te, x, primfunc_name_hint=ROUND_FUNC))
+                    if bf16act.STORE_BF16:
+                        x = bf16act.rounded(self.builder_, x)
                     return self.builder_.call_te(dense_pack_bf16_te, x, packed, primfunc_name_hint="dense_pack_bf16")
                 # rows no register tile divides (a ViT's 197 tokens): zero rows added (the pad fuses
                 # into the kernel's rounding stage), the product's extra rows cut off after it

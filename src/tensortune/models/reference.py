@@ -556,6 +556,7 @@ def compare_outputs(got: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: 
         failures: list[str] = []
         skipped = 0
         dead: list[int] = []  # outputs whose reference is all (near) zero: a match there says little
+        floor = ABS_FLOOR / rtol if rtol > 0 else 0.0  # the scale an output of near-zero values is measured on
         for i, (g_raw, r_raw) in enumerate(zip(got_l, ref_l)):
             g, r = np.asarray(g_raw), np.asarray(r_raw)
             if g.shape != r.shape:
@@ -572,8 +573,8 @@ def compare_outputs(got: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: 
                 continue
             abs_err = float(np.max(np.abs(g64[ref_finite] - r64[ref_finite])))
             scale = float(np.max(np.abs(r64[ref_finite])))
-            floor = ABS_FLOOR / rtol if rtol > 0 else 0.0
-            rel_err = abs_err / max(scale, floor) if max(scale, floor) > 0 else (0.0 if abs_err == 0 else math.inf)
+            denom = max(scale, floor)
+            rel_err = abs_err / denom if denom > 0 else (0.0 if abs_err == 0 else math.inf)
             worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
             if scale <= ABS_FLOOR:
                 dead.append(i)
