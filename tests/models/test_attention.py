@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tensortune.measure import MeasureOptions, Measurer
+from tensortune.precision import CPU_FLAG, host_flags
 from tensortune.models.compile import compile_model, model_tasks
 from tensortune.models.importer import load_model
 from tensortune.models.reference import TorchRunner, compare_outputs
@@ -106,3 +107,54 @@ def test_row_reductions_are_vector_partials_when_a_piece_divides_the_keys(fuse_s
     assert bool(partials) == split, partials
     if split:
         assert len(partials) == 2 and "T.vectorized(30)" in script.replace("T.int64(30)", "30")
+
+
+# ---------------------------------------------------------------- bf16
+ZNVER4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2}
+
+
+def _kinds(model) -> list[str]:
+    return [mt.task.template_name for mt in model_tasks(model)]
+
+
+def test_bf16_attention_needs_keys_in_pairs(fuse_small: None) -> None:
+    """In bf16, a head whose keys come in pairs is one ``attention_bf16`` task (its products on
+    bf16 operands, their rounding and packing stages in it); 23 keys cannot pair for ``P V`` and
+    keep the float32 fused attention."""
+    kinds = _kinds(_model(24).with_precision("bf16"))
+    assert kinds.count("attention_bf16") == 1 and "attention" not in kinds
+    (task,) = [mt.task for mt in model_tasks(_model(24).with_precision("bf16")) if mt.task.template_name == "attention_bf16"]
+    pat = task.attention
+    assert task.precision == "bf16" and task.kernel_class == "attention_bf16"
+    assert pat.args == {"B": 2, "M": 24, "N": 24, "K": 16, "D": 16} and len(pat.rounds) == 4
+    assert pat.between[0] == "scores_cut"  # 24 keys padded to two vectors of 16 for the scores
+    kinds = _kinds(_model(23).with_precision("bf16"))
+    assert "attention" in kinds and "attention_bf16" not in kinds
+
+
+def test_bf16_attention_codegen_has_the_dot_product(fuse_small: None) -> None:
+    """The scores and ``P V`` compile to ``vdpbf16ps`` for a Zen 4 target (codegen only)."""
+    import tvm
+
+    from tensortune.target import make_target
+    from tensortune.task import Task
+
+    (task,) = [mt.task for mt in model_tasks(_model(60).with_precision("bf16")) if mt.task.template_name == "attention_bf16"]
+    task = Task.from_fused(task.prim_func(), ZNVER4, "fused_attention")
+    asm = tvm.compile(task.instantiate(task.default_config()), target=make_target(ZNVER4)).mod.inspect_source("asm")
+    assert asm.count("vdpbf16ps") >= 2
+
+
+@pytest.mark.skipif(CPU_FLAG not in host_flags(), reason="this CPU has no avx512_bf16: the bf16 kernels cannot run here")
+@pytest.mark.parametrize("tokens", [24, 60])
+def test_bf16_attention_configs_and_model_match(fuse_small: None, measurer: Measurer, tokens: int) -> None:
+    """The bf16 attention's default and sampled configs match the unscheduled function (the bf16
+    tolerance), and the model built in bf16 matches PyTorch's float32 within it."""
+    model = _model(tokens).with_precision("bf16")
+    (task,) = [mt.task for mt in model_tasks(model) if mt.task.template_name == "attention_bf16"]
+    check_configs(measurer, task, n_samples=4)
+    cm = compile_model(model)
+    assert [c.source for c in cm.choices if c.kernel_class == "attention_bf16"] == ["default"]  # no fallback
+    check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs),
+                            rtol=model.rtol)
+    assert check.ok, check.message

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..precision import DEFAULT_PRECISION
+
 
 class _NotAttention(Exception):
     """A candidate that is not the plain three-group chain."""
@@ -41,6 +43,8 @@ MIN_SCORES_BYTES = 1 << 20
 #: The least row block the fused function runs well with (a divisor of the rows from here to the
 #: template's :data:`~tensortune.templates.attention.MAX_ROW_BLOCK`).
 MIN_ROW_BLOCK = 7
+#: float32 lanes of a bf16 product's vector (``vdpbf16ps`` on zmm: the CPUs with AVX512-BF16).
+BF16_LANES = 16
 
 
 def _is_call_tir(e: Any) -> bool:
@@ -163,9 +167,10 @@ def _chains(mod: Any) -> list[_Chain]:
     return out
 
 
-def _emit_group(bb: Any, mod: Any, value: Any, env: dict[Any, Any]) -> Any:
+def _emit_group(bb: Any, mod: Any, value: Any, env: dict[Any, Any], first: Any = None) -> Any:
     """Emit a group's ``call_tir`` calls into ``bb`` (``main``'s variables mapped by ``env``);
-    returns the variable of its result."""
+    returns the variable of its result. ``first``, given the first call's arguments, emits what
+    replaces that call (a bf16 product for a float32 matmul)."""
     from tvm import relax
     from tvm.ir.expr import Constant
 
@@ -174,17 +179,67 @@ def _emit_group(bb: Any, mod: Any, value: Any, env: dict[Any, Any]) -> Any:
             return local[e]
         raise _NotAttention(f"{type(e).__name__} in a group (primitive functions take no constants)")
 
-    def call(c: Any, local: dict[Any, Any]) -> Any:
+    def call(c: Any, local: dict[Any, Any], replaced: Any = None) -> Any:
         args = [sub(a, local) for a in c.args[1].fields]
+        if replaced is not None:
+            return replaced(args)
         return bb.emit(relax.call_tir(c.args[0], args, c.ty_args[0]))
 
     if _is_call_tir(value):
-        return call(value, env)
+        return call(value, env, first)
     f = mod[value.op]
     local = {p: sub(a, env) for p, a in zip(f.params, value.args)}
-    for b in f.body.blocks[0].bindings:
-        local[b.var] = call(b.value, local)
+    for k, b in enumerate(f.body.blocks[0].bindings):
+        local[b.var] = call(b.value, local, first if k == 0 else None)
     return local[f.body.body]
+
+
+def _static(e: Any) -> list[int] | None:
+    """The static shape of a Relax expression (None when a dimension is symbolic)."""
+    shape = getattr(e.ty, "shape", None)
+    try:
+        return [int(d) for d in shape] if shape is not None else None
+    except TypeError:
+        return None
+
+
+def _bf16_products(mod: Any, chain: _Chain) -> bool:
+    """Whether the chain's two products can run on ``vdpbf16ps``: the scores' reduction (the head
+    width) and the keys in pairs, the values' width a multiple of the vector, no broadcast."""
+    shapes = [[_static(a) for a in _group_calls(mod, b.value)[0].args[1].fields] for b in (chain.s, chain.o)]
+    if any(s is None or len(s) < 2 for pair in shapes for s in pair):
+        return False
+    (q, kt), (p, v) = shapes
+    return (q[:-2] == kt[:-2] and p[:-2] == v[:-2] and q[-1] % 2 == 0 and p[-1] % 2 == 0
+            and v[-1] % BF16_LANES == 0)
+
+
+def _bf16_scores(bb: Any, fb: Any) -> Any:
+    """Emits (into ``fb``, its PrimFuncs added to ``bb``) the scores ``Q K^T`` in bf16: the keys
+    packed in vectors, padded to two, the padded columns cut off before the softmax."""
+    from ..task.ops_bf16 import batch_matmul_bf16_te, first_columns_te
+
+    def emit(args: list[Any]) -> Any:
+        q, kt = args
+        keys = _static(kt)[-1]  # type: ignore[index]
+        s = fb.emit(bb.call_te(batch_matmul_bf16_te, q, kt, BF16_LANES, 2 * BF16_LANES,
+                               primfunc_name_hint="batch_matmul_bf16"))
+        if keys % (2 * BF16_LANES):
+            s = fb.emit(bb.call_te(first_columns_te, s, keys, primfunc_name_hint="scores_cut"))
+        return s
+
+    return emit
+
+
+def _bf16_values(bb: Any, fb: Any) -> Any:
+    """Emits ``P V`` in bf16 (the probabilities rounded, the values packed in pairs of keys)."""
+    from ..task.ops_bf16 import batch_matmul_bf16_te
+
+    def emit(args: list[Any]) -> Any:
+        p, v = args
+        return fb.emit(bb.call_te(batch_matmul_bf16_te, p, v, BF16_LANES, primfunc_name_hint="batch_matmul_bf16"))
+
+    return emit
 
 
 def _outer_args(mod: Any, chain: _Chain) -> list[Any]:
@@ -227,9 +282,10 @@ def _recognized(mod: Any, func: Any) -> bool:
         return False
 
 
-def fuse_attention(mod: Any) -> Any:
+def fuse_attention(mod: Any, precision: str = DEFAULT_PRECISION) -> Any:
     """``mod`` (after ``FuseOps``) with each attention chain of ``main`` in one primitive function
-    ``fused_attention*`` (see the module doc)."""
+    ``fused_attention*`` (see the module doc); in bf16, its two products on bfloat16 operands
+    where their shapes allow (:func:`_bf16_products`)."""
     from tvm import relax
 
     chains = _chains(mod)
@@ -243,17 +299,20 @@ def fuse_attention(mod: Any) -> Any:
         params = [relax.Var(f"a{i}", a.ty) for i, a in enumerate(args)]
         env = dict(zip(args, params))
         fb = relax.BlockBuilder()
+        bf16 = precision == "bf16" and _bf16_products(mod, chain)
+        scores, values = (_bf16_scores(bb, fb), _bf16_values(bb, fb)) if bf16 else (None, None)
         try:
             with fb.function("fused_attention", params, attrs={"Primitive": True}, private=True):
                 with fb.dataflow():
-                    for b in (chain.s, *chain.mids):
+                    env[chain.s.var] = _emit_group(fb, mod, chain.s.value, env, scores)
+                    for b in chain.mids:
                         env[b.var] = _emit_group(fb, mod, b.value, env)
-                    out = fb.emit_output(_emit_group(fb, mod, chain.o.value, env))
+                    out = fb.emit_output(_emit_group(fb, mod, chain.o.value, env, values))
                 fb.emit_func_output(out)
         except _NotAttention:
             continue
         func = fb.get()["fused_attention"]
-        if not _recognized(mod, func):
+        if not _recognized(bb.get() if bf16 else mod, func):
             continue
         gv = bb.add_func(func, "fused_attention")  # one function for equal layers
         replace[chain.o.var] = relax.Call(gv, list(args))
@@ -277,8 +336,9 @@ def fuse_attention(mod: Any) -> Any:
     return relax.transform.Normalize()(new)
 
 
-def fuse_attention_pass() -> Any:
+def fuse_attention_pass(precision: str = DEFAULT_PRECISION) -> Any:
     """:func:`fuse_attention` as a module pass."""
     import tvm
 
-    return tvm.transform.module_pass(lambda mod, ctx: fuse_attention(mod), opt_level=0, name="FuseAttention")
+    return tvm.transform.module_pass(lambda mod, ctx: fuse_attention(mod, precision), opt_level=0,
+                                     name="FuseAttention")

@@ -37,7 +37,7 @@ def fuse_passes(precision: str = DEFAULT_PRECISION) -> list[Any]:
     store = ([bf16act.store_activations_pass(), t.AnnotateTIROpPattern()]  # annotates the functions it adds
              if precision == "bf16" and bf16act.STORE_BF16 else [])
     return [t.DecomposeOpsForInference(), t.LegalizeOps({**FAST_MATH, "relax.nn.conv2d": conv2d}), t.AnnotateTIROpPattern(),
-            *store, t.FoldConstant(), t.FuseOps(), fuse_attention_pass(), t.FuseTIR(), t.DeadCodeElimination()]
+            *store, t.FoldConstant(), t.FuseOps(), fuse_attention_pass(precision), t.FuseTIR(), t.DeadCodeElimination()]
 
 
 def lower_to_fused(mod: Any, target: Any, precision: str = DEFAULT_PRECISION) -> Any:

@@ -24,6 +24,7 @@ epilogue.
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -37,6 +38,15 @@ if TYPE_CHECKING:  # pragma: no cover
 CONVERT_STAGE = "data_bf16"
 #: Name of the stage that rounds and packs a product's run-time right operand (``batch_matmul_bf16``).
 PACK_STAGE = "b_bf16"
+
+
+def is_stage(name: str, stage: str) -> bool:
+    """Whether the block ``name`` is a ``stage`` (:data:`CONVERT_STAGE`, :data:`PACK_STAGE`):
+    ``FuseTIR`` renames a second one in a function by counting up its trailing number
+    (``data_bf17``)."""
+    return re.fullmatch(re.escape(stage.rstrip("0123456789")) + r"\d+", name) is not None
+
+
 #: Names of the elementwise functions (and their blocks) that round an activation to bfloat16 bits
 #: and widen bits back to float32 (:mod:`tensortune.models.bf16act`).
 ROUND_FUNC, WIDEN_FUNC = "round_bf16", "widen_bf16"
@@ -166,25 +176,50 @@ def dense_pack_bf16_te(data: "te.Tensor", packed: "te.Tensor") -> "te.Tensor":
     )
 
 
-def batch_matmul_bf16_te(a: "te.Tensor", b: "te.Tensor", nb: int) -> "te.Tensor":
+def batch_matmul_bf16_te(a: "te.Tensor", b: "te.Tensor", nb: int, cols_to: int = 0) -> "te.Tensor":
     """``a[..., M, K] x b[..., K, N]`` in bf16, both float32 and computed at run time (the same
     leading dimensions): ``a`` rounded by the ``data_bf16`` stage, ``b`` rounded and packed by
-    the ``b_bf16`` stage as ``[..., N/nb, K/2, nb, 2]``; float32 out."""
-    from tvm import te
+    the ``b_bf16`` stage as ``[..., N'/nb, K/2, nb, 2]``; float32 out ``[..., M, N']``. ``N'`` is
+    ``N``, or with ``cols_to`` ``N`` rounded up to a multiple of it, the packed columns past ``N``
+    zero (a fused attention's scores: their keys need not divide into vectors)."""
+    from tvm import te, tirx
 
     lead = [int(d) for d in a.shape[:-2]]
     K, N = (int(d) for d in b.shape[-2:])
+    cols = -(-N // cols_to) * cols_to if cols_to else N
     conv = te.compute(tuple(int(d) for d in a.shape), lambda *i: bf16_bits_expr(a[i]), name=CONVERT_STAGE)
-    packed = te.compute((*lead, N // nb, K // 2, nb, 2),
-                        lambda *i: bf16_bits_expr(b[(*i[:-4], i[-3] * 2 + i[-1], i[-4] * nb + i[-2])]), name=PACK_STAGE)
+
+    def pack(*i: Any) -> Any:
+        j = i[-4] * nb + i[-2]
+        if cols == N:
+            return bf16_bits_expr(b[(*i[:-4], i[-3] * 2 + i[-1], j)])
+        inside = bf16_bits_expr(b[(*i[:-4], i[-3] * 2 + i[-1], tirx.min(j, N - 1))])
+        return tirx.if_then_else(j < N, inside, tirx.const(0, BF16_STORAGE))
+
+    packed = te.compute((*lead, cols // nb, K // 2, nb, 2), pack, name=PACK_STAGE)
     kp = te.reduce_axis((0, K // 2), name="kp")
     ke = te.reduce_axis((0, 2), name="ke")
     return te.compute(
-        (*lead, int(a.shape[-2]), N),
+        (*lead, int(a.shape[-2]), cols),
         lambda *idx: te.sum(bf16_value_expr(conv[(*idx[:-1], kp * 2 + ke)])
                             * bf16_value_expr(packed[(*idx[:-2], idx[-1] // nb, kp, idx[-1] % nb, ke)]), axis=[kp, ke]),
         name="batch_matmul_bf16",
     )
+
+
+def first_columns_te(x: "te.Tensor", cols: int) -> "te.Tensor":
+    """``x[..., :cols]``: a fused attention's scores without the padded columns. Its reads
+    cover every column of ``x`` (the second branch, never taken, reads the padded ones), so that a
+    block of rows computed where its rows are used computes whole vectors of keys, not a guarded
+    last one (which could not be tensorized)."""
+    from tvm import te, tirx
+
+    width = int(x.shape[-1])
+
+    def cut(*i: Any) -> Any:
+        return tirx.if_then_else(i[-1] < cols, x[i], x[(*i[:-1], i[-1] + (width - cols))])
+
+    return te.compute((*(int(d) for d in x.shape[:-1]), cols), cut, name="scores_cut")
 
 
 # ---------------------------------------------------------------- weights, packed once

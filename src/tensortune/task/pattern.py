@@ -641,39 +641,77 @@ def _pad_offsets(pb: _Block) -> tuple[int, int, int, int] | None:
 @dataclass(frozen=True)
 class AttentionPattern:
     """The blocks of a fused attention (:mod:`tensortune.models.attention`): ``S = Q K^T``, the
-    stages between (scale, mask, softmax), ``O = P V`` and O's elementwise epilogue."""
+    stages between (scale, mask, softmax), ``O = P V`` and O's elementwise epilogue. In bf16 the
+    two products read bfloat16 operands: ``rounds`` names the stages that round ``Q`` and pack
+    ``K`` (for ``S``), and round ``P`` and pack ``V`` (for ``O``), in that order."""
 
     scores: str
     out: str
     between: tuple[str, ...]
     after: tuple[str, ...]
     args: dict[str, int]  # B (batch and heads), M (rows), N (keys), K (head width of Q), D (of V)
+    rounds: tuple[str, ...] = ()
+
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.rounds else "f32"
+
+
+def _products(blocks: list[_Block], macs: list[int]) -> list[dict[str, Any]] | None:
+    """Each product's shape (B, M, N, K) and, for bf16 forms, the stages rounding its operands
+    (``pad``, ``pack``): float32 ``(batch) matmul`` with B as ``[..., K, N]``, or
+    ``batch_matmul_bf16``; None for another form or a mix."""
+    from .pattern_bf16 import classify_bf16
+
+    common: dict[str, Any] = {"anchor": "", "epilogue": (), "epilogue_ops": ()}
+    out = []
+    for k in macs:
+        x, y = _mac_operands(blocks[k])  # type: ignore[misc]
+        if str(x.ty) == str(y.ty) == "uint16":
+            pat = classify_bf16(blocks[k], x, y, blocks[:k], [])
+            if pat.op != "batch_matmul_bf16" or pat.pack is None:
+                return None
+            out.append({**pat.args, "pad": pat.pad, "pack": pat.pack})
+        else:
+            pat = _gemm(blocks[k], x, y, [], common)
+            if pat.op not in ("matmul", "batch_matmul") or pat.b_layout != "kn":
+                return None
+            out.append(dict(pat.args))
+    return out if len({"pad" in p for p in out}) == 1 else None
 
 
 def attention_pattern(func: Any) -> AttentionPattern | None:
     """The :class:`AttentionPattern` of ``func``, None when it is not one: two (batch) matmuls
-    with B as ``[..., K, N]``, the second reducing over the first's columns, only row reductions and
+    with B as ``[..., K, N]`` (or two ``batch_matmul_bf16``, their operands' rounding and packing
+    stages aside), the second reducing over the first's columns, only row reductions and
     elementwise stages over ``S`` between them, an elementwise epilogue after, static extents."""
+    from .ops_bf16 import CONVERT_STAGE, PACK_STAGE, is_stage
+
+    def stage(b: _Block) -> bool:
+        return is_stage(b.name, CONVERT_STAGE) or is_stage(b.name, PACK_STAGE)
+
     try:
         blocks = _blocks(func)
     except Exception:  # noqa: BLE001 - no root block, nested blocks ...
         return None
     macs = [k for k, b in enumerate(blocks) if _mac_operands(b) is not None]
-    if len(macs) != 2 or macs[0] != 0 or any(e < 0 for b in blocks for e in b.extents):
+    if len(macs) != 2 or any(e < 0 for b in blocks for e in b.extents):
+        return None
+    shapes = _products(blocks, macs)
+    if shapes is None:
+        return None
+    s, o = shapes
+    rounds = tuple(n for p in (s, o) for n in (p.get("pad"), p.get("pack")) if n)
+    if any(not stage(b) for b in blocks[:macs[0]]) or sum(map(stage, blocks)) != len(rounds):
         return None
     a, z = macs
-    common: dict[str, Any] = {"anchor": "", "epilogue": (), "epilogue_ops": ()}
-    s_pat = _gemm(blocks[a], *_mac_operands(blocks[a]), [], common)  # type: ignore[misc]
-    o_pat = _gemm(blocks[z], *_mac_operands(blocks[z]), [], common)  # type: ignore[misc]
-    if any(p.op not in ("matmul", "batch_matmul") or p.b_layout != "kn" for p in (s_pat, o_pat)):
-        return None
-    s, o = s_pat.args, o_pat.args
     batch = s.get("B", 1)
-    if o.get("B", 1) != batch or o["M"] != s["M"] or o["K"] != s["N"]:
+    keys = o["K"]
+    if o.get("B", 1) != batch or o["M"] != s["M"] or not (s["N"] == keys or (rounds and 0 < s["N"] - keys < 32)):
         return None
-    scores, rows = batch * s["M"] * s["N"], batch * s["M"]
-    between = blocks[a + 1:z]
-    for b in between:
+    scores, rows = batch * s["M"] * keys, batch * s["M"]
+    between = [b for b in blocks[a + 1:z] if b.name not in rounds]
+    for b in between[int(s["N"] != keys):]:
         size = _prod(b.extents)
         if not ((not b.reduction and size == scores) or (len(b.reduction) == 1 and size == scores
                                                          and _prod([b.extent(v) for v in b.spatial]) == rows)):
@@ -684,4 +722,4 @@ def attention_pattern(func: Any) -> AttentionPattern | None:
     if any(b.reduction or _prod(b.extents) != batch * s["M"] * o["N"] for b in after):
         return None
     return AttentionPattern(blocks[a].name, blocks[z].name, tuple(b.name for b in between), tuple(b.name for b in after),
-                            {"B": batch, "M": s["M"], "N": s["N"], "K": s["K"], "D": o["N"]})
+                            {"B": batch, "M": s["M"], "N": keys, "K": s["K"], "D": o["N"]}, rounds)

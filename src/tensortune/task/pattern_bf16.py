@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..precision import BF16_STORAGE
-from .ops_bf16 import CONVERT_STAGE, PACK_STAGE
+from .ops_bf16 import CONVERT_STAGE, PACK_STAGE, is_stage
 from .pattern import (FuncPattern, _Block, _channel_groups, _epilogue_op, _generic, _is_load, _linear, _load_buffer,
                       _plain_var, _prod, _shape, _strip_cast)
 
@@ -43,7 +43,7 @@ def classify_bf16(b: _Block, x: Any, y: Any, before: list[_Block], after: list[_
     reads = [r.__chandle__() for r in b.reads]
     wbuf = _load_buffer(weight)
     wh = wbuf.__chandle__()
-    pack = next((p.name for p in before if p.name.startswith(PACK_STAGE)
+    pack = next((p.name for p in before if is_stage(p.name, PACK_STAGE)
                  and any(w.__chandle__() == wh for w in p.write_buffers)), None)
     prologue = tuple(p.name for p in before if p.name not in (stage.name, pack))
     extra = {"pad": stage.name, "weight_read": reads.index(wh), "prologue": prologue,
@@ -62,7 +62,7 @@ def _convert_stage(before: list[_Block], x: Any, y: Any) -> tuple[_Block, Any, A
     for data, weight in ((x, y), (y, x)):
         h = _load_buffer(data).__chandle__()
         writers = [p for p in before if any(w.__chandle__() == h for w in p.write_buffers)]
-        if writers and writers[-1].name.startswith(CONVERT_STAGE):
+        if writers and is_stage(writers[-1].name, CONVERT_STAGE):
             return writers[-1], data, weight
     return None
 

@@ -82,8 +82,10 @@ class Task:
 
         if func.attrs is None or "global_symbol" not in func.attrs:
             func = func.with_attr("global_symbol", "main")
-        if attention_pattern(func) is not None:
-            return cls.from_primfunc(func, target, "attention", generic_kernel_class(name_hint))
+        attention = attention_pattern(func)
+        if attention is not None:
+            kind = "" if attention.precision == "f32" else f"_{attention.precision}"  # its own template and class
+            return cls.from_primfunc(func, target, f"attention{kind}", generic_kernel_class(name_hint) + kind)
         pat = analyze_func(func)
         if pat.op is None:
             return cls.from_primfunc(func, target, "generic", generic_kernel_class(name_hint))

@@ -47,11 +47,14 @@ class AttentionTemplate(Template):
 
     name = "attention"
     version = 2
+    precision = "f32"
 
     def _pattern(self, task: Task) -> "AttentionPattern":
         pat = task.attention
         if pat is None:
             raise TemplateError("not a fused attention")
+        if pat.precision != self.precision:
+            raise TemplateError(f"a fused attention in {pat.precision}, not {self.precision}")
         return pat
 
     def space(self, task: Task) -> ConfigSpace:
@@ -102,27 +105,13 @@ class AttentionTemplate(Template):
         sch = schedule_of(task)
         scores, out = sch.get_sblock(pat.scores), sch.get_sblock(pat.out)
         between = [sch.get_sblock(n) for n in pat.between]
-        kept = []
-        for b in between[:-1]:  # scale, mask, the max subtracted: into their readers
-            if not _is_reduction(sch, b) and not _expensive_shared(sch, b):
-                try:
-                    sch.compute_inline(b)
-                    continue
-                except Exception:  # noqa: BLE001 - kept as a stage of its own
-                    pass
-            kept.append(b)
+        kept, partials = row_stages(sch, between[:-1], lanes)
         probs = between[-1]
-        named = {sch.get(b).name_hint for b in kept}
-        kept = _split_reductions(sch, kept, lanes)  # the max and the sum: vectors of partials, exact pieces
-        partials = {sch.get(b).name_hint for b in kept} - named
         after = [sch.get_sblock(n) for n in pat.after]
         for b in after[:-1]:
             sch.compute_inline(b)
-
         *batch, i, e, j = sch.get_loops(out)
-        io, ii = sch.split(i, [None, rows])
-        par = sch.fuse(*batch, io) if batch else io
-        sch.parallel(par)
+        par, ii = parallel_row_blocks(sch, batch, i, rows)
         for b in [probs, *reversed(kept), scores]:  # consumers first, while O's rows split exactly
             sch.compute_at(b, par)
         iio, iii = sch.split(ii, [None, rows_o])  # a guarded last tile: after compute_at, harmless
@@ -136,13 +125,7 @@ class AttentionTemplate(Template):
             sch.reverse_compute_at(after[-1], iio)
             _vectorize_spatial_inner(sch, after[-1], iio, lanes)
         self._scores(sch, scores, par, config, lanes, pat.args["N"])
-        for b in kept:
-            if sch.get(b).name_hint in partials:
-                _vectorize_row_partials(sch, b, par)
-            elif _is_reduction(sch, b):
-                _interleave_rows(sch, b, par)
-            else:
-                _vectorize_spatial_inner(sch, b, par, lanes)
+        schedule_row_stages(sch, kept, partials, par, lanes)
         _vectorize_spatial_inner(sch, probs, par, lanes)
         sch.decompose_reduction(out, j)
         annotate_unroll(sch, par, config)
@@ -166,6 +149,46 @@ class AttentionTemplate(Template):
         for part in _peel_guarded(sch, jo, width, keys):  # each copy's accumulators zeroed before its k loop
             (copy,) = sch.get_child_blocks(part)
             sch.decompose_reduction(copy, sch.get_loops(copy)[-3 if sii is not None else -2])
+
+
+def parallel_row_blocks(sch: Any, batch: list[Any], rows_loop: Any, rows: int) -> tuple[Any, Any]:
+    """``O``'s rows split in blocks of ``rows``, the blocks and the batch one parallel loop;
+    returns it and the rows' loop inside a block."""
+    io, ii = sch.split(rows_loop, [None, rows])
+    par = sch.fuse(*batch, io) if batch else io
+    sch.parallel(par)
+    return par, ii
+
+
+def row_stages(sch: Any, between: list[Any], lanes: int) -> tuple[list[Any], set[str]]:
+    """The stages between the scores and the probabilities that keep a buffer of their own (the
+    row reductions, an expensive value read twice), the others (scale, mask, the maximum
+    subtracted) inlined into their readers; the maximum and the sum split into vectors of partials
+    over exact pieces. Returns the kept stages and the names of the partials blocks."""
+    kept = []
+    for b in between:
+        if not _is_reduction(sch, b) and not _expensive_shared(sch, b):
+            try:
+                sch.compute_inline(b)
+                continue
+            except Exception:  # noqa: BLE001 - kept as a stage of its own
+                pass
+        kept.append(b)
+    named = {sch.get(b).name_hint for b in kept}
+    kept = _split_reductions(sch, kept, lanes)
+    return kept, {sch.get(b).name_hint for b in kept} - named
+
+
+def schedule_row_stages(sch: Any, kept: list[Any], partials: set[str], par: Any, lanes: int) -> None:
+    """The kept stages of a row block (computed at ``par``): partials as contiguous vectors, other
+    reductions as one independent chain a row, elementwise stages vectorised."""
+    for b in kept:
+        if sch.get(b).name_hint in partials:
+            _vectorize_row_partials(sch, b, par)
+        elif _is_reduction(sch, b):
+            _interleave_rows(sch, b, par)
+        else:
+            _vectorize_spatial_inner(sch, b, par, lanes)
 
 
 def _vectorize_row_partials(sch: Any, rf: Any, par: Any) -> None:

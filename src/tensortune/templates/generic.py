@@ -276,7 +276,7 @@ def _fresh_vars(mod: Any) -> Any:
     which its well-formedness check refuses."""
     import tvm
 
-    text = mod.script()
+    text = mod.script(show_meta=True)  # the metadata: strings a block's attributes hold (LLVM IR)
     if "_partition" not in text:
         return mod
     return tvm.script.from_source(text)

@@ -60,6 +60,7 @@ TEMPLATES: Registry[Any] = Registry("template", {
     "none": "tensortune.templates.base:NoScheduleTemplate",
     "generic": "tensortune.templates.generic:GenericTemplate",
     "attention": "tensortune.templates.attention:AttentionTemplate",
+    "attention_bf16": "tensortune.templates.attention_bf16:AttentionBf16Template",
     "gemm": "tensortune.templates.gemm:GemmTemplate",
     "dense_pack": "tensortune.templates.dense_pack:DensePackTemplate",
     "conv2d": "tensortune.templates.conv2d:Conv2dTemplate",
