@@ -188,6 +188,36 @@ def test_a_convolution_no_exact_tile_serves_stays_f32() -> None:
         assert prec.agreement(cm.run([x.numpy()])[0], net(x).detach().numpy()).ok
 
 
+def test_an_averaging_weight_is_told_apart() -> None:
+    from tensortune.models.layout import is_average
+
+    w = np.zeros((2, 2, 1, 1, 16, 16), np.float32)
+    w[:, :, :, :, :10, :10] = 1 / 20  # 20 channels blocked in 32: the padded ones zero
+    assert is_average(w) and not is_average(np.zeros_like(w))
+    w[0, 0, 0, 0, 0, 0] = 0.5
+    assert not is_average(w)
+
+
+@needs_bf16
+def test_a_group_norm_keeps_its_statistics_in_f32() -> None:
+    """A GroupNorm of one group writes its channel mean as a 1x1 convolution of weights 1/C: in
+    bf16 that convolution stays float32 (norms compute in float32), the model's real ones do not."""
+    import torch
+
+    from tensortune import app
+    from tensortune.models.compile import model_tasks
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.GroupNorm(1, 32),
+                              torch.nn.Conv2d(32, 32, 1)).eval()
+    x = torch.randn(1, 16, 8, 8)
+    tasks = [mt.task for mt in model_tasks(app.load(net, (x,), precision="bf16"))]
+    scripts = [t.prim_func().script() for t in tasks]
+    norm = [s for s in scripts if "rsqrt" in s]
+    assert norm and all('"conv_nchwc"' in s and "conv_nchwc_bf16" not in s for s in norm)  # its mean: f32
+    assert sum("conv_nchwc_bf16" in s for s in scripts) == 2
+
+
 @needs_bf16
 def test_activations_of_bf16_products_cross_memory_as_bits(monkeypatch) -> None:
     """Each activation a bf16 convolution reads is rounded in its producer's epilogue and every

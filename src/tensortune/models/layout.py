@@ -502,6 +502,14 @@ def legalize_conv2d(bb: Any, call: Any, precision: str = DEFAULT_PRECISION) -> A
                       out_dtype, primfunc_name_hint="conv2d_nchwc")
 
 
+def is_average(w: np.ndarray) -> bool:
+    """Whether a conv weight only averages (or sums): every non-zero weight equal, as in the
+    channel mean :func:`.canonical.decompose_group_norm` writes as a 1x1 convolution (zeros are
+    the block's padded channels)."""
+    nz = w[w != 0]
+    return bool(nz.size) and bool(np.all(nz == nz[0]))
+
+
 def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...],
                groups: int, plain: bool) -> Any | None:
     """The bf16 call of a blocked conv2d on its activation rounded to bfloat16 bits by an
@@ -522,6 +530,8 @@ def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int,
         return None  # an odd input block is padded to pairs only where it is the whole input (the stem)
     if not exact_columns_fit(int(call.ty.shape[3])):
         return None  # its tensorized tiles would be one column wide; f32's tiles have guarded tails
+    if is_average(w):
+        return None  # a mean over channels (a GroupNorm's statistics): norms compute in float32
     packed = relax.const(pack_conv_weight(w))
     if bf16act.STORE_BF16:
         data = bf16act.rounded(bb, data)
