@@ -8,7 +8,10 @@ three took 46% of the model's time, the softmax alone at a third of the copy ban
 makes one PrimFunc, so that the attention template (:mod:`tensortune.templates.attention`)
 computes a block of rows at a time with ``S`` and ``P`` kept in cache. It runs between
 ``FuseOps`` and ``FuseTIR``; a group it does not recognise is left as it is, and so are heads
-whose scores fit in the cache (:data:`MIN_SCORES_BYTES`).
+whose scores fit in the cache (:data:`MIN_SCORES_BYTES`). In bf16 the two matmuls are replaced
+by ``batch_matmul_bf16`` calls inside the fused function where the keys and the head width come in
+pairs and the values' width in vectors (:mod:`tensortune.templates.attention_bf16` schedules it);
+otherwise the fused attention stays float32.
 """
 from __future__ import annotations
 
@@ -43,8 +46,6 @@ MIN_SCORES_BYTES = 1 << 20
 #: The least row block the fused function runs well with (a divisor of the rows from here to the
 #: template's :data:`~tensortune.templates.attention.MAX_ROW_BLOCK`).
 MIN_ROW_BLOCK = 7
-#: float32 lanes of a bf16 product's vector (``vdpbf16ps`` on zmm: the CPUs with AVX512-BF16).
-BF16_LANES = 16
 
 
 def _is_call_tir(e: Any) -> bool:
@@ -206,25 +207,27 @@ def _static(e: Any) -> list[int] | None:
 def _bf16_products(mod: Any, chain: _Chain) -> bool:
     """Whether the chain's two products can run on ``vdpbf16ps``: the scores' reduction (the head
     width) and the keys in pairs, the values' width a multiple of the vector, no broadcast."""
+    from ..task.ops_bf16 import ATTENTION_LANES
+
     shapes = [[_static(a) for a in _group_calls(mod, b.value)[0].args[1].fields] for b in (chain.s, chain.o)]
     if any(s is None or len(s) < 2 for pair in shapes for s in pair):
         return False
     (q, kt), (p, v) = shapes
     return (q[:-2] == kt[:-2] and p[:-2] == v[:-2] and q[-1] % 2 == 0 and p[-1] % 2 == 0
-            and v[-1] % BF16_LANES == 0)
+            and v[-1] % ATTENTION_LANES == 0)
 
 
 def _bf16_scores(bb: Any, fb: Any) -> Any:
     """Emits (into ``fb``, its PrimFuncs added to ``bb``) the scores ``Q K^T`` in bf16: the keys
     packed in vectors, padded to two, the padded columns cut off before the softmax."""
-    from ..task.ops_bf16 import batch_matmul_bf16_te, first_columns_te
+    from ..task.ops_bf16 import ATTENTION_LANES, SCORES_COLUMNS, batch_matmul_bf16_te, first_columns_te
 
     def emit(args: list[Any]) -> Any:
         q, kt = args
         keys = _static(kt)[-1]  # type: ignore[index]
-        s = fb.emit(bb.call_te(batch_matmul_bf16_te, q, kt, BF16_LANES, 2 * BF16_LANES,
+        s = fb.emit(bb.call_te(batch_matmul_bf16_te, q, kt, ATTENTION_LANES, SCORES_COLUMNS,
                                primfunc_name_hint="batch_matmul_bf16"))
-        if keys % (2 * BF16_LANES):
+        if keys % SCORES_COLUMNS:
             s = fb.emit(bb.call_te(first_columns_te, s, keys, primfunc_name_hint="scores_cut"))
         return s
 
@@ -233,11 +236,12 @@ def _bf16_scores(bb: Any, fb: Any) -> Any:
 
 def _bf16_values(bb: Any, fb: Any) -> Any:
     """Emits ``P V`` in bf16 (the probabilities rounded, the values packed in pairs of keys)."""
-    from ..task.ops_bf16 import batch_matmul_bf16_te
+    from ..task.ops_bf16 import ATTENTION_LANES, batch_matmul_bf16_te
 
     def emit(args: list[Any]) -> Any:
         p, v = args
-        return fb.emit(bb.call_te(batch_matmul_bf16_te, p, v, BF16_LANES, primfunc_name_hint="batch_matmul_bf16"))
+        return fb.emit(bb.call_te(batch_matmul_bf16_te, p, v, ATTENTION_LANES,
+                                  primfunc_name_hint="batch_matmul_bf16"))
 
     return emit
 

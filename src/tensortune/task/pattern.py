@@ -685,7 +685,7 @@ def attention_pattern(func: Any) -> AttentionPattern | None:
     with B as ``[..., K, N]`` (or two ``batch_matmul_bf16``, their operands' rounding and packing
     stages aside), the second reducing over the first's columns, only row reductions and
     elementwise stages over ``S`` between them, an elementwise epilogue after, static extents."""
-    from .ops_bf16 import CONVERT_STAGE, PACK_STAGE, is_stage
+    from .ops_bf16 import CONVERT_STAGE, PACK_STAGE, SCORES_COLUMNS, is_stage
 
     def stage(b: _Block) -> bool:
         return is_stage(b.name, CONVERT_STAGE) or is_stage(b.name, PACK_STAGE)
@@ -707,7 +707,8 @@ def attention_pattern(func: Any) -> AttentionPattern | None:
     a, z = macs
     batch = s.get("B", 1)
     keys = o["K"]
-    if o.get("B", 1) != batch or o["M"] != s["M"] or not (s["N"] == keys or (rounds and 0 < s["N"] - keys < 32)):
+    padded = bool(rounds) and 0 < s["N"] - keys < SCORES_COLUMNS  # bf16 scores over keys padded to vectors
+    if o.get("B", 1) != batch or o["M"] != s["M"] or not (s["N"] == keys or padded):
         return None
     scores, rows = batch * s["M"] * keys, batch * s["M"]
     between = [b for b in blocks[a + 1:z] if b.name not in rounds]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
+from ..task.ops_bf16 import ATTENTION_LANES, SCORES_COLUMNS
 from .attention import (BLOCK_BYTES, TILE_HEIGHTS, AttentionTemplate, parallel_row_blocks, row_stages,
                         schedule_row_stages)
 from .base import TemplateError, annotate_unroll, schedule_of
@@ -27,8 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
     from ..task.pattern import AttentionPattern
 
-#: float32 sums a ``vdpbf16ps`` updates (the zmm form: every CPU with AVX512-BF16 has it).
-LANES = 16
+LANES = ATTENTION_LANES
 
 
 class AttentionBf16Template(AttentionTemplate):
@@ -108,7 +108,7 @@ class AttentionBf16Template(AttentionTemplate):
             raise TemplateError("the scores block's loops are not rows, keys, head-width pairs")
         *ii, jj, kp, _ke = loops  # no row loop when the block is one row
         sio, sii = sch.split(ii[0], [None, rows_s]) if ii else (None, None)
-        jo, jv, jl = sch.split(jj, [None, 2, LANES])
+        jo, jv, jl = sch.split(jj, [None, SCORES_COLUMNS // LANES, LANES])
         sch.reorder(*[lp for lp in (sio, jo, kp, sii, jv, jl) if lp is not None])
         if sii is not None:
             sch.unroll(sii)
