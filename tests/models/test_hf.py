@@ -16,23 +16,21 @@ from tensortune.models.reference import TorchRunner, compare_outputs
 HAS_HF = importlib.util.find_spec("transformers") is not None
 needs_hf = pytest.mark.skipif(not HAS_HF, reason="needs the hf extra (transformers)")
 
-# Tiny configs: a layer or two per stage, 16-64 channels, 32x32 images, 16 tokens. Where the library's
-# initialization shrinks the output to nothing (deep conv stacks at std 0.02), initializer_range is
-# raised so that the output check compares real values, but not so far that the random network turns
-# chaotic (mobilenet_v2 at 0.5: PyTorch's own float32 output differs from float64 by 2%).
+# Tiny configs: a layer or two per stage, 16-64 channels, 32x32 images, 16 tokens. The random weights
+# are scaled to unit-variance outputs (``give_signal``), so even the deep conv stacks' outputs
+# carry a signal the output check compares.
 FAMILIES = {
     "convnext": "hf:convnext:num_stages=2,hidden_sizes=[16,32],depths=[1,1],image_size=32",
     "regnet": "hf:regnet:hidden_sizes=[16,32],depths=[1,1],embedding_size=16,groups_width=8,image_size=32",
     "resnet": "hf:resnet:hidden_sizes=[16,32],depths=[1,1],embedding_size=16,layer_type=basic,image_size=32",
-    "mobilenet_v2": "hf:mobilenet_v2:depth_multiplier=0.25,image_size=32,initializer_range=0.25",
-    "mobilevit": "hf:mobilevit:hidden_sizes=[16,24,32],neck_hidden_sizes=[8,8,16,16,24,32,64],image_size=32,"
-                 "initializer_range=0.5",
+    "mobilenet_v2": "hf:mobilenet_v2:depth_multiplier=0.25,image_size=32",
+    "mobilevit": "hf:mobilevit:hidden_sizes=[16,24,32],neck_hidden_sizes=[8,8,16,16,24,32,64],image_size=32",
     "efficientnet": "hf:efficientnet:width_coefficient=0.25,depth_coefficient=0.1,hidden_dim=320,kernel_sizes=[3,3],"
                     "in_channels=[32,16],out_channels=[16,24],strides=[1,2],num_block_repeats=[1,1],expand_ratios=[1,6],"
-                    "depthwise_padding=[],image_size=32,initializer_range=0.5",
+                    "depthwise_padding=[],image_size=32",
     "swin": "hf:swin:embed_dim=16,depths=[1,1],num_heads=[1,2],window_size=4,patch_size=4,image_size=32",
     "levit": "hf:levit:hidden_sizes=[16,32,48],num_attention_heads=[1,2,3],depths=[1,1,1],key_dim=[8,8,8],"
-             "image_size=32,initializer_range=0.2",
+             "image_size=32",
     "poolformer": "hf:poolformer:hidden_sizes=[16,32],depths=[1,1],num_encoder_blocks=2,image_size=32",
     "vit": "hf:vit:hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,patch_size=8,"
            "image_size=32",
@@ -120,6 +118,32 @@ def test_meta_batch_and_seed():
     ids = gpt.example_inputs[0]
     assert gpt.inputs[0].name == "input_ids" and ids.dtype == np.int64 and ids.shape == (1, 16)
     assert ids.min() >= 0 and ids.max() < 128 and len(np.unique(ids)) > 2  # within the vocabulary, not all 0/1
+
+
+def test_unit_variance_gives_each_layer_a_signal():
+    """Twelve convolutions at std 0.02 shrink the output to nothing; scaled layer by layer, each
+    one's output on the example has unit standard deviation."""
+    from torch import nn
+
+    from tensortune.models.hf import unit_variance
+
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()) for _ in range(12)]).eval()
+    convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
+    for c in convs:
+        nn.init.normal_(c.weight, std=0.02)
+        nn.init.zeros_(c.bias)
+    x = torch.randn(1, 8, 16, 16)
+    with torch.no_grad():
+        assert float(net(x).abs().max()) < 1e-6
+    assert unit_variance(net, x) == 12
+    stds: list[float] = []
+    handles = [c.register_forward_hook(lambda m, i, o: stds.append(float(o.std()))) for c in convs]
+    with torch.no_grad():
+        net(x)
+    for h in handles:
+        h.remove()
+    assert len(stds) == 12 and all(abs(s - 1) < 1e-3 for s in stds), stds
 
 
 # ---------------------------------------------------------------- every family, compiled (seconds each)

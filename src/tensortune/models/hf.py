@@ -5,8 +5,8 @@ Two forms reach :func:`load_hf` through :func:`tensortune.models.importer.load_m
 * a spec ``hf:MODEL_TYPE[:key=value,...]`` (``hf:vit``, ``hf:convnext:image_size=160``,
   ``hf:gpt2:seq_len=64,n_layer=2``): the architecture of ``MODEL_TYPE`` built from its default
   configuration with the given fields changed, with random weights seeded by ``seed``, each
-  product's weights then scaled so that its output has unit variance on the example input
-  (:func:`unit_variance`). Nothing is
+  convolution's weights then scaled so that its output has unit variance on the example input
+  (:func:`give_signal`). Nothing is
   downloaded, so any architecture can be tuned at any size without network access or weights.
   ``image_size`` and ``seq_len`` set the example input's shape (``image_size`` is also the config
   field of that name where the model has one; for whisper ``seq_len`` is the number of frames and
@@ -323,20 +323,26 @@ def _example(where: str, config: Any, kind: str, batch: int, seq_len: int | None
     return name, torch.randn(shape, generator=g, dtype=torch.float32)
 
 
-def _scalable(m: torch.nn.Module) -> bool:
-    """A convolution or a linear layer (``transformers``' GPT-2 ``Conv1D`` among them)."""
+#: The layers :func:`unit_variance` scales: convolutions first; linear layers too (``transformers``'
+#: GPT-2 ``Conv1D`` among them) where the output still has no signal (:data:`LIVE_OUTPUT`).
+CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+LINEAR = (torch.nn.Linear,)
+#: An output whose largest magnitude is below this carries no signal an accuracy check can compare.
+LIVE_OUTPUT = 1e-2
+
+
+def _scalable(m: torch.nn.Module, kinds: tuple[type, ...]) -> bool:
     w = getattr(m, "weight", None)
-    return (isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Linear))
-            or type(m).__name__ == "Conv1D") and isinstance(w, torch.Tensor) and w.dim() >= 2
+    linear = LINEAR[0] in kinds and type(m).__name__ == "Conv1D"
+    return (isinstance(m, kinds) or linear) and isinstance(w, torch.Tensor) and w.dim() >= 2
 
 
-def unit_variance(module: torch.nn.Module, x: torch.Tensor) -> int:
-    """Scale each convolution's and linear layer's weight and bias, in the order one forward pass
-    on ``x`` runs them, so that its output there has unit standard deviation (layer-sequential unit
-    variance); returns how many were scaled. The configs' own initialisation (a normal of std
-    0.02) shrinks a deep CNN's activations layer by layer: MobileNetV2's, MobileViT's and
-    EfficientNet's outputs were all below 1e-4 (denormal, or zero), which leaves an accuracy check
-    nothing to compare."""
+def unit_variance(module: torch.nn.Module, x: torch.Tensor, kinds: tuple[type, ...] = CONVOLUTIONS) -> int:
+    """Scale each layer of ``kinds``' weight and bias, in the order one forward pass on ``x`` runs
+    them, so that its output there has unit standard deviation (layer-sequential unit variance);
+    returns how many were scaled. The configs' own initialisation (a normal of std 0.02) shrinks a
+    deep CNN's activations layer by layer: MobileNetV2's, MobileViT's and EfficientNet's outputs
+    were all below 1e-4 (denormal, or zero), which leaves an accuracy check nothing to compare."""
     scaled: set[int] = set()
 
     def hook(m: torch.nn.Module, _inputs: Any, out: Any) -> Any:
@@ -351,7 +357,7 @@ def unit_variance(module: torch.nn.Module, x: torch.Tensor) -> int:
             m.bias.mul_(1.0 / std)
         return out / std
 
-    handles = [m.register_forward_hook(hook) for m in module.modules() if _scalable(m)]
+    handles = [m.register_forward_hook(hook) for m in module.modules() if _scalable(m, kinds)]
     try:
         with torch.no_grad():
             module(x)
@@ -359,6 +365,18 @@ def unit_variance(module: torch.nn.Module, x: torch.Tensor) -> int:
         for h in handles:
             h.remove()
     return len(scaled)
+
+
+def give_signal(module: torch.nn.Module, x: torch.Tensor) -> None:
+    """Random weights that carry a signal to the output: the convolutions scaled to unit variance
+    (:func:`unit_variance`), and the linear layers too where the output is still below
+    :data:`LIVE_OUTPUT` (LeViT's; a transformer's own norms usually keep it, and its attention's
+    logits depend on the linear layers' scale: T5's, scaled, put its bf16 error at 9%)."""
+    unit_variance(module, x)
+    with torch.no_grad():
+        out = module(x)
+    if float(out.abs().max()) < LIVE_OUTPUT:
+        unit_variance(module, x, CONVOLUTIONS + LINEAR)
 
 
 def load_hf(source: str, *, batch: int = 1, seed: int = 0,
@@ -420,7 +438,7 @@ def load_hf(source: str, *, batch: int = 1, seed: int = 0,
         raise ModelError(f"{where}: the {model_type} model fails on {input_name} {tuple(x.shape)}: "
                          f"{_first_line(e)}") from None
     if folder is None:  # random weights: scaled to carry a signal through every layer
-        unit_variance(module, x)
+        give_signal(module, x)
     m = from_torch(module, [x], name=name)
     m.source, m.batch = "hf", int(x.shape[0])
     m.meta.update({"hf_model_type": model_type, "hf_config": config_fields, "input_shape": list(x.shape),
