@@ -24,6 +24,11 @@ import numpy as np
 
 from .errors import TensortuneError
 
+#: float32 sums of a fused attention's bf16 products (``vdpbf16ps`` on zmm: every CPU with
+#: AVX512-BF16 has it), and the keys of its scores padded to a multiple of two such vectors.
+ATTENTION_LANES = 16
+SCORES_COLUMNS = 2 * ATTENTION_LANES
+
 PRECISIONS = ("f32", "bf16")
 DEFAULT_PRECISION = "f32"
 #: The dtype of the buffers that hold bfloat16 values (their bits).

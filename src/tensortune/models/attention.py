@@ -207,7 +207,7 @@ def _static(e: Any) -> list[int] | None:
 def _bf16_products(mod: Any, chain: _Chain) -> bool:
     """Whether the chain's two products can run on ``vdpbf16ps``: the scores' reduction (the head
     width) and the keys in pairs, the values' width a multiple of the vector, no broadcast."""
-    from ..task.ops_bf16 import ATTENTION_LANES
+    from ..precision import ATTENTION_LANES
 
     shapes = [[_static(a) for a in _group_calls(mod, b.value)[0].args[1].fields] for b in (chain.s, chain.o)]
     if any(s is None or len(s) < 2 for pair in shapes for s in pair):
@@ -220,7 +220,8 @@ def _bf16_products(mod: Any, chain: _Chain) -> bool:
 def _bf16_scores(bb: Any, fb: Any) -> Any:
     """Emits (into ``fb``, its PrimFuncs added to ``bb``) the scores ``Q K^T`` in bf16: the keys
     packed in vectors, padded to two, the padded columns cut off before the softmax."""
-    from ..task.ops_bf16 import ATTENTION_LANES, SCORES_COLUMNS, batch_matmul_bf16_te, first_columns_te
+    from ..precision import ATTENTION_LANES, SCORES_COLUMNS
+    from ..task.ops_bf16 import batch_matmul_bf16_te, first_columns_te
 
     def emit(args: list[Any]) -> Any:
         q, kt = args
@@ -236,7 +237,8 @@ def _bf16_scores(bb: Any, fb: Any) -> Any:
 
 def _bf16_values(bb: Any, fb: Any) -> Any:
     """Emits ``P V`` in bf16 (the probabilities rounded, the values packed in pairs of keys)."""
-    from ..task.ops_bf16 import ATTENTION_LANES, batch_matmul_bf16_te
+    from ..precision import ATTENTION_LANES
+    from ..task.ops_bf16 import batch_matmul_bf16_te
 
     def emit(args: list[Any]) -> Any:
         p, v = args

@@ -47,10 +47,6 @@ def is_stage(name: str, stage: str) -> bool:
     return re.fullmatch(re.escape(stage.rstrip("0123456789")) + r"\d+", name) is not None
 
 
-#: float32 sums of a fused attention's bf16 products (``vdpbf16ps`` on zmm: every CPU with
-#: AVX512-BF16 has it), and the keys of its scores padded to a multiple of two such vectors.
-ATTENTION_LANES = 16
-SCORES_COLUMNS = 2 * ATTENTION_LANES
 #: Names of the elementwise functions (and their blocks) that round an activation to bfloat16 bits
 #: and widen bits back to float32 (:mod:`tensortune.models.bf16act`).
 ROUND_FUNC, WIDEN_FUNC = "round_bf16", "widen_bf16"

@@ -685,7 +685,8 @@ def attention_pattern(func: Any) -> AttentionPattern | None:
     with B as ``[..., K, N]`` (or two ``batch_matmul_bf16``, their operands' rounding and packing
     stages aside), the second reducing over the first's columns, only row reductions and
     elementwise stages over ``S`` between them, an elementwise epilogue after, static extents."""
-    from .ops_bf16 import CONVERT_STAGE, PACK_STAGE, SCORES_COLUMNS, is_stage
+    from ..precision import SCORES_COLUMNS
+    from .ops_bf16 import CONVERT_STAGE, PACK_STAGE, is_stage
 
     def stage(b: _Block) -> bool:
         return is_stage(b.name, CONVERT_STAGE) or is_stage(b.name, PACK_STAGE)

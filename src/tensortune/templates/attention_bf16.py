@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
-from ..task.ops_bf16 import ATTENTION_LANES, SCORES_COLUMNS
+from ..precision import ATTENTION_LANES, SCORES_COLUMNS
 from .attention import (BLOCK_BYTES, TILE_HEIGHTS, AttentionTemplate, parallel_row_blocks, row_stages,
                         schedule_row_stages)
 from .base import TemplateError, annotate_unroll, schedule_of
