@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..precision import DEFAULT_PRECISION
+from ..precision import ATTENTION_LANES, DEFAULT_PRECISION, SCORES_COLUMNS
 
 
 class _NotAttention(Exception):
@@ -207,8 +207,6 @@ def _static(e: Any) -> list[int] | None:
 def _bf16_products(mod: Any, chain: _Chain) -> bool:
     """Whether the chain's two products can run on ``vdpbf16ps``: the scores' reduction (the head
     width) and the keys in pairs, the values' width a multiple of the vector, no broadcast."""
-    from ..precision import ATTENTION_LANES
-
     shapes = [[_static(a) for a in _group_calls(mod, b.value)[0].args[1].fields] for b in (chain.s, chain.o)]
     if any(s is None or len(s) < 2 for pair in shapes for s in pair):
         return False
@@ -217,33 +215,20 @@ def _bf16_products(mod: Any, chain: _Chain) -> bool:
             and v[-1] % ATTENTION_LANES == 0)
 
 
-def _bf16_scores(bb: Any, fb: Any) -> Any:
-    """Emits (into ``fb``, its PrimFuncs added to ``bb``) the scores ``Q K^T`` in bf16: the keys
-    packed in vectors, padded to two, the padded columns cut off before the softmax."""
-    from ..precision import ATTENTION_LANES, SCORES_COLUMNS
+def _bf16_product(bb: Any, fb: Any, cols_to: int = 0) -> Any:
+    """Emits (into ``fb``, its PrimFuncs added to ``bb``) a product in bf16: the left operand
+    rounded, the right one packed in vectors; with ``cols_to`` (the scores ``Q K^T``) the keys padded
+    to a multiple of it and the padded columns cut off before the softmax."""
     from ..task.ops_bf16 import batch_matmul_bf16_te, first_columns_te
 
     def emit(args: list[Any]) -> Any:
-        q, kt = args
-        keys = _static(kt)[-1]  # type: ignore[index]
-        s = fb.emit(bb.call_te(batch_matmul_bf16_te, q, kt, ATTENTION_LANES, SCORES_COLUMNS,
-                               primfunc_name_hint="batch_matmul_bf16"))
-        if keys % SCORES_COLUMNS:
-            s = fb.emit(bb.call_te(first_columns_te, s, keys, primfunc_name_hint="scores_cut"))
-        return s
-
-    return emit
-
-
-def _bf16_values(bb: Any, fb: Any) -> Any:
-    """Emits ``P V`` in bf16 (the probabilities rounded, the values packed in pairs of keys)."""
-    from ..precision import ATTENTION_LANES
-    from ..task.ops_bf16 import batch_matmul_bf16_te
-
-    def emit(args: list[Any]) -> Any:
-        p, v = args
-        return fb.emit(bb.call_te(batch_matmul_bf16_te, p, v, ATTENTION_LANES,
-                                  primfunc_name_hint="batch_matmul_bf16"))
+        a, b = args
+        out = fb.emit(bb.call_te(batch_matmul_bf16_te, a, b, ATTENTION_LANES, cols_to,
+                                 primfunc_name_hint="batch_matmul_bf16"))
+        cols = _static(b)[-1]  # type: ignore[index]
+        if cols_to and cols % cols_to:
+            out = fb.emit(bb.call_te(first_columns_te, out, cols, primfunc_name_hint="scores_cut"))
+        return out
 
     return emit
 
@@ -306,7 +291,7 @@ def fuse_attention(mod: Any, precision: str = DEFAULT_PRECISION) -> Any:
         env = dict(zip(args, params))
         fb = relax.BlockBuilder()
         bf16 = precision == "bf16" and _bf16_products(mod, chain)
-        scores, values = (_bf16_scores(bb, fb), _bf16_values(bb, fb)) if bf16 else (None, None)
+        scores, values = (_bf16_product(bb, fb, SCORES_COLUMNS), _bf16_product(bb, fb)) if bf16 else (None, None)
         try:
             with fb.function("fused_attention", params, attrs={"Primitive": True}, private=True):
                 with fb.dataflow():

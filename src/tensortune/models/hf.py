@@ -343,6 +343,12 @@ def unit_variance(module: torch.nn.Module, x: torch.Tensor, kinds: tuple[type, .
     returns how many were scaled. The configs' own initialisation (a normal of std 0.02) shrinks a
     deep CNN's activations layer by layer: MobileNetV2's, MobileViT's and EfficientNet's outputs
     were all below 1e-4 (denormal, or zero), which leaves an accuracy check nothing to compare."""
+    return _scale(module, x, kinds)[0]
+
+
+def _scale(module: torch.nn.Module, x: torch.Tensor, kinds: tuple[type, ...]) -> tuple[int, Any]:
+    """:func:`unit_variance`'s pass: the layers scaled and the module's output with their new weights
+    (each hook hands on its scaled output, so the pass itself computes it)."""
     scaled: set[int] = set()
 
     def hook(m: torch.nn.Module, _inputs: Any, out: Any) -> Any:
@@ -360,11 +366,11 @@ def unit_variance(module: torch.nn.Module, x: torch.Tensor, kinds: tuple[type, .
     handles = [m.register_forward_hook(hook) for m in module.modules() if _scalable(m, kinds)]
     try:
         with torch.no_grad():
-            module(x)
+            out = module(x)
     finally:
         for h in handles:
             h.remove()
-    return len(scaled)
+    return len(scaled), out
 
 
 def give_signal(module: torch.nn.Module, x: torch.Tensor) -> None:
@@ -372,11 +378,9 @@ def give_signal(module: torch.nn.Module, x: torch.Tensor) -> None:
     (:func:`unit_variance`), and the linear layers too where the output is still below
     :data:`LIVE_OUTPUT` (LeViT's; a transformer's own norms usually keep it, and its attention's
     logits depend on the linear layers' scale: T5's, scaled, put its bf16 error at 9%)."""
-    unit_variance(module, x)
-    with torch.no_grad():
-        out = module(x)
+    _, out = _scale(module, x, CONVOLUTIONS)
     if float(out.abs().max()) < LIVE_OUTPUT:
-        unit_variance(module, x, CONVOLUTIONS + LINEAR)
+        _scale(module, x, CONVOLUTIONS + LINEAR)
 
 
 def load_hf(source: str, *, batch: int = 1, seed: int = 0,
