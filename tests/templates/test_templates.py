@@ -397,3 +397,36 @@ def test_gemm_with_fewer_columns_than_a_vector_builds_in_seconds() -> None:
         with target:
             tvm.compile(task.template.apply(task, config), target)
         assert time.perf_counter() - t0 < 30
+
+
+def _blocked_norm():
+    """A GroupNorm(1) step over ``[1, C/16, H, W, 16]`` as a bf16 or f32 PoolFormer runs it: the
+    per-channel sums over the blocked layout, a tiny 1x1 conv of them (the channel mean), and
+    ``x * rsqrt(var^2 + eps) * gamma`` broadcast (squared: random data stays real) over the map."""
+    from tvm import topi
+
+    x = te.placeholder((1, 4, 14, 14, 16), name="x")
+    w = te.placeholder((4, 4, 16, 16), name="w")
+    gamma = te.placeholder((1, 4, 1, 1, 16), name="gamma")
+    s = topi.sum(x, axis=[2, 3], keepdims=True)
+    rco = te.reduce_axis((0, 4), name="rco")
+    rci = te.reduce_axis((0, 16), name="rci")
+    var = te.compute((1, 4, 1, 1, 16), lambda n, f, y, z, fi: te.sum(s[n, rco, y, z, rci] * w[f, rco, rci, fi],
+                                                                     axis=[rco, rci]), name="var")
+    scale = te.compute(var.shape, lambda *i: te.rsqrt(var[i] * var[i] + 1e-5) * gamma[i], name="scale")
+    out = te.compute(x.shape, lambda n, c, h, ww, l: x[n, c, h, ww, l] * scale[n, c, 0, 0, l], name="out")
+    return te.create_prim_func([x, w, gamma, out])
+
+
+def test_generic_template_sums_lanes_as_vectors_and_keeps_per_channel_values(measurer: Measurer) -> None:
+    """A reduction over a blocked layout's outer axes runs its contiguous lanes as vectors inside
+    the reduction loops (it once read every cache line 16 times, scalar: a PoolFormer's norms at
+    11-15 GB/s), and a per-channel value is computed per channel, not per point of the map."""
+    task = Task.from_primfunc(_blocked_norm())
+    text = task.template.apply(task, task.default_config()).script()
+    for red in ("x_red", "var"):
+        update = text.split(f'with T.sblock("{red}_update")')[0].rstrip().splitlines()[-1]
+        assert "T.vectorized" in update, text
+    out = text.split('with T.sblock("out")')[1]
+    assert "rsqrt" not in out, text  # the map reads the per-channel scale
+    check_configs(measurer, task)

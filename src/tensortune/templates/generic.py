@@ -7,7 +7,10 @@ of them), and the unroll knobs on the parallel loop. Blocks that cannot be inlin
 row reductions of softmax and layer norm, a pooling window's padding) are computed inside
 the output's parallel loop where their region allows it without repeating work, else
 parallelised on their own, so no stage of a model is left as naive serial loops. A row
-reduction accumulates a vector of partial results (in exact pieces); long rows are vectorised
+reduction accumulates a vector of partial results (in exact pieces); a reduction over a blocked
+layout's outer axes sums its contiguous lanes as vectors; a small per-channel value (a norm's
+``rsqrt(var + eps) * gamma``) is computed per channel, not inlined into every point of the map
+it scales; long rows are vectorised
 in whole vectors, and where the vectors do not divide a row its guarded last piece is peeled
 off (a guarded vector loop is scalarised into gathers and scatters).
 """
@@ -81,10 +84,31 @@ def _expensive_shared(sch: Any, block: Any) -> bool:
         and _expr_chars(sch.get(block)) > SHARED_EXPR_CHARS
 
 
+#: A block with at most this share of the output's points is a per-channel (per-row) value
+#: broadcast into the output: a norm's ``rsqrt(var + eps) * gamma``.
+BROADCAST_SHARE = 1 / 8
+
+
+def _points(block: Any) -> int:
+    n = 1
+    for iv in block.iter_vars:
+        n *= int(iv.dom.extent)
+    return n
+
+
+def _broadcast_into_larger(sch: Any, block: Any, out_points: int) -> bool:
+    """Whether ``block`` is a small elementwise stage (:data:`BROADCAST_SHARE` of the output's
+    points at most) read by a larger one: inlined there, its expression (a square root, a division)
+    would run once per point of the larger block instead of once per channel."""
+    small = lambda b: _points(sch.get(b)) <= out_points * BROADCAST_SHARE  # noqa: E731
+    return not _is_reduction(sch, block) and small(block) and any(not small(c) for c in sch.get_consumers(block))
+
+
 def _inline_all(sch: Any) -> None:
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    out_points = _points(sch.get(blocks[-1]))
     for b in blocks[:-1]:
-        if _expensive_shared(sch, b):
+        if _expensive_shared(sch, b) or _broadcast_into_larger(sch, b, out_points):
             continue
         try:
             sch.compute_inline(b)
@@ -125,6 +149,8 @@ def _parallel_own(sch: Any, block: Any) -> None:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
         except Exception:  # noqa: BLE001 - loops not in the block's iteration order (rfactor's partials): serial
             pass
+    if _is_reduction(sch, block) and _lanes_inside(sch, block, sch.get_loops(block)[1 if outer else 0:]):
+        return
     if not kinds[-1][2] and len(lead) > len(outer) and kinds[-1][1] <= 1024:
         try:
             sch.vectorize(sch.get_loops(block)[-1])
@@ -152,6 +178,61 @@ def _attach_producers(sch: Any, producers: list[Any], loop: Any | None, lanes: i
             _vectorize_spatial_inner(sch, b, loop, lanes)
         elif sch.get(b).name_hint.endswith("_rf"):
             _vectorize_partials(sch, b, loop)
+        else:
+            _lanes_inside(sch, b, _below(sch, b, loop))
+
+
+#: The widest lane loop :func:`_lanes_inside` vectorises (four vectors of float32).
+MAX_LANE_LOOP = 64
+
+
+def _lanes_inside(sch: Any, block: Any, loops: list[Any]) -> bool:
+    """A reduction over a blocked layout's outer axes (a per-channel mean over ``[C/16, H, W,
+    16]``, a tiny 1x1 conv of a ``[1, C, 1, 1]`` vector): its last spatial loop among ``loops``
+    (the contiguous lanes of its output and of every operand that reads it) moved inside the
+    reduction loops and vectorised with its init, so the sums run as vectors over contiguous
+    data instead of one strided scalar chain per lane. False where the form is another."""
+    from tvm import tirx
+
+    br = sch.get(block)
+    realize = sch.get(loops[-1]).body if loops else None
+    if type(realize).__name__ != "SBlockRealize" or not isinstance(br.body, tirx.BufferStore):
+        return False
+    bound = []  # (loop, extent, iteration variable it drives, is reduction)
+    for lp in loops:
+        var = sch.get(lp).loop_var
+        drives = [(iv, val) for iv, val in zip(br.iter_vars, realize.iter_values) if _uses(val, var)]
+        if len(drives) != 1:
+            return False
+        iv, val = drives[0]
+        bound.append((lp, int(sch.get(lp).extent), iv.var if val.same_as(var) else None, int(iv.iter_type) == 2))
+    reds = [lp for lp, _, _, r in bound if r]
+    lanes = [(lp, e, v) for lp, e, v, r in bound if not r and e > 1]
+    if not reds or not lanes or lanes[-1][2] is None or not 4 <= lanes[-1][1] <= MAX_LANE_LOOP:
+        return False
+    lane, _, lane_var = lanes[-1]
+    store = br.body
+    if not store.indices or not store.indices[-1].same_as(lane_var):
+        return False
+    for read in br.reads:
+        dims = [r.min for r in read.region]
+        uses = [i for i, e in enumerate(dims) if _uses(e, lane_var)]
+        if uses and (uses != [len(dims) - 1] or not dims[-1].same_as(lane_var)):
+            return False  # the lane is not the contiguous axis of this operand: gathers
+    try:
+        sch.reorder(*reds, lane)
+        sch.vectorize(lane)
+        init = sch.decompose_reduction(block, reds[0])
+        sch.vectorize(sch.get_loops(init)[-1])
+    except Exception:  # noqa: BLE001 - left as it is: still correct, scalar
+        return False
+    return True
+
+
+def _uses(e: Any, var: Any) -> bool:
+    from tvm import tirx
+
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(e))
 
 
 def _split_reductions(sch: Any, producers: list[Any], lanes: int) -> list[Any]:
@@ -300,7 +381,7 @@ class GenericTemplate(Template):
     """A space for PrimFuncs no op template knows."""
 
     name = "generic"
-    version = 4
+    version = 5
 
     def _shape(self, task: Task) -> list[tuple[int, bool]]:
         sch = schedule_of(task)
