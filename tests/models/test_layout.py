@@ -192,3 +192,57 @@ def test_group_norm_and_conv1d_run_blocked_and_match() -> None:
     with torch.no_grad():
         want = [m(x).numpy()]
     assert compare_outputs(cm.run([x.numpy()]), want).ok
+
+
+class _LinearBn(nn.Module):
+    """LeViT's ``MLPLayerWithBN`` on tokens: a linear layer without bias, then ``BatchNorm1d`` over
+    its features (the tokens flattened around it), twice, the second with a bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.bn_a = nn.Linear(32, 48, bias=False), nn.BatchNorm1d(48)
+        self.b, self.bn_b = nn.Linear(48, 32), nn.BatchNorm1d(32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.bn_a(self.a(x).flatten(0, 1)).reshape(1, -1, 48)
+        return self.bn_b(self.b(torch.relu(y)).flatten(0, 1)).reshape(1, -1, 32)
+
+
+def test_batch_norm_after_a_linear_layer_folds_into_its_weights() -> None:
+    """An inference batch norm after a linear layer runs as the packed dense with a bias in its
+    epilogue: no pass of its own, no batch_norm left, outputs as PyTorch's."""
+    torch.manual_seed(0)
+    m = _LinearBn()
+    for bn in (m.bn_a, m.bn_b):  # running statistics and affine weights away from 0 and 1
+        bn.running_mean.normal_(0, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.data.normal_(1, 0.5)
+        bn.bias.data.normal_(0, 0.5)
+    m.eval()
+    x = torch.randn(1, 20, 32)
+    model = load_model(m, [x])
+    cm = compile_model(model)
+    classes = [c.kernel_class for c in cm.choices]
+    assert all(d.block for d in cm.layout.denses), [d.reason for d in cm.layout.denses]  # both packed
+    assert classes.count("dense_pack-add") == 2, classes  # the shift (and the bias) in the epilogue
+    assert not any("divide" in k or "subtract" in k for k in classes), classes  # no norm pass of its own
+    with torch.no_grad():
+        want = [m(x).numpy()]
+    assert compare_outputs(cm.run([x.numpy()]), want).ok
+
+
+def test_a_constant_weight_broadcast_to_a_batch_of_one_is_packed() -> None:
+    """``matmul(x[1, T, K], broadcast_to(W, [1, K, N]))`` (LeViT's exported linear layers) packs
+    ``W`` as any 2-D weight: it was kept as a float32 batch_matmul, "not a 2-D weight"."""
+    from tvm import relax
+
+    w = np.random.default_rng(0).standard_normal((32, 48)).astype(np.float32)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 20, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            wb = bb.emit(relax.op.broadcast_to(relax.const(w), (1, 32, 48)))
+            out = bb.emit_output(bb.emit(relax.op.matmul(x, wb)))
+        bb.emit_func_output(out)
+    _, plan = plan_layouts(bb.get(), host_target_json())
+    assert [d.block for d in plan.denses] == [target_lanes(host_target_json())], [d.reason for d in plan.denses]

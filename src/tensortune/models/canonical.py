@@ -5,6 +5,10 @@
   its encoder's time at 2-4% of the peak), while a 1xK conv2d runs blocked.
 * A lower-rank constant operand of an elementwise op on a 4-D tensor reshaped to 4-D
   (:func:`full_rank_constants`), so that the op follows the blocked layout.
+* A constant matmul weight broadcast to a batch of one as its matrix (:func:`plain_matmul_weights`),
+  which the dense packing takes; an inference batch norm after a constant-weight matmul folded
+  into its weight and a shift (:func:`fold_batch_norm_after_matmul`), as import folds those after
+  a convolution.
 * GroupNorm as the reductions and elementwise ops it is made of (:func:`decompose_group_norm`):
   ``relax.nn.group_norm`` has a layout inference that fails on blocked layouts (TVM 0.27:
 ``ConvertLayout`` raises on it, and the whole model kept NCHW: a PoolFormer ran at 1/200 of
@@ -139,6 +143,113 @@ def full_rank_constants(mod: Any) -> Any:
     return rewrite_calls(mod, BINARY_OPS, _full_rank)
 
 
+def _bound(m: Any, v: Any) -> Any:
+    """What ``v`` is bound to (``v`` itself when it is not a variable)."""
+    from tvm import relax
+
+    return m.lookup_binding(v) if isinstance(v, relax.Var) else v
+
+
+def _const_matrix(m: Any, w: Any) -> np.ndarray | None:
+    """The ``[K, N]`` values of a matmul's weight operand: a 2-D constant, or a constant's
+    transpose (a linear layer's ``[N, K]`` weight permuted); None otherwise."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    w = _bound(m, w)
+    if isinstance(w, relax.Call) and getattr(w.op, "name", "") == "relax.permute_dims":
+        inner = _bound(m, w.args[0])
+        axes = [int(a) for a in w.attrs.axes] if w.attrs.axes is not None else [1, 0]
+        if isinstance(inner, Constant) and inner.value.numpy().ndim == 2 and axes == [1, 0]:
+            return inner.value.numpy().T
+        return None
+    if isinstance(w, Constant) and w.value.numpy().ndim == 2:
+        return w.value.numpy()
+    return None
+
+
+def _bn_after_matmul(call: Any, m: Any) -> Any:
+    """An inference batch norm over the last axis of a matmul whose weight is a constant (through
+    reshapes that keep that axis, and a constant bias added before them) as that matmul on the
+    weight's columns scaled, plus one constant shift: a linear layer followed by ``BatchNorm1d``
+    (LeViT) runs as one dense with a bias in its epilogue, not as a dense and a pass of its own
+    (``call`` unchanged for any other form)."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    x, gamma, beta, mean, var = call.args
+    a = call.attrs
+    shape = getattr(x.ty, "shape", None)
+    if shape is None or str(x.ty.dtype) != "float32" or int(a.axis) not in (len(shape) - 1, -1):
+        return call
+    if not all(isinstance(c, Constant) for c in (gamma, beta, mean, var)):
+        return call
+    reshapes: list[Any] = []
+    v = x
+    while isinstance(b := _bound(m, v), relax.Call) and getattr(b.op, "name", "") == "relax.reshape" \
+            and int(b.args[0].ty.shape[-1]) == int(b.ty.shape[-1]):
+        reshapes.append(b.ty.shape)
+        v = b.args[0]
+    bias = np.float32(0)
+    b = _bound(m, v)
+    if isinstance(b, relax.Call) and getattr(b.op, "name", "") == "relax.add":
+        for c, other in ((b.args[1], b.args[0]), (b.args[0], b.args[1])):
+            if isinstance(c, Constant):
+                bias, b = c.value.numpy(), _bound(m, other)
+                break
+    if not (isinstance(b, relax.Call) and getattr(b.op, "name", "") == "relax.matmul"):
+        return call
+    w = _const_matrix(m, b.args[1])
+    n = int(shape[-1])
+    if w is None or w.shape[1] != n or np.ndim(bias) > 1 or np.size(bias) not in (1, n):
+        return call
+    g = gamma.value.numpy() if bool(a.scale) else np.ones(n, np.float32)
+    s = g / np.sqrt(var.value.numpy() + np.float32(a.epsilon))
+    t = (bias - mean.value.numpy()) * s + (beta.value.numpy() if bool(a.center) else 0)
+    emit = m.builder_.emit
+    y = emit(relax.op.matmul(b.args[0], relax.const((w * s[None, :]).astype(np.float32)), out_dtype="float32"))
+    y = emit(relax.op.add(y, relax.const(t.astype(np.float32))))
+    for rs in reversed(reshapes):
+        y = emit(relax.op.reshape(y, rs))
+    return relax.Tuple([y, mean, var])
+
+
+def _plain_weight(call: Any, m: Any) -> Any:
+    """A matmul whose weight is a constant matrix broadcast to leading dims of 1 (``[1, K, N]``,
+    an exported linear layer on a 3-D input) on the matrix itself, which the dense packing takes
+    (``call`` unchanged otherwise)."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    b = _bound(m, call.args[1])
+    shape = [int(d) for d in getattr(b.ty, "shape", None) or []]
+    if isinstance(b, Constant):  # already folded
+        w = b.value.numpy().reshape(shape[-2:]) if len(shape) > 2 else None
+    elif isinstance(b, relax.Call) and getattr(b.op, "name", "") == "relax.broadcast_to":
+        w = _const_matrix(m, b.args[0])
+    else:
+        return call
+    if w is None or list(w.shape) != shape[-2:] or any(d != 1 for d in shape[:-2]) \
+            or len(call.args[0].ty.shape) < len(shape):
+        return call
+    return relax.op.matmul(call.args[0], relax.const(np.ascontiguousarray(w)), out_dtype=call.attrs.out_dtype)
+
+
+def fold_batch_norm_after_matmul(mod: Any) -> Any:
+    """``mod`` with each inference batch norm that follows a constant-weight matmul folded into it
+    (:func:`_bn_after_matmul`); those after a convolution are folded on import."""
+    from tvm import relax
+
+    return relax.transform.DeadCodeElimination()(rewrite_calls(mod, "relax.nn.batch_norm", _bn_after_matmul))
+
+
+def plain_matmul_weights(mod: Any) -> Any:
+    """``mod`` with each constant matmul weight broadcast to a batch of one taken as its matrix
+    (:func:`_plain_weight`)."""
+    return rewrite_calls(mod, "relax.matmul", _plain_weight)
+
+
 def canonicalize(mod: Any) -> Any:
     """The rewrites of this module."""
+    mod = fold_batch_norm_after_matmul(plain_matmul_weights(mod))
     return full_rank_constants(decompose_group_norm(conv1d_as_conv2d(mod)))
