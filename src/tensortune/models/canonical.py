@@ -5,10 +5,8 @@
   its encoder's time at 2-4% of the peak), while a 1xK conv2d runs blocked.
 * A lower-rank constant operand of an elementwise op on a 4-D tensor reshaped to 4-D
   (:func:`full_rank_constants`), so that the op follows the blocked layout.
-* A constant matmul weight broadcast to a batch of one as its matrix (:func:`plain_matmul_weights`),
-  which the dense packing takes; an inference batch norm after a constant-weight matmul folded
-  into its weight and a shift (:func:`fold_batch_norm_after_matmul`), as import folds those after
-  a convolution.
+* An inference batch norm after a constant-weight matmul folded into its weight and a shift
+  (:func:`fold_batch_norm_after_matmul`), as import folds those after a convolution.
 * GroupNorm as the reductions and elementwise ops it is made of (:func:`decompose_group_norm`):
   ``relax.nn.group_norm`` has a layout inference that fails on blocked layouts (TVM 0.27:
 ``ConvertLayout`` raises on it, and the whole model kept NCHW: a PoolFormer ran at 1/200 of
@@ -151,21 +149,13 @@ def _bound(m: Any, v: Any) -> Any:
 
 
 def _const_matrix(m: Any, w: Any) -> np.ndarray | None:
-    """The ``[K, N]`` values of a matmul's weight operand: a 2-D constant, or a constant's
-    transpose (a linear layer's ``[N, K]`` weight permuted); None otherwise."""
-    from tvm import relax
+    """The ``[K, N]`` values of a matmul's weight operand when it is a 2-D constant (``FoldConstant``,
+    run before, has folded a linear layer's transpose into it); None otherwise."""
     from tvm.ir.expr import Constant
 
     w = _bound(m, w)
-    if isinstance(w, relax.Call) and getattr(w.op, "name", "") == "relax.permute_dims":
-        inner = _bound(m, w.args[0])
-        axes = [int(a) for a in w.attrs.axes] if w.attrs.axes is not None else [1, 0]
-        if isinstance(inner, Constant) and inner.value.numpy().ndim == 2 and axes == [1, 0]:
-            return inner.value.numpy().T
-        return None
-    if isinstance(w, Constant) and w.value.numpy().ndim == 2:
-        return w.value.numpy()
-    return None
+    value = w.value.numpy() if isinstance(w, Constant) else None
+    return value if value is not None and value.ndim == 2 else None
 
 
 def _bn_after_matmul(call: Any, m: Any) -> Any:
@@ -214,27 +204,6 @@ def _bn_after_matmul(call: Any, m: Any) -> Any:
     return relax.Tuple([y, mean, var])
 
 
-def _plain_weight(call: Any, m: Any) -> Any:
-    """A matmul whose weight is a constant matrix broadcast to leading dims of 1 (``[1, K, N]``,
-    an exported linear layer on a 3-D input) on the matrix itself, which the dense packing takes
-    (``call`` unchanged otherwise)."""
-    from tvm import relax
-    from tvm.ir.expr import Constant
-
-    b = _bound(m, call.args[1])
-    shape = [int(d) for d in getattr(b.ty, "shape", None) or []]
-    if isinstance(b, Constant):  # already folded
-        w = b.value.numpy().reshape(shape[-2:]) if len(shape) > 2 else None
-    elif isinstance(b, relax.Call) and getattr(b.op, "name", "") == "relax.broadcast_to":
-        w = _const_matrix(m, b.args[0])
-    else:
-        return call
-    if w is None or list(w.shape) != shape[-2:] or any(d != 1 for d in shape[:-2]) \
-            or len(call.args[0].ty.shape) < len(shape):
-        return call
-    return relax.op.matmul(call.args[0], relax.const(np.ascontiguousarray(w)), out_dtype=call.attrs.out_dtype)
-
-
 def fold_batch_norm_after_matmul(mod: Any) -> Any:
     """``mod`` with each inference batch norm that follows a constant-weight matmul folded into it
     (:func:`_bn_after_matmul`); those after a convolution are folded on import."""
@@ -243,13 +212,7 @@ def fold_batch_norm_after_matmul(mod: Any) -> Any:
     return relax.transform.DeadCodeElimination()(rewrite_calls(mod, "relax.nn.batch_norm", _bn_after_matmul))
 
 
-def plain_matmul_weights(mod: Any) -> Any:
-    """``mod`` with each constant matmul weight broadcast to a batch of one taken as its matrix
-    (:func:`_plain_weight`)."""
-    return rewrite_calls(mod, "relax.matmul", _plain_weight)
-
-
 def canonicalize(mod: Any) -> Any:
     """The rewrites of this module."""
-    mod = fold_batch_norm_after_matmul(plain_matmul_weights(mod))
+    mod = fold_batch_norm_after_matmul(mod)
     return full_rank_constants(decompose_group_norm(conv1d_as_conv2d(mod)))

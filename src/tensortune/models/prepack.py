@@ -1,7 +1,7 @@
 """Weights packed at compile time for a model's matrix products (part of the layout plan).
 
 A ``matmul(x, W)`` whose ``W[K, N]`` is a bound constant (after ``FoldConstant``, which also
-folds the transpose of a ``Linear``/``Gemm`` weight) becomes a ``dense_pack`` call
+folds the transpose of a ``Linear``/``Gemm`` weight, and its broadcast to a batch of one) becomes a ``dense_pack`` call
 (:func:`tensortune.task.ops.dense_pack_te`) on ``W`` packed here, once, as ``[N/NB, K, NB]``:
 the kernel reads a block of NB output columns contiguously along the reduction and no
 inference repacks the weight. ``NB`` is the target's vector lanes (or half of them when that is
@@ -115,6 +115,8 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             if const is None and isinstance(w, relax.Var):
                 bound = self.lookup_binding(w)
                 const = bound if isinstance(bound, Constant) else None
+            if const is not None and len(ws) > 2 and len(xs) >= len(ws) and set(ws[:-2]) == {1}:
+                ws = ws[-2:]  # a matrix broadcast to a batch of one (LeViT's exported linear layers)
             flops = 2.0 * float(np.prod(xs)) * ws[-1]
             plan = DensePlan(f"{'x'.join(map(str, xs))} @ {'x'.join(map(str, ws))}", flops, 0)
             plans.append(plan)
@@ -148,7 +150,7 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             plan.block = weight_block(ws[1], target_json)
             if precision == "bf16" and ws[0] % 2 == 0 and plan.block in (8, 16):
                 plan.precision = "bf16"
-                packed = relax.const(pack_dense_weight(const.value.numpy(), plan.block))
+                packed = relax.const(pack_dense_weight(const.value.numpy().reshape(ws), plan.block))
                 rows = xs[-2]
                 extra = row_padding(rows)
                 if not extra:
@@ -162,7 +164,7 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
                 out = self.builder_.emit(self.builder_.call_te(dense_pack_bf16_te, padded, packed,
                                                                primfunc_name_hint="dense_pack_bf16"))
                 return relax.op.strided_slice(out, axes=[len(xs) - 2], begin=[0], end=[rows])
-            packed = relax.const(pack_weight(const.value.numpy(), plan.block))
+            packed = relax.const(pack_weight(const.value.numpy().reshape(ws), plan.block))
             return self.builder_.call_te(dense_pack_te, x, packed, out_dtype, primfunc_name_hint="dense_pack")
 
         def _runtime_product(self, x: Any, w: Any, xs: tuple[int, ...], ws: tuple[int, ...], nb: int,

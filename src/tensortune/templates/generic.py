@@ -89,24 +89,17 @@ def _expensive_shared(sch: Any, block: Any) -> bool:
 BROADCAST_SHARE = 1 / 8
 
 
-def _points(block: Any) -> int:
-    n = 1
-    for iv in block.iter_vars:
-        n *= int(iv.dom.extent)
-    return n
-
-
 def _broadcast_into_larger(sch: Any, block: Any, out_points: int) -> bool:
     """Whether ``block`` is a small elementwise stage (:data:`BROADCAST_SHARE` of the output's
     points at most) read by a larger one: inlined there, its expression (a square root, a division)
     would run once per point of the larger block instead of once per channel."""
-    small = lambda b: _points(sch.get(b)) <= out_points * BROADCAST_SHARE  # noqa: E731
+    small = lambda b: _iterations(sch, sch.get_loops(b)) <= out_points * BROADCAST_SHARE  # noqa: E731
     return not _is_reduction(sch, block) and small(block) and any(not small(c) for c in sch.get_consumers(block))
 
 
 def _inline_all(sch: Any) -> None:
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    out_points = _points(sch.get(blocks[-1]))
+    out_points = _iterations(sch, sch.get_loops(blocks[-1]))
     for b in blocks[:-1]:
         if _expensive_shared(sch, b) or _broadcast_into_larger(sch, b, out_points):
             continue
@@ -219,14 +212,7 @@ def _lanes_inside(sch: Any, block: Any, loops: list[Any]) -> bool:
         uses = [i for i, e in enumerate(dims) if _uses(e, lane_var)]
         if uses and (uses != [len(dims) - 1] or not dims[-1].same_as(lane_var)):
             return False  # the lane is not the contiguous axis of this operand: gathers
-    try:
-        sch.reorder(*reds, lane)
-        sch.vectorize(lane)
-        init = sch.decompose_reduction(block, reds[0])
-        sch.vectorize(sch.get_loops(init)[-1])
-    except Exception:  # noqa: BLE001 - left as it is: still correct, scalar
-        return False
-    return True
+    return _vector_lanes_last(sch, block, reds, lane)
 
 
 def _uses(e: Any, var: Any) -> bool:
@@ -261,14 +247,21 @@ def _vectorize_partials(sch: Any, rf: Any, anchor: Any) -> None:
     loops = _below(sch, rf, anchor)
     if len(loops) < 2:
         return
+    lane, ko = loops[-2:]  # compute_at leaves the partials' loop outside the reduction's
+    _vector_lanes_last(sch, rf, [ko], lane)
+
+
+def _vector_lanes_last(sch: Any, block: Any, reductions: list[Any], lane: Any) -> bool:
+    """The reduction ``block``'s spatial loop ``lane`` moved inside its ``reductions`` loops and
+    vectorised, its init too; False (the block left as it is: still correct, scalar) where TVM refuses."""
     try:
-        lane, ko = loops[-2:]  # compute_at leaves the partials' loop outside the reduction's
-        sch.reorder(ko, lane)
+        sch.reorder(*reductions, lane)
         sch.vectorize(lane)  # before the init is split off: vectorize wants a whole reduction block
-        init = sch.decompose_reduction(rf, ko)
+        init = sch.decompose_reduction(block, reductions[0])
         sch.vectorize(sch.get_loops(init)[-1])
     except Exception:  # noqa: BLE001 - left as it is: still correct, scalar
-        pass
+        return False
+    return True
 
 
 def _vector_piece(extent: int, lanes: int, most: int | None = None) -> int:
