@@ -14,6 +14,7 @@ from torch import nn
 
 from tensortune.measure import MeasureOptions, Measurer
 from tensortune.precision import CPU_FLAG, host_flags
+from tensortune.models.attention import fused_head
 from tensortune.models.compile import compile_model, model_tasks
 from tensortune.models.importer import load_model
 from tensortune.models.reference import TorchRunner, compare_outputs
@@ -43,10 +44,10 @@ class _Attention(nn.Module):
         return self.norm(x + self.proj(o))
 
 
-def _model(tokens: int):
+def _model(tokens: int, batch: int = 1, dim: int = 32):
     torch.manual_seed(0)
-    x = torch.randn(1, tokens, 32, generator=torch.Generator().manual_seed(1))
-    return load_model(_Attention(), [x])
+    x = torch.randn(batch, tokens, dim, generator=torch.Generator().manual_seed(1))
+    return load_model(_Attention(dim), [x])
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +95,35 @@ def test_attention_configs_are_correct(fuse_small: None, measurer: Measurer, tok
     build, run and match the unscheduled function."""
     (task,) = [mt.task for mt in model_tasks(_model(tokens)) if mt.task.template_name == "attention"]
     check_configs(measurer, task, n_samples=6)
+
+
+def test_which_heads_are_fused() -> None:
+    """From 64 x 64 scores, with values in whole vectors; Swin's 49 x 49 windows and MobileViT's
+    36-wide values stay three functions."""
+    assert fused_head(64, 64, 48) and fused_head(1500, 1500, 64)
+    assert not fused_head(49, 49, 32) and not fused_head(256, 256, 36)
+
+
+def test_heads_of_a_batch_fuse_without_the_reshapes_between(measurer: Measurer) -> None:
+    """A batch of two (a 4-D matmul exported as the heads reshaped to ``[B*H, T, T]`` and back
+    around the softmax, both operands broadcast to their own shapes) with 64 tokens fuses at the
+    default threshold: no reshape or broadcast left between the products, the values' product a
+    vector at a time over 48-wide heads, every sampled row block schedules and matches, and the
+    model matches PyTorch."""
+    model = _model(64, batch=2, dim=96)
+    tasks = model_tasks(model)
+    (task,) = [mt.task for mt in tasks if mt.task.template_name == "attention"]
+    pat = attention_pattern(task.prim_func())
+    assert pat is not None and pat.args == {"B": 4, "M": 64, "N": 64, "K": 48, "D": 48}
+    assert not [n for n in pat.between if "reshape" in n or "broadcast" in n], pat.between
+    assert not [mt for mt in tasks if "broadcast" in mt.kernel_class]
+    script = task.instantiate(task.default_config()).script()
+    assert "T.vectorized(48)" not in script.replace("T.int64(48)", "48") and "T.vectorized(16)" in script.replace("T.int64(16)", "16")
+    check_configs(measurer, task, n_samples=6)
+    cm = compile_model(model)
+    assert [c.source for c in cm.choices if c.kernel_class == "attention"] == ["default"]  # no fallback
+    check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs))
+    assert check.ok, check.message
 
 
 @pytest.mark.parametrize(("tokens", "split"), [(23, False), (60, True)])

@@ -7,11 +7,12 @@ three took 46% of the model's time, the softmax alone at a third of the copy ban
 :func:`fuse_attention` merges the three groups into one primitive function, which ``FuseTIR``
 makes one PrimFunc, so that the attention template (:mod:`tensortune.templates.attention`)
 computes a block of rows at a time with ``S`` and ``P`` kept in cache. It runs between
-``FuseOps`` and ``FuseTIR``; a group it does not recognise is left as it is, and so are heads
-whose scores fit in the cache (:data:`MIN_SCORES_BYTES`). In bf16 the two matmuls are replaced
-by ``batch_matmul_bf16`` calls inside the fused function where the keys and the head width come in
-pairs and the values' width in vectors (:mod:`tensortune.templates.attention_bf16` schedules it);
-otherwise the fused attention stays float32.
+``FuseOps`` and ``FuseTIR``; a group it does not recognise is left as it is, and so are small heads
+and values not in whole vectors (:func:`fused_head`). In bf16, heads from
+:data:`BF16_FUSED_SCORES_BYTES` have their two matmuls replaced by ``batch_matmul_bf16`` calls
+inside the fused function where the keys and the head width come in pairs and the values' width in
+vectors (:mod:`tensortune.templates.attention_bf16` schedules it); otherwise the fused attention
+stays float32.
 """
 from __future__ import annotations
 
@@ -39,13 +40,24 @@ class _Chain:
         return {self.s.var, *(m.var for m in self.mids)}
 
 
-#: The scores of a head must be at least this large to be fused: smaller ones stay in the cache
-#: between the three functions anyway, and there the fused function measured slower (ViT, GPT-2,
-#: DistilBERT, Swin, MobileViT: 1.01-1.65x the unfused model; Whisper's 1500 x 1500: 0.92x).
-MIN_SCORES_BYTES = 1 << 20
+#: The scores of a head must be at least this large (64 x 64 float32) to be fused: Swin's 49 x 49
+#: windows ran 12% slower fused, and from 64 x 64 up the fused function measured faster (LeViT,
+#: DistilBERT, GPT-2, T5, MobileViT: 2-8% of the model, bf16 and float32, znver5).
+MIN_SCORES_BYTES = 1 << 14
+#: In bf16, products of run-time operands with smaller scores run as bf16 products of their own
+#: (:mod:`tensortune.models.prepack`), which measured faster than a float32 fused function; from
+#: here (Whisper's 1500 x 1500) they are fused with bf16 products.
+BF16_FUSED_SCORES_BYTES = 1 << 20
 #: The least row block the fused function runs well with (a divisor of the rows from here to the
 #: template's :data:`~tensortune.templates.attention.MAX_ROW_BLOCK`).
 MIN_ROW_BLOCK = 7
+
+
+def fused_head(rows: int, keys: int, width: int) -> bool:
+    """Whether a head of ``rows`` x ``keys`` scores and values ``width`` wide is fused: scores of
+    :data:`MIN_SCORES_BYTES` at least, and values in whole vectors (the template's product by the
+    values runs a vector at a time; MobileViT's 36 wide ran at a tenth of the unfused speed)."""
+    return rows * keys * 4 >= MIN_SCORES_BYTES and width % ATTENTION_LANES == 0
 
 
 def _is_call_tir(e: Any) -> bool:
@@ -162,7 +174,7 @@ def _chains(mod: Any) -> list[_Chain]:
         s_shape = _matmul(mod, s.value)
         if s_shape is None or (s_shape["M"], s_shape["N"]) != (rows, keys) or n_softmax != 1:
             continue
-        if rows * keys * 4 < MIN_SCORES_BYTES or not any(rows % d == 0 for d in range(MIN_ROW_BLOCK, MAX_ROW_BLOCK + 1)):
+        if not fused_head(rows, keys, o_shape["N"]) or not any(rows % d == 0 for d in range(MIN_ROW_BLOCK, MAX_ROW_BLOCK + 1)):
             continue
         out.append(_Chain(s, mids, o))
     return out

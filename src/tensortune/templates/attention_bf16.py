@@ -60,7 +60,7 @@ class AttentionBf16Template(AttentionTemplate):
                 "rows_o": tallest(lambda h: (h + 1) * (D // LANES) + 1 <= regs),
                 "auto_unroll_max_step": 16, "unroll_explicit": 1}
 
-    def schedule(self, task: Task, config: Config) -> Any:
+    def _schedule(self, task: Task, config: Config, fuse: bool) -> Any:
         pat = self._pattern(task)
         rows, rows_s, rows_o = config["tile_rows"], config["rows_s"], config["rows_o"]
         if pat.args["M"] % rows or rows % rows_s or rows % rows_o:
@@ -75,7 +75,7 @@ class AttentionBf16Template(AttentionTemplate):
         for b in after[:-1]:
             sch.compute_inline(b)
         *batch, i, e, kp, _ke = sch.get_loops(out)
-        par, ii = parallel_row_blocks(sch, batch, i, rows)
+        par, ii = parallel_row_blocks(sch, batch, i, rows, fuse)
         p_block = sch.get_sblock(p_round)
         for b in [p_block, *reversed(kept), scores]:  # consumers first
             sch.compute_at(b, par)
