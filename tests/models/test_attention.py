@@ -175,12 +175,22 @@ def test_bf16_attention_codegen_has_the_dot_product(fuse_small: None) -> None:
     assert asm.count("vdpbf16ps") >= 2
 
 
+def test_bf16_attention_pads_values_to_vectors(fuse_small: None) -> None:
+    """Heads 36 wide (MobileViT's): in bf16 the values' columns are padded to three vectors and cut
+    off after the product; in float32 the head stays three functions (values not in whole vectors)."""
+    (task,) = [mt.task for mt in model_tasks(_model(24, dim=72).with_precision("bf16"))
+               if mt.task.template_name == "attention_bf16"]
+    assert task.attention.args["D"] == 48 and task.attention.after == ("values_cut",)
+    assert "attention" not in _kinds(_model(24, dim=72))
+
+
 @pytest.mark.skipif(CPU_FLAG not in host_flags(), reason="this CPU has no avx512_bf16: the bf16 kernels cannot run here")
-@pytest.mark.parametrize("tokens", [24, 60])
-def test_bf16_attention_configs_and_model_match(fuse_small: None, measurer: Measurer, tokens: int) -> None:
+@pytest.mark.parametrize(("tokens", "dim"), [(24, 32), (60, 32), (24, 72)])
+def test_bf16_attention_configs_and_model_match(fuse_small: None, measurer: Measurer, tokens: int, dim: int) -> None:
     """The bf16 attention's default and sampled configs match the unscheduled function (the bf16
-    tolerance), and the model built in bf16 matches PyTorch's float32 within it."""
-    model = _model(tokens).with_precision("bf16")
+    tolerance), and the model built in bf16 matches PyTorch's float32 within it (values 16 and 36
+    wide, the latter padded)."""
+    model = _model(tokens, dim=dim).with_precision("bf16")
     (task,) = [mt.task for mt in model_tasks(model) if mt.task.template_name == "attention_bf16"]
     check_configs(measurer, task, n_samples=4)
     cm = compile_model(model)

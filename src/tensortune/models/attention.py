@@ -8,11 +8,11 @@ three took 46% of the model's time, the softmax alone at a third of the copy ban
 makes one PrimFunc, so that the attention template (:mod:`tensortune.templates.attention`)
 computes a block of rows at a time with ``S`` and ``P`` kept in cache. It runs between
 ``FuseOps`` and ``FuseTIR``; a group it does not recognise is left as it is, and so are small heads
-and values not in whole vectors (:func:`fused_head`). In bf16, heads from
-:data:`BF16_FUSED_SCORES_BYTES` have their two matmuls replaced by ``batch_matmul_bf16`` calls
-inside the fused function where the keys and the head width come in pairs and the values' width in
-vectors (:mod:`tensortune.templates.attention_bf16` schedules it); otherwise the fused attention
-stays float32.
+and, in float32, values not in whole vectors (:func:`fused_head`). In bf16 the two matmuls are
+replaced by ``batch_matmul_bf16`` calls inside the fused function where the keys and the head width
+come in pairs, the keys and the values' width padded to vectors
+(:mod:`tensortune.templates.attention_bf16` schedules it); otherwise the fused attention stays
+float32.
 """
 from __future__ import annotations
 
@@ -44,20 +44,17 @@ class _Chain:
 #: windows ran 12% slower fused, and from 64 x 64 up the fused function measured faster (LeViT,
 #: DistilBERT, GPT-2, T5, MobileViT: 2-8% of the model, bf16 and float32, znver5).
 MIN_SCORES_BYTES = 1 << 14
-#: In bf16, products of run-time operands with smaller scores run as bf16 products of their own
-#: (:mod:`tensortune.models.prepack`), which measured faster than a float32 fused function; from
-#: here (Whisper's 1500 x 1500) they are fused with bf16 products.
-BF16_FUSED_SCORES_BYTES = 1 << 20
 #: The least row block the fused function runs well with (a divisor of the rows from here to the
 #: template's :data:`~tensortune.templates.attention.MAX_ROW_BLOCK`).
 MIN_ROW_BLOCK = 7
 
 
-def fused_head(rows: int, keys: int, width: int) -> bool:
+def fused_head(rows: int, keys: int, width: int, padded: bool = False) -> bool:
     """Whether a head of ``rows`` x ``keys`` scores and values ``width`` wide is fused: scores of
-    :data:`MIN_SCORES_BYTES` at least, and values in whole vectors (the template's product by the
-    values runs a vector at a time; MobileViT's 36 wide ran at a tenth of the unfused speed)."""
-    return rows * keys * 4 >= MIN_SCORES_BYTES and width % ATTENTION_LANES == 0
+    :data:`MIN_SCORES_BYTES` at least, and values in whole vectors or, with ``padded`` (bf16
+    products, which pad the values' columns), any width. The float32 template's product by the
+    values runs a vector at a time; MobileViT's 36 wide ran at a tenth of the unfused speed."""
+    return rows * keys * 4 >= MIN_SCORES_BYTES and (padded or width % ATTENTION_LANES == 0)
 
 
 def _is_call_tir(e: Any) -> bool:
@@ -174,7 +171,7 @@ def _chains(mod: Any) -> list[_Chain]:
         s_shape = _matmul(mod, s.value)
         if s_shape is None or (s_shape["M"], s_shape["N"]) != (rows, keys) or n_softmax != 1:
             continue
-        if not fused_head(rows, keys, o_shape["N"]) or not any(rows % d == 0 for d in range(MIN_ROW_BLOCK, MAX_ROW_BLOCK + 1)):
+        if not fused_head(rows, keys, o_shape["N"], padded=True) or not any(rows % d == 0 for d in range(MIN_ROW_BLOCK, MAX_ROW_BLOCK + 1)):
             continue
         out.append(_Chain(s, mids, o))
     return out
@@ -218,19 +215,18 @@ def _static(e: Any) -> list[int] | None:
 
 def _bf16_products(mod: Any, chain: _Chain) -> bool:
     """Whether the chain's two products can run on ``vdpbf16ps``: the scores' reduction (the head
-    width) and the keys in pairs, the values' width a multiple of the vector, no broadcast."""
+    width) and the keys in pairs, no broadcast (the values' columns are padded to vectors)."""
     shapes = [[_static(a) for a in _group_calls(mod, b.value)[0].args[1].fields] for b in (chain.s, chain.o)]
     if any(s is None or len(s) < 2 for pair in shapes for s in pair):
         return False
     (q, kt), (p, v) = shapes
-    return (q[:-2] == kt[:-2] and p[:-2] == v[:-2] and q[-1] % 2 == 0 and p[-1] % 2 == 0
-            and v[-1] % ATTENTION_LANES == 0)
+    return q[:-2] == kt[:-2] and p[:-2] == v[:-2] and q[-1] % 2 == 0 and p[-1] % 2 == 0
 
 
-def _bf16_product(bb: Any, fb: Any, cols_to: int = 0) -> Any:
+def _bf16_product(bb: Any, fb: Any, cols_to: int, cut: str) -> Any:
     """Emits (into ``fb``, its PrimFuncs added to ``bb``) a product in bf16: the left operand
-    rounded, the right one packed in vectors; with ``cols_to`` (the scores ``Q K^T``) the keys padded
-    to a multiple of it and the padded columns cut off before the softmax."""
+    rounded, the right one packed in vectors, its columns padded to a multiple of ``cols_to`` (the
+    scores' keys, the values' width) and the padded columns cut off by a stage named ``cut``."""
     from ..task.ops_bf16 import batch_matmul_bf16_te, first_columns_te
 
     def emit(args: list[Any]) -> Any:
@@ -239,10 +235,17 @@ def _bf16_product(bb: Any, fb: Any, cols_to: int = 0) -> Any:
                                  primfunc_name_hint="batch_matmul_bf16"))
         cols = _static(b)[-1]  # type: ignore[index]
         if cols_to and cols % cols_to:
-            out = fb.emit(bb.call_te(first_columns_te, out, cols, primfunc_name_hint="scores_cut"))
+            out = fb.emit(bb.call_te(first_columns_te, out, cols, cut, primfunc_name_hint=cut))
         return out
 
     return emit
+
+
+def _head(mod: Any, chain: _Chain) -> tuple[int, int, int]:
+    """The chain's rows, keys and values' width."""
+    o = _matmul(mod, chain.o.value)
+    assert o is not None  # a chain's output is a matmul (:func:`_chains`)
+    return o["M"], o["K"], o["N"]
 
 
 def _outer_args(mod: Any, chain: _Chain) -> list[Any]:
@@ -303,7 +306,10 @@ def fuse_attention(mod: Any, precision: str = DEFAULT_PRECISION) -> Any:
         env = dict(zip(args, params))
         fb = relax.BlockBuilder()
         bf16 = precision == "bf16" and _bf16_products(mod, chain)
-        scores, values = (_bf16_product(bb, fb, SCORES_COLUMNS), _bf16_product(bb, fb)) if bf16 else (None, None)
+        scores, values = ((_bf16_product(bb, fb, SCORES_COLUMNS, "scores_cut"), _bf16_product(bb, fb, ATTENTION_LANES, "values_cut"))
+                          if bf16 else (None, None))
+        if not bf16 and not fused_head(*_head(mod, chain)):
+            continue
         try:
             with fb.function("fused_attention", params, attrs={"Primitive": True}, private=True):
                 with fb.dataflow():

@@ -202,10 +202,10 @@ def _runtime_bf16(xs: tuple[int, ...], ws: tuple[int, ...], operands: tuple[Any,
 
 def _attention_sized(xs: tuple[int, ...], ws: tuple[int, ...]) -> bool:
     """A run-time product whose scores (its output, or its left operand for ``P V``) are as large
-    as those :func:`tensortune.models.attention.fuse_attention` fuses with bf16 products."""
-    from .attention import BF16_FUSED_SCORES_BYTES
+    as those :func:`tensortune.models.attention.fuse_attention` fuses."""
+    from .attention import MIN_SCORES_BYTES
 
-    return len(xs) >= 2 and len(ws) >= 2 and 4 * max(xs[-2] * ws[-1], xs[-2] * xs[-1]) >= BF16_FUSED_SCORES_BYTES
+    return len(xs) >= 2 and len(ws) >= 2 and 4 * max(xs[-2] * ws[-1], xs[-2] * xs[-1]) >= MIN_SCORES_BYTES
 
 
 def _padded_work(xs: tuple[int, ...], ws: tuple[int, ...], extra_cols: int) -> float:

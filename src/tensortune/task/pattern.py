@@ -685,7 +685,7 @@ def attention_pattern(func: Any) -> AttentionPattern | None:
     with B as ``[..., K, N]`` (or two ``batch_matmul_bf16``, their operands' rounding and packing
     stages aside), the second reducing over the first's columns, only row reductions and
     elementwise stages over ``S`` between them, an elementwise epilogue after, static extents."""
-    from ..precision import SCORES_COLUMNS
+    from ..precision import ATTENTION_LANES, SCORES_COLUMNS
     from .ops_bf16 import CONVERT_STAGE, PACK_STAGE, is_stage
 
     def stage(b: _Block) -> bool:
@@ -721,7 +721,8 @@ def attention_pattern(func: Any) -> AttentionPattern | None:
     if sum(1 for b in between if b.reduction) < 2 or not between or between[-1].reduction:
         return None
     after = blocks[z + 1:]
-    if any(b.reduction or _prod(b.extents) != batch * s["M"] * o["N"] for b in after):
+    widths = {o["N"]} | (set(range(o["N"] - ATTENTION_LANES + 1, o["N"])) if rounds else set())  # bf16: values padded
+    if any(b.reduction or _prod(b.extents) not in {batch * s["M"] * w for w in widths} for b in after):
         return None
     return AttentionPattern(blocks[a].name, blocks[z].name, tuple(b.name for b in between), tuple(b.name for b in after),
                             {"B": batch, "M": s["M"], "N": keys, "K": s["K"], "D": o["N"]}, rounds)
