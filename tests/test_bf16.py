@@ -306,6 +306,7 @@ def test_run_time_products_take_bf16_where_it_measured_faster() -> None:
     """The lines of the layout pass (shapes of the corpus): ViT's products in bf16; Swin's windows
     (too much padding), seq-128 products (too small) and Whisper's scores (fused f32 attention) not."""
     from tensortune.models import prepack
+    from tensortune.models.attention import fused_scores
 
     assert prepack.column_block(1500) == (16, 4) and prepack.column_block(13) == (16, 3)
     assert prepack.column_block(8) == (8, 0)
@@ -313,7 +314,7 @@ def test_run_time_products_take_bf16_where_it_measured_faster() -> None:
     swin = prepack._padded_work((192, 49, 32), (192, 32, 49), 15)
     assert prepack._padded_work(vit_q, vit_k, 11) <= prepack.MAX_PADDED_WORK < swin
     assert 2 * 12 * 197 * 64 * 197 >= prepack.MIN_RUNTIME_FLOPS > 2 * 12 * 128 * 64 * 128
-    assert prepack._attention_sized((1, 6, 1500, 64), (1, 6, 64, 1500)) and not prepack._attention_sized(vit_q, vit_k)
+    assert fused_scores(1500, 1500) and not fused_scores(197, 197)  # ViT's 197 rows: no row block
 
 
 def test_the_bf16_peak_kernel_keeps_its_sums_in_registers() -> None:

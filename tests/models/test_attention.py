@@ -14,7 +14,7 @@ from torch import nn
 
 from tensortune.measure import MeasureOptions, Measurer
 from tensortune.precision import CPU_FLAG, host_flags
-from tensortune.models.attention import fused_head
+from tensortune.models.attention import attention_products, fused_head
 from tensortune.models.compile import compile_model, model_tasks
 from tensortune.models.importer import load_model
 from tensortune.models.reference import TorchRunner, compare_outputs
@@ -100,8 +100,10 @@ def test_attention_configs_are_correct(fuse_small: None, measurer: Measurer, tok
 def test_which_heads_are_fused() -> None:
     """From 64 x 64 scores, with values in whole vectors; Swin's 49 x 49 windows and MobileViT's
     36-wide values stay three functions."""
-    assert fused_head(64, 64, 48) and fused_head(1500, 1500, 64)
-    assert not fused_head(49, 49, 32) and not fused_head(256, 256, 36)
+    assert fused_head(64, 64, 48) and fused_head(1500, 1500, 64) and fused_head(256, 256, 36, padded=True)
+    assert not fused_head(49, 49, 32) and not fused_head(256, 256, 36) and not fused_head(197, 197, 64)
+    assert attention_products(_model(64, batch=2).mod) == {((4, 64, 16), (4, 16, 64)), ((4, 64, 64), (4, 64, 16))}
+    assert attention_products(_model(24).mod) == set()
 
 
 def test_heads_of_a_batch_fuse_without_the_reshapes_between(measurer: Measurer) -> None:

@@ -49,12 +49,65 @@ MIN_SCORES_BYTES = 1 << 14
 MIN_ROW_BLOCK = 7
 
 
+def fused_scores(rows: int, keys: int) -> bool:
+    """Whether a head of ``rows`` x ``keys`` scores is fused: :data:`MIN_SCORES_BYTES` at least, and
+    a row block the template runs well with (ViT's 197 rows have none)."""
+    from ..templates.attention import MAX_ROW_BLOCK
+
+    return rows * keys * 4 >= MIN_SCORES_BYTES and any(rows % d == 0 for d in range(MIN_ROW_BLOCK, MAX_ROW_BLOCK + 1))
+
+
 def fused_head(rows: int, keys: int, width: int, padded: bool = False) -> bool:
-    """Whether a head of ``rows`` x ``keys`` scores and values ``width`` wide is fused: scores of
-    :data:`MIN_SCORES_BYTES` at least, and values in whole vectors or, with ``padded`` (bf16
-    products, which pad the values' columns), any width. The float32 template's product by the
-    values runs a vector at a time; MobileViT's 36 wide ran at a tenth of the unfused speed."""
-    return rows * keys * 4 >= MIN_SCORES_BYTES and (padded or width % ATTENTION_LANES == 0)
+    """Whether a head with values ``width`` wide is fused: its scores (:func:`fused_scores`), and
+    values in whole vectors or, with ``padded`` (bf16 products, which pad the values' columns), any
+    width. The float32 template's product by the values runs a vector at a time; MobileViT's 36
+    wide ran at a tenth of the unfused speed."""
+    return fused_scores(rows, keys) and (padded or width % ATTENTION_LANES == 0)
+
+
+#: Ops a score passes through between its matmul, the softmax and the matmul by the values.
+_ROW_OPS = frozenset({"relax.reshape", "relax.broadcast_to", "relax.divide", "relax.multiply", "relax.add",
+                      "relax.subtract", "relax.astype"})
+
+
+def attention_products(mod: Any) -> set[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The operand shapes of ``mod``'s matmuls that :func:`fuse_attention` will take (before
+    ``FuseOps``): ``Q K^T`` whose output reaches a softmax through row-wise ops and reshapes, ``P V``
+    whose left operand comes from one, heads of :func:`fused_scores` size. Products of run-time
+    operands are left to it instead of running as bf16 products of their own."""
+    from tvm import relax
+
+    bound = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
+
+    def producer(v: Any, through: frozenset[str]) -> Any:
+        """The first call that made ``v`` other than the ops ``through``."""
+        while isinstance(v, relax.Var) and isinstance(bound.get(v), relax.Call):
+            call = bound[v]
+            if getattr(call.op, "name", "") not in through:
+                return call
+            v = call.args[0]
+        return None
+
+    def matmul_shapes(call: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        if call is None or getattr(call.op, "name", "") != "relax.matmul":
+            return None
+        xs, ws = (_static(a) for a in call.args)
+        return (tuple(xs), tuple(ws)) if xs and ws and len(xs) >= 2 and len(ws) >= 2 else None
+
+    out = set()
+    for call in bound.values():
+        name = getattr(getattr(call, "op", None), "name", "")
+        if name == "relax.nn.softmax":
+            shapes = matmul_shapes(producer(call.args[0], _ROW_OPS))
+            if shapes and fused_scores(shapes[0][-2], shapes[1][-1]):
+                out.add(shapes)
+        elif name == "relax.matmul":
+            shapes = matmul_shapes(call)
+            made = producer(call.args[0], _ROW_OPS)
+            if shapes and getattr(getattr(made, "op", None), "name", "") == "relax.nn.softmax" \
+                    and fused_scores(shapes[0][-2], shapes[0][-1]):
+                out.add(shapes)
+    return out
 
 
 def _is_call_tir(e: Any) -> bool:
@@ -139,8 +192,6 @@ def _chains(mod: Any) -> list[_Chain]:
     whose intermediates have no other use."""
     from tvm import relax
 
-    from ..templates.attention import MAX_ROW_BLOCK
-
     main = mod["main"]
     once = _used_once(main)
     bound = {b.var: b for block in main.body.blocks if isinstance(block, relax.DataflowBlock) for b in block.bindings}
@@ -171,7 +222,7 @@ def _chains(mod: Any) -> list[_Chain]:
         s_shape = _matmul(mod, s.value)
         if s_shape is None or (s_shape["M"], s_shape["N"]) != (rows, keys) or n_softmax != 1:
             continue
-        if not fused_head(rows, keys, o_shape["N"], padded=True) or not any(rows % d == 0 for d in range(MIN_ROW_BLOCK, MAX_ROW_BLOCK + 1)):
+        if not fused_scores(rows, keys):
             continue
         out.append(_Chain(s, mids, o))
     return out

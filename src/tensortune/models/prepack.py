@@ -98,8 +98,10 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
     from ..task.ops import dense_pack_te, pack_weight
     from ..task.ops_bf16 import batch_matmul_bf16_te, dense_pack_bf16_te, pack_dense_weight
     from . import bf16act
+    from .attention import attention_products
 
     plans: list[DensePlan] = []
+    attention = attention_products(mod)
 
     @mutator
     class _Pack(PyExprMutator):  # type: ignore[misc]
@@ -121,7 +123,7 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             plan = DensePlan(f"{'x'.join(map(str, xs))} @ {'x'.join(map(str, ws))}", flops, 0)
             plans.append(plan)
             out_dtype = str(call.ty.dtype)
-            if const is None and precision == "bf16" and _attention_sized(xs, ws):
+            if const is None and precision == "bf16" and (xs, ws) in attention:
                 plan.reason = "scores of an attention, fused"
                 return call
             if const is None and precision == "bf16" and _runtime_bf16(xs, ws, (x, w), out_dtype):
@@ -198,14 +200,6 @@ def _runtime_bf16(xs: tuple[int, ...], ws: tuple[int, ...], operands: tuple[Any,
     leading dimensions (no broadcast)."""
     return (len(xs) == len(ws) >= 2 and xs[:-2] == ws[:-2] and xs[-1] == ws[-2]
             and out_dtype == "float32" and all(str(o.ty.dtype) == "float32" for o in operands))
-
-
-def _attention_sized(xs: tuple[int, ...], ws: tuple[int, ...]) -> bool:
-    """A run-time product whose scores (its output, or its left operand for ``P V``) are as large
-    as those :func:`tensortune.models.attention.fuse_attention` fuses."""
-    from .attention import MIN_SCORES_BYTES
-
-    return len(xs) >= 2 and len(ws) >= 2 and 4 * max(xs[-2] * ws[-1], xs[-2] * xs[-1]) >= MIN_SCORES_BYTES
 
 
 def _padded_work(xs: tuple[int, ...], ws: tuple[int, ...], extra_cols: int) -> float:
