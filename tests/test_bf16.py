@@ -82,6 +82,16 @@ def test_codegen_for_a_bf16_cpu_holds_the_instruction(op: str, shape: list[int])
     assert "vdpbf16ps" in lib.mod.inspect_source("asm")
 
 
+def test_bf16_conv_default_takes_seven_columns_where_seven_and_eight_divide() -> None:
+    """56 wide: 7 columns (8 x 2 vectors measured up to 1.7x slower on ``vdpbf16ps``); 64 wide keeps
+    the float32 template's 8, and the float32 template keeps 8 at 56."""
+    for width, cols in ((56, 7), (64, 8)):
+        task = Task.from_op("conv2d_nchwc_bf16", [width, width, 64, 64, 3, 1, 1, 16, 16], target=ZNVER4)
+        assert task.default_config()["tile_x"] == (width // cols, cols)
+    f32 = Task.from_op("conv2d_nchwc", [56, 56, 64, 64, 3, 1, 1, 16, 16], target=ZNVER4)
+    assert f32.default_config()["tile_x"][1] == 8
+
+
 @needs_bf16
 @pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [7, 7, 32, 16, 3, 2, 1, 16, 16]),
                                       ("conv2d_nchwc_bf16", [5, 5, 16, 8, 1, 1, 0, 8, 8]),
