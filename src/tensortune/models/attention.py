@@ -44,6 +44,8 @@ class _Chain:
 #: windows ran 12% slower fused, and from 64 x 64 up the fused function measured faster (LeViT,
 #: DistilBERT, GPT-2, T5, MobileViT: 2-8% of the model, bf16 and float32, znver5).
 MIN_SCORES_BYTES = 1 << 14
+#: Names of the stages that cut a bf16 product's padded columns off: the scores', the output's.
+SCORES_CUT, VALUES_CUT = "scores_cut", "values_cut"
 #: The least row block the fused function runs well with (a divisor of the rows from here to the
 #: template's :data:`~tensortune.templates.attention.MAX_ROW_BLOCK`).
 MIN_ROW_BLOCK = 7
@@ -286,7 +288,7 @@ def _bf16_product(bb: Any, fb: Any, cols_to: int, cut: str) -> Any:
                                  primfunc_name_hint="batch_matmul_bf16"))
         cols = _static(b)[-1]  # type: ignore[index]
         if cols_to and cols % cols_to:
-            out = fb.emit(bb.call_te(first_columns_te, out, cols, cut, primfunc_name_hint=cut))
+            out = fb.emit(bb.call_te(first_columns_te, out, cols, cut, cut == SCORES_CUT, primfunc_name_hint=cut))
         return out
 
     return emit
@@ -357,8 +359,10 @@ def fuse_attention(mod: Any, precision: str = DEFAULT_PRECISION) -> Any:
         env = dict(zip(args, params))
         fb = relax.BlockBuilder()
         bf16 = precision == "bf16" and _bf16_products(mod, chain)
-        scores, values = ((_bf16_product(bb, fb, SCORES_COLUMNS, "scores_cut"), _bf16_product(bb, fb, ATTENTION_LANES, "values_cut"))
-                          if bf16 else (None, None))
+        scores, values = (None, None)
+        if bf16:
+            scores = _bf16_product(bb, fb, SCORES_COLUMNS, SCORES_CUT)
+            values = _bf16_product(bb, fb, ATTENTION_LANES, VALUES_CUT)
         if not bf16 and not fused_head(*_head(mod, chain)):
             continue
         try:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .prepack import static_shape
 from .relaxrewrite import conv_out_dtype, rewrite_calls
 
 
@@ -221,20 +222,11 @@ def fold_batch_norm_after_matmul(mod: Any) -> Any:
     return relax.transform.DeadCodeElimination()(rewrite_calls(mod, "relax.nn.batch_norm", _bn_after_matmul))
 
 
-def _static_shape(v: Any) -> tuple[int, ...] | None:
-    """The static shape of a Relax value (None when unknown or symbolic)."""
-    s = getattr(getattr(v, "ty", None), "shape", None)
-    try:
-        return tuple(int(d) for d in s) if s is not None else None
-    except TypeError:
-        return None
-
-
 def _same_shape_broadcast(call: Any, m: Any) -> Any:
     """The tensor itself for a ``broadcast_to`` to its own shape (``call`` otherwise)."""
     x = call.args[0]
-    shape = _static_shape(x)
-    return x if shape is not None and shape == _static_shape(call) else call
+    shape = static_shape(x)
+    return x if shape is not None and shape == static_shape(call) else call
 
 
 def drop_same_shape_broadcasts(mod: Any) -> Any:
@@ -266,7 +258,7 @@ def _unsplit(call: Any, m: Any) -> Any:
     them (each used once) applied to the unsplit tensor (``call`` unchanged for any other form)."""
     from tvm import relax
 
-    target = _static_shape(call)
+    target = static_shape(call)
     chain = []
     v = call.args[0]
     while isinstance(v, relax.Var):
@@ -275,8 +267,8 @@ def _unsplit(call: Any, m: Any) -> Any:
             return call
         if getattr(b.op, "name", "") == "relax.reshape":
             x = b.args[0]
-            inner = _static_shape(v)
-            if not chain or target is None or inner is None or _static_shape(x) != target or inner[-1] != target[-1]:
+            inner = static_shape(v)
+            if not chain or target is None or inner is None or static_shape(x) != target or inner[-1] != target[-1]:
                 return call
             for op in reversed(chain):
                 args = [x, *op.args[1:]]

@@ -207,9 +207,9 @@ def batch_matmul_bf16_te(a: "te.Tensor", b: "te.Tensor", nb: int, cols_to: int =
     )
 
 
-def first_columns_te(x: "te.Tensor", cols: int, name: str = "scores_cut") -> "te.Tensor":
-    """``x[..., :cols]``: a fused attention's scores without the padded columns (``scores_cut``),
-    or its output (``values_cut``). The scores' cut reads every column of ``x`` (the second branch,
+def first_columns_te(x: "te.Tensor", cols: int, name: str = "scores_cut", reads_padding: bool = True) -> "te.Tensor":
+    """``x[..., :cols]``: a fused attention's scores without the padded columns, or its output.
+    With ``reads_padding`` (the scores) its reads cover every column of ``x`` (the second branch,
     never taken, reads the padded ones), so that a block of rows computed where its rows are used
     computes whole vectors of keys, not a guarded last one (which could not be tensorized); the
     output's cut, computed after its producer, reads only its own columns."""
@@ -218,7 +218,7 @@ def first_columns_te(x: "te.Tensor", cols: int, name: str = "scores_cut") -> "te
     width = int(x.shape[-1])
 
     def cut(*i: Any) -> Any:
-        if name != "scores_cut":
+        if not reads_padding:
             return x[i]
         return tirx.if_then_else(i[-1] < cols, x[i], x[(*i[:-1], i[-1] + (width - cols))])
 
