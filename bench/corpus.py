@@ -1,6 +1,9 @@
 """The Hugging Face corpus: models nobody here wrote, untuned tensortune against the CPU runtimes.
 
 ``python -m bench run --study corpus --out bench/results/corpus-CPU-DATE [--models hf:vit hf:gpt2:seq_len=64 ...] [--rounds 5]``
+``python -m bench run --study corpus --out DIR --models patterns``: the pattern networks of
+:mod:`tensortune.models.patterns` (``pattern:NAME`` specs), exported to ONNX into ``DIR/models``
+and imported from there, as a team's ONNX file would be
 ``python -m bench run --study corpus --out DIR --tune fasor -O mode=efficiency --budget 300``: each model tuned first
 (``tensortune tune --time-budget``, its database in ``DIR/dbs``, never committed; the whole command,
 the in-model check included, within ``--budget`` seconds), then timed tuned and
@@ -31,6 +34,8 @@ CORPUS = (
     "hf:efficientnet:image_size=224,width_coefficient=1.0,depth_coefficient=1.0,hidden_dim=1280", "hf:swin", "hf:levit",
     "hf:poolformer", "hf:vit", "hf:gpt2", "hf:distilbert", "hf:t5", "hf:whisper",
 )
+#: The pattern networks (ONNX exports of :mod:`tensortune.models.patterns`); ``--models patterns`` runs them all.
+PATTERN_PREFIX = "pattern:"
 SYSTEMS = ("tensortune untuned", "onnxruntime", "openvino", "pytorch", "openvino as shipped", "tensortune f32")
 #: The kernel classes the issue's profile target is about (conv and matmul functions).
 COMPUTE_KERNELS = ("conv2d", "depthwise_conv2d", "dense", "matmul", "batch_matmul")
@@ -55,6 +60,25 @@ def _f32_untuned(model: Any) -> dict[str, Any]:
 def _over(ms: float | None, fastest: Any) -> float | None:
     """``ms`` over the faster library's median (None when either is missing)."""
     return ms / fastest[1] if fastest and ms else None
+
+
+def expand(specs: list[str]) -> list[str]:
+    """``specs`` with the word ``patterns`` replaced by every pattern network's spec."""
+    from tensortune.models.patterns import pattern_names
+
+    return [x for s in specs for x in ([PATTERN_PREFIX + n for n in pattern_names()] if s == "patterns" else [s])]
+
+
+def source(spec: str, out: Path) -> str:
+    """What :func:`~tensortune.models.importer.load_model` takes for ``spec``: a pattern network's
+    ONNX file (exported into ``out/models`` once), else ``spec`` itself."""
+    if not spec.startswith(PATTERN_PREFIX):
+        return spec
+    from tensortune.models.patterns import export_pattern
+
+    name = spec.removeprefix(PATTERN_PREFIX)
+    path = out / "models" / f"{name}.onnx"
+    return str(path) if path.is_file() else export_pattern(name, str(out / "models"))
 
 
 def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f32") -> dict[str, Any]:
@@ -119,7 +143,8 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
 
     from .modelruns import run_json
 
-    slug = spec.replace(":", "_").replace("=", "-").replace(",", "_") + ("-bf16" if precision == "bf16" else "")
+    name = Path(spec).stem if spec.endswith(".onnx") else spec
+    slug = name.replace(":", "_").replace("=", "-").replace(",", "_") + ("-bf16" if precision == "bf16" else "")
     db = out / "dbs" / f"{slug}-{tuner}.db"
     db.parent.mkdir(parents=True, exist_ok=True)
     model = load_model(spec).with_precision(precision)
@@ -281,7 +306,7 @@ def parser() -> argparse.ArgumentParser:
     """The study's command line."""
     ap = argparse.ArgumentParser(prog="python -m bench run --study corpus", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="results folder (resumed when it holds corpus.json)")
-    ap.add_argument("--models", nargs="+", default=list(CORPUS), help="hf: specs (space-separated)")
+    ap.add_argument("--models", nargs="+", default=list(CORPUS), help="hf: specs, ONNX paths, pattern:NAME, or 'patterns' for all of them (space-separated)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tune", metavar="TUNER", help="tune each model first with this tuner")
     ap.add_argument("-O", dest="options", action="append", default=[], metavar="KEY=VALUE",
@@ -308,12 +333,14 @@ def main(argv: list[str] | None = None) -> int:
         from tensortune.target import cpu_count
 
         data["peak"] = {**measure_peak(cpu_count()), "threads": cpu_count()}
-    for spec in a.models:
+    for spec in expand(a.models):
         if spec in data["models"] and "error" not in data["models"][spec]:
             continue
         try:
-            data["models"][spec] = (tune_model(spec, a.tune, a.options, a.budget, out, a.rounds, a.precision) if a.tune
-                                    else run_model(spec, a.rounds, data["peak"], a.precision))
+            where = source(spec, out)
+            data["models"][spec] = (tune_model(where, a.tune, a.options, a.budget, out, a.rounds, a.precision) if a.tune
+                                    else run_model(where, a.rounds, data["peak"], a.precision))
+            data["models"][spec]["model"] = spec
         except (Exception, SystemExit) as e:  # noqa: BLE001 - a model that fails (or its tuning run) is a result
             data["models"][spec] = {"model": spec, "error": (str(e).strip().splitlines() or [type(e).__name__])[0]}
         write_text(path, json.dumps(data, indent=1))

@@ -13,7 +13,8 @@ The recipe is TVM's own (its Adreno pipeline, Relay's x86 ``alter_conv2d_layout`
    channel counts the block does not divide are padded up to it where that is cheap
    (:mod:`.chanpad`), so those convolutions run blocked too;
 3. ``ConvertLayout`` with a per-call callback: the plan's block for every convolution it can
-   block, NCHW for the rest (each with its reason, :class:`ConvPlan`);
+   block, NCHW for the rest (each with its reason, :class:`ConvPlan`); channel splits, slices
+   and concats on block boundaries then run in the block too (:mod:`.channels`);
 4. the weights are bound constants, so their layout transforms are done once, here, at compile
    time (with numpy, :mod:`.constfold`; ``FoldConstant`` for the rest); no inference repacks a weight;
 5. ``LegalizeOps`` with :func:`legalize_conv2d`: the blocked forms lower to the TE computes of
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..precision import DEFAULT_PRECISION
+from .channels import sink_transforms, splits_as_slices
 from .chanpad import PadResult, pad_channels, padded_count, widened_groups
 from .canonical import canonicalize
 from .constfold import fold_constant_transforms
@@ -452,7 +454,8 @@ def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
 
     try:
         converted = tvm.transform.Sequential([relax.transform.ConvertLayout({}, callback),  # mod is folded already
-                                              relax.transform.Normalize()])(mod)
+                                              relax.transform.Normalize()])(splits_as_slices(mod))
+        converted = sink_transforms(converted)
         seq = [relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
                relax.transform.DeadCodeElimination()]
         return tvm.transform.Sequential(seq)(fold_constant_transforms(converted))

@@ -1,0 +1,344 @@
+"""Small networks of our own, one per structural pattern that the corpus lacks, exported to ONNX.
+
+Each network is written here from the published idea, not copied from a model zoo: what matters
+is the graph pattern a user's model brings (channel splits and concats around blocks, depthwise
+kernels of several sizes on channel groups, attention over spatially reduced keys, convolution
+stages followed by attention on few tokens). They are exported with PyTorch's TorchScript
+exporter so that they reach tensortune the way a team's ONNX file does (``Split``, ``Slice``,
+``Concat`` and ``Reshape`` nodes, shape arithmetic included), random weights, batch 1, 224x224.
+
+``export_pattern(name, folder)`` writes ``folder/NAME.onnx`` and returns its path.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .zoo import _conv_bn, _finish, _image_inputs
+
+__all__ = ["PATTERNS", "Pattern", "build_pattern", "export_pattern", "pattern_names"]
+
+
+class _Bottleneck(nn.Module):
+    """1x1 then 3x3, residual (the block inside a cross-stage partial stage)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.a = _conv_bn(c, c, 1, act=nn.SiLU)
+        self.b = _conv_bn(c, c, 3, act=nn.SiLU)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.b(self.a(x))
+
+
+class _CrossStage(nn.Module):
+    """Cross-stage partial stage: downsample, expand, split in halves, one half through the blocks,
+    concat, transition (Wang et al. 2020)."""
+
+    def __init__(self, cin: int, cout: int, depth: int) -> None:
+        super().__init__()
+        self.down = _conv_bn(cin, cout, 3, 2, act=nn.SiLU)
+        self.expand = _conv_bn(cout, 2 * cout, 1, act=nn.SiLU)
+        self.half = cout
+        self.blocks = nn.Sequential(*[_Bottleneck(cout) for _ in range(depth)])
+        self.transition = _conv_bn(2 * cout, cout, 1, act=nn.SiLU)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.expand(self.down(x))
+        xs, xb = x.split(self.half, dim=1)
+        return self.transition(torch.cat([xs, self.blocks(xb)], dim=1))
+
+
+class CrossStageNet(nn.Module):
+    """A CSP network: stem, four cross-stage partial stages, pooled classifier."""
+
+    def __init__(self, widths: tuple[int, ...] = (64, 128, 256, 512), depths: tuple[int, ...] = (1, 2, 3, 1)) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(_conv_bn(3, 32, 3, 2, act=nn.SiLU), _conv_bn(32, 32, 3, act=nn.SiLU))
+        stages, cin = [], 32
+        for w, d in zip(widths, depths):
+            stages.append(_CrossStage(cin, w, d))
+            cin = w
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Linear(cin, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.stages(self.stem(x)).mean((2, 3)))
+
+
+class _Res2Block(nn.Module):
+    """Hierarchical splits (Gao et al. 2019): the 1x1 output split into ``scale`` groups, each group
+    but the last through a 3x3 conv that also takes the previous group's output, then concat."""
+
+    def __init__(self, cin: int, width: int, scale: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.width, self.scale, self.stride = width, scale, stride
+        self.reduce = _conv_bn(cin, width * scale, 1)
+        self.convs = nn.ModuleList(_conv_bn(width, width, 3, stride) for _ in range(scale - 1))
+        self.pool = nn.AvgPool2d(3, stride, 1) if stride > 1 else nn.Identity()
+        self.expand = _conv_bn(width * scale, cout, 1, act=None)
+        self.short = _conv_bn(cin, cout, 1, stride, act=None) if stride > 1 or cin != cout else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = torch.split(self.reduce(x), self.width, dim=1)
+        outs: list[torch.Tensor] = []
+        sp = parts[0]
+        for i, conv in enumerate(self.convs):
+            sp = conv(parts[i] if i == 0 or self.stride > 1 else sp + parts[i])
+            outs.append(sp)
+        outs.append(self.pool(parts[-1]))
+        return torch.relu(self.expand(torch.cat(outs, dim=1)) + self.short(x))
+
+
+class HierarchicalSplitNet(nn.Module):
+    """A Res2Net-style network: 26-wide groups at scale 4, three blocks a stage."""
+
+    def __init__(self, base: int = 26, scale: int = 4) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(_conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1))
+        blocks, cin = [], 64
+        for i, (mult, n) in enumerate(zip((1, 2, 4, 8), (2, 2, 2, 1))):
+            cout = 256 * mult
+            for j in range(n):
+                blocks.append(_Res2Block(cin, base * mult, scale, cout, 2 if (j == 0 and i > 0) else 1))
+                cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(cin, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+class _Ghost(nn.Module):
+    """A ghost module (Han et al. 2020): half the channels from a 1x1 conv, the other half from a
+    cheap depthwise 3x3 of them, concatenated and cut to ``cout``."""
+
+    def __init__(self, cin: int, cout: int, relu: bool = True) -> None:
+        super().__init__()
+        self.cout = cout
+        init = (cout + 1) // 2
+        act = nn.ReLU if relu else None
+        self.primary = _conv_bn(cin, init, 1, act=act)
+        self.cheap = _conv_bn(init, init, 3, groups=init, act=act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.primary(x)
+        return torch.cat([a, self.cheap(a)], dim=1)[:, :self.cout]
+
+
+class _GhostBottleneck(nn.Module):
+    def __init__(self, cin: int, mid: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.g1 = _Ghost(cin, mid)
+        self.dw = _conv_bn(mid, mid, 3, stride, groups=mid, act=None) if stride > 1 else nn.Identity()
+        self.g2 = _Ghost(mid, cout, relu=False)
+        self.short = (nn.Identity() if stride == 1 and cin == cout else
+                      nn.Sequential(_conv_bn(cin, cin, 3, stride, groups=cin, act=None), _conv_bn(cin, cout, 1, act=None)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.g2(self.dw(self.g1(x))) + self.short(x)
+
+
+class GhostNet(nn.Module):
+    """A GhostNet-style network (width 1.0 layer table, without squeeze-excitation)."""
+
+    #: (mid, out, stride) per bottleneck: GhostNet's table.
+    TABLE = ((16, 16, 1), (48, 24, 2), (72, 24, 1), (72, 40, 2), (120, 40, 1), (240, 80, 2), (200, 80, 1),
+             (184, 80, 1), (480, 112, 1), (672, 112, 1), (672, 160, 2), (960, 160, 1), (960, 160, 1))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = _conv_bn(3, 16, 3, 2)
+        blocks, cin = [], 16
+        for mid, cout, stride in self.TABLE:
+            blocks.append(_GhostBottleneck(cin, mid, cout, stride))
+            cin = cout
+        self.blocks = nn.Sequential(*blocks, _conv_bn(cin, 960, 1))
+        self.head = nn.Sequential(nn.Linear(960, 1280), nn.ReLU(), nn.Linear(1280, 1000))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+class _MixedDepthwise(nn.Module):
+    """Depthwise kernels of several sizes on channel groups (Tan & Le 2019), concatenated."""
+
+    def __init__(self, c: int, kernels: tuple[int, ...], stride: int) -> None:
+        super().__init__()
+        sizes = [c // len(kernels)] * len(kernels)
+        sizes[0] += c - sum(sizes)
+        self.sizes = sizes
+        self.convs = nn.ModuleList(nn.Conv2d(s, s, k, stride, k // 2, groups=s, bias=False)
+                                   for s, k in zip(sizes, kernels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = torch.split(x, self.sizes, dim=1)
+        return torch.cat([conv(p) for conv, p in zip(self.convs, parts)], dim=1)
+
+
+class _MixBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, expand: int, kernels: tuple[int, ...], stride: int) -> None:
+        super().__init__()
+        mid = cin * expand
+        self.residual = stride == 1 and cin == cout
+        self.body = nn.Sequential(_conv_bn(cin, mid, 1, act=nn.SiLU), _MixedDepthwise(mid, kernels, stride),
+                                  nn.BatchNorm2d(mid), nn.SiLU(), _conv_bn(mid, cout, 1, act=None))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.body(x)
+        return x + y if self.residual else y
+
+
+class MixedKernelNet(nn.Module):
+    """A MixNet-style network: inverted residuals whose depthwise step mixes 3x3 to 9x9 kernels."""
+
+    #: (out, expand, kernels, stride) per block.
+    TABLE = ((24, 6, (3,), 2), (24, 3, (3,), 1), (40, 6, (3, 5, 7), 2), (40, 6, (3, 5), 1),
+             (80, 6, (3, 5, 7), 2), (80, 6, (3, 5, 7, 9), 1), (120, 6, (3, 5, 7), 1), (120, 3, (3, 5, 7, 9), 1),
+             (200, 6, (3, 5, 7, 9), 2), (200, 6, (3, 5, 7, 9), 1))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(_conv_bn(3, 16, 3, 2), _conv_bn(16, 16, 3, groups=16), _conv_bn(16, 16, 1, act=None))
+        blocks, cin = [], 16
+        for cout, expand, kernels, stride in self.TABLE:
+            blocks.append(_MixBlock(cin, cout, expand, kernels, stride))
+            cin = cout
+        self.blocks = nn.Sequential(*blocks, _conv_bn(cin, 1536, 1))
+        self.head = nn.Linear(1536, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+class _ReducedAttention(nn.Module):
+    """Attention whose keys and values come from a strided conv of the token grid (Wang et al.
+    2021's spatial reduction)."""
+
+    def __init__(self, dim: int, heads: int, sr: int) -> None:
+        super().__init__()
+        self.heads, self.sr = heads, sr
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.proj = nn.Linear(dim, dim)
+        if sr > 1:
+            self.reduce = nn.Conv2d(dim, dim, sr, sr)
+            self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        b, n, c = x.shape
+        d = c // self.heads
+        q = self.q(x).reshape(b, n, self.heads, d).permute(0, 2, 1, 3)
+        if self.sr > 1:
+            x = self.reduce(x.permute(0, 2, 1).reshape(b, c, h, w)).reshape(b, c, -1).permute(0, 2, 1)
+            x = self.norm(x)
+        kv = self.kv(x).reshape(b, -1, 2, self.heads, d).permute(2, 0, 3, 1, 4)
+        k, v = kv[0], kv[1]
+        attn = (q @ k.transpose(-2, -1) * d ** -0.5).softmax(-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class _ConvMlp(nn.Module):
+    """fc, a depthwise 3x3 over the token grid, GELU, fc."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.dw = nn.Conv2d(hidden, hidden, 3, 1, 1, groups=hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        x = self.fc1(x)
+        b, n, c = x.shape
+        x = self.dw(x.transpose(1, 2).reshape(b, c, h, w)).flatten(2).transpose(1, 2)
+        return self.fc2(nn.functional.gelu(x))
+
+
+class _ReducedBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, sr: int) -> None:
+        super().__init__()
+        self.n1, self.n2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = _ReducedAttention(dim, heads, sr)
+        self.mlp = _ConvMlp(dim, 4 * dim if dim < 256 else 4 * dim)
+
+    def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        x = x + self.attn(self.n1(x), h, w)
+        return x + self.mlp(self.n2(x), h, w)
+
+
+class ReducedAttentionNet(nn.Module):
+    """A pyramid transformer (PVT v2 b0-like): overlapping patch embeddings, four stages of
+    attention over spatially reduced keys with depthwise convs inside the MLP."""
+
+    #: (dim, heads, sr, depth, patch, stride) per stage.
+    STAGES = ((32, 1, 8, 2, 7, 4), (64, 2, 4, 2, 3, 2), (160, 5, 2, 2, 3, 2), (256, 8, 1, 2, 3, 2))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embeds, self.stages, self.norms = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
+        cin = 3
+        for dim, heads, sr, depth, patch, stride in self.STAGES:
+            self.embeds.append(nn.Sequential(nn.Conv2d(cin, dim, patch, stride, patch // 2)))
+            self.stages.append(nn.ModuleList(_ReducedBlock(dim, heads, sr) for _ in range(depth)))
+            self.norms.append(nn.LayerNorm(dim))
+            cin = dim
+        self.head = nn.Linear(cin, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for embed, blocks, norm in zip(self.embeds, self.stages, self.norms):
+            x = embed(x)
+            b, c, h, w = x.shape
+            t = x.flatten(2).transpose(1, 2)
+            for blk in blocks:
+                t = blk(t, h, w)
+            x = norm(t).transpose(1, 2).reshape(b, c, h, w)
+        return self.head(x.mean((2, 3)))
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One pattern network: its name, what it stands for, and its builder."""
+
+    name: str
+    description: str
+    build: Callable[[], nn.Module]
+
+
+PATTERNS: dict[str, Pattern] = {p.name: p for p in [
+    Pattern("cross_stage", "cross-stage partial network: split, half through the blocks, concat", CrossStageNet),
+    Pattern("hier_split", "hierarchical channel splits, each through a 3x3 conv, concatenated", HierarchicalSplitNet),
+    Pattern("ghost", "ghost modules: cheap depthwise features concatenated, cut to width", GhostNet),
+    Pattern("mixed_kernel", "mixed depthwise kernels (3x3 to 9x9) on channel splits, concatenated", MixedKernelNet),
+    Pattern("reduced_attn", "attention over spatially reduced keys, depthwise conv inside the MLP",
+            ReducedAttentionNet),
+]}
+
+
+def pattern_names() -> list[str]:
+    """Names of the pattern networks, in registry order."""
+    return list(PATTERNS)
+
+
+def build_pattern(name: str, seed: int = 0) -> tuple[nn.Module, list[torch.Tensor]]:
+    """Pattern network ``name`` with seeded random weights (batch norms calibrated) and one input."""
+    if name not in PATTERNS:
+        raise KeyError(f"unknown pattern {name!r}; known: {', '.join(PATTERNS)}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = _finish(PATTERNS[name].build())
+    return model, _image_inputs(1, seed)
+
+
+def export_pattern(name: str, folder: str, seed: int = 0) -> str:
+    """Write pattern network ``name`` as ``folder/NAME.onnx`` (opset 17) and return the path."""
+    model, inputs = build_pattern(name, seed)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{name}.onnx")
+    with torch.no_grad():
+        torch.onnx.export(model, tuple(inputs), path, dynamo=False, opset_version=17, input_names=["image"],
+                          output_names=["logits"])
+    return path

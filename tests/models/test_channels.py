@@ -1,0 +1,68 @@
+"""Channel splits, slices and concats run inside the blocked layout (ONNX models, as a team exports them)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from tensortune.models.compile import compile_model
+from tensortune.models.importer import load_model
+from tensortune.models.reference import compare_outputs
+from tensortune.target import host_target_json
+
+AVX2 = dict(host_target_json(), mcpu="znver3")  # blocks of 8 (and 4)
+
+
+class CrossStage(nn.Module):
+    """Split in halves on block boundaries, one half through convs, a one-part split, concat, pool."""
+
+    def __init__(self, unaligned: bool = False) -> None:
+        super().__init__()
+        self.unaligned = unaligned
+        self.a = nn.Conv2d(3, 32, 3, padding=1)
+        self.b = nn.Conv2d(16, 16, 3, padding=1)
+        self.c = nn.Conv2d(12 if unaligned else 16, 16, 1)
+        self.d = nn.Conv2d(32 if not unaligned else 36, 16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.silu(self.a(x))
+        if self.unaligned:  # a Res2Net width: parts of 12 and 20 channels, off the 8-channel blocks
+            p, q = y.split([12, 20], dim=1)
+            q = q[:, :16]
+            z = torch.cat([p, self.b(q), torch.relu(self.c(p)) - 1.0], dim=1)[:, :36]
+        else:
+            p, q = y.split(16, dim=1)
+            (p,) = p.split([16], dim=1)  # one part: imported as the tensor itself
+            z = torch.cat([torch.sigmoid(p) * 2.0, self.b(q) + self.c(p)], dim=1)
+        return nn.functional.max_pool2d(self.d(nn.functional.avg_pool2d(z, 3, 1, 1)), 2)
+
+
+def _onnx(module: nn.Module, path) -> tuple[str, np.ndarray, np.ndarray]:
+    torch.manual_seed(0)
+    module = module.eval()
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        want = module(x).numpy()
+        torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17, input_names=["x"])
+    return str(path), x.numpy(), want
+
+
+def test_channel_split_and_concat_on_block_boundaries_stay_blocked(tmp_path) -> None:
+    path, x, want = _onnx(CrossStage(), tmp_path / "csp.onnx")
+    model = load_model(path)
+    plan = model.layout_plan(AVX2)
+    assert plan.block == 8 and all(c.layout == "NCHW8c" or c.layout == "NCHW3c" for c in plan.convs), plan.summary()
+    assert plan.transforms == 2, plan.summary()  # the input into the block, the output out of it
+    cm = compile_model(model, target_json=AVX2)
+    check = compare_outputs(cm.run([x]), [want])
+    assert check.ok, check.message
+
+
+def test_channels_off_the_block_boundaries_keep_their_transforms_and_match(tmp_path) -> None:
+    path, x, want = _onnx(CrossStage(unaligned=True), tmp_path / "res2.onnx")
+    model = load_model(path)
+    plan = model.layout_plan(AVX2)
+    assert plan.block == 8 and plan.transforms > 2, plan.summary()
+    cm = compile_model(model, target_json=AVX2)
+    check = compare_outputs(cm.run([x]), [want])
+    assert check.ok, check.message
