@@ -66,3 +66,39 @@ def test_channels_off_the_block_boundaries_keep_their_transforms_and_match(tmp_p
     cm = compile_model(model, target_json=AVX2)
     check = compare_outputs(cm.run([x]), [want])
     assert check.ok, check.message
+
+
+class TokensAndImages(nn.Module):
+    """A pyramid transformer's seams: a conv's image flattened to tokens, a norm over them, the tokens
+    back to an image for the next conv; a ConvNeXt block's channels-last norm between permutes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, 16, 3, 2, 1)
+        self.norm = nn.LayerNorm(16)
+        self.dw = nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+        self.norm2 = nn.LayerNorm(16)
+        self.out = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.embed(x)
+        b, c, h, w = y.shape
+        t = self.norm(y.flatten(2).transpose(1, 2))
+        y = self.dw(t.transpose(1, 2).reshape(b, c, h, w))
+        y = self.norm2(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.out(y)
+
+
+def test_images_and_tokens_meet_the_block_in_one_transform(tmp_path) -> None:
+    from tvm import relax
+
+    path, x, want = _onnx(TokensAndImages(), tmp_path / "tokens.onnx")
+    model = load_model(path)
+    planned = model.fused(AVX2)
+    names = []
+    relax.analysis.post_order_visit(planned["main"].body, lambda e: names.append(e.args[0].name_hint)
+                                    if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir" else None)
+    assert not [n for n in names if "transpose" in n], names  # each seam is one layout transform, no transpose
+    cm = compile_model(model, target_json=AVX2)
+    check = compare_outputs(cm.run([x]), [want])
+    assert check.ok, check.message

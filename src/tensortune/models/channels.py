@@ -11,7 +11,8 @@ NCHW with a ``layout_transform`` on each side. So:
   (:func:`sink_transforms`): channel slices at block boundaries, concats, elementwise ops and
   pooling then run in the block, and the transform meets the one into the next convolution's
   block, and both go. A slice or concat whose channels do not fall on block boundaries keeps
-  NCHW, with its transforms.
+  NCHW, with its transforms. An image turned into channels-last tokens (or back) goes from the
+  block to them in one transform instead of a transform and a transpose.
 """
 from __future__ import annotations
 
@@ -141,7 +142,13 @@ def _sink(call: Any, m: Any) -> Any:
         back = _from_block(m, into[0]) if into else None
         if back and back[1] == into[1] and _shape(back[0]) == _shape(call):
             return back[0]
+        channels_last = _channels_last_source(m, into[0]) if into else None
+        if channels_last is not None:
+            b = into[1]
+            return relax.op.layout_transform(channels_last, lambda n, h, w, c: (n, c // b, h, w, c % b))
         return call
+    if name == "relax.permute_dims":
+        return _sink_permute(call, m)
     if name == "relax.strided_slice":
         return _sink_slice(call, m)
     if name == "relax.concat":
@@ -208,12 +215,69 @@ def _sink_elementwise(call: Any, m: Any) -> Any:
     return _to_plain(m, relax.Call(call.op, args, call.attrs, call.ty_args), tensors[0][2])
 
 
+def _axes(call: Any) -> list[int] | None:
+    axes = call.attrs.axes
+    return None if axes is None else [int(a) for a in axes]
+
+
+def _channels_last_source(m: Any, v: Any) -> Any | None:
+    """The channels-last tensor ``(N, H, W, C)`` that the NCHW value ``v`` transposes: ``v`` bound to
+    ``permute_dims(y, [0, 3, 1, 2])``, or to tokens ``(N, H*W, C)`` transposed and reshaped to
+    ``(N, C, H, W)`` (a transformer's tokens back to an image); None otherwise."""
+    from tvm import relax
+
+    call = _bound_call(m, v)
+    shape = _shape(v)
+    if not isinstance(call, relax.Call) or shape is None or len(shape) != 4:
+        return None
+    name = getattr(call.op, "name", "")
+    if name == "relax.permute_dims" and _axes(call) == [0, 3, 1, 2]:
+        return call.args[0]
+    if name != "relax.reshape":
+        return None
+    inner = _bound_call(m, call.args[0])
+    if not isinstance(inner, relax.Call) or getattr(inner.op, "name", "") != "relax.permute_dims" \
+            or _axes(inner) != [0, 2, 1]:
+        return None
+    n, c, h, w = shape
+    if _shape(inner.args[0]) != (n, h * w, c):
+        return None
+    return m.builder_.emit(relax.op.reshape(inner.args[0], (n, h, w, c)))
+
+
+def _sink_permute(call: Any, m: Any) -> Any:
+    """A blocked image read as channels last: ``permute_dims(back(z), [0, 2, 3, 1])``, or flattened to
+    tokens ``permute_dims(reshape(back(z), (N, C, H*W)), [0, 2, 1])``, as one transform of ``z``."""
+    from tvm import relax
+
+    axes = _axes(call)
+    src = call.args[0]
+    tokens = None
+    if axes == [0, 2, 1]:
+        flat = _bound_call(m, src)
+        if not isinstance(flat, relax.Call) or getattr(flat.op, "name", "") != "relax.reshape":
+            return call
+        tokens, src = _shape(call), flat.args[0]
+    elif axes != [0, 2, 3, 1]:
+        return call
+    back = _from_block(m, src)
+    if back is None:
+        return call
+    n, c, h, w = _shape(src)
+    if tokens is not None and tokens != (n, h * w, c):
+        return call
+    b = back[1]
+    last = relax.op.layout_transform(back[0], lambda n_, cb, h_, w_, ci: (n_, h_, w_, cb * b + ci))
+    return relax.op.reshape(m.builder_.emit(last), tokens) if tokens is not None else last
+
+
 def sink_transforms(mod: Any) -> Any:
     """``mod`` (after the layout conversion) with its transforms back to NCHW moved down past channel
     slices on block boundaries, channel concats, elementwise ops and pooling, and cancelled against
-    the transforms into the block they meet."""
+    the transforms into the block they meet; a transpose between the block and channels last
+    (tokens) folded into the transform."""
     from tvm import relax
 
-    ops = ("relax.layout_transform", "relax.strided_slice", "relax.concat", *POOLS, *ELEMENTWISE)
+    ops = ("relax.layout_transform", "relax.permute_dims", "relax.strided_slice", "relax.concat", *POOLS, *ELEMENTWISE)
     out = rewrite_calls(mod, ops, _sink)
     return relax.transform.CanonicalizeBindings()(relax.transform.DeadCodeElimination()(out))
