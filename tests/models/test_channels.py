@@ -102,3 +102,15 @@ def test_images_and_tokens_meet_the_block_in_one_transform(tmp_path) -> None:
     cm = compile_model(model, target_json=AVX2)
     check = compare_outputs(cm.run([x]), [want])
     assert check.ok, check.message
+
+
+def test_a_transform_between_channels_last_and_the_block_moves_whole_vectors(tmp_path) -> None:
+    """The generic template's default vector of a transform NHWC -> NCHW8c is the block (8 channels,
+    AVX2's lanes): a vector of 16 would straddle two blocks (a scatter)."""
+    from tensortune.models.compile import model_tasks
+
+    path, _, _ = _onnx(TokensAndImages(), tmp_path / "tokens.onnx")
+    tasks = [mt.task for mt in model_tasks(load_model(path), AVX2) if "layout-transform" in mt.task.kernel_class]
+    chunked = [t for t in tasks if t.template._chunk(t) == 8]
+    assert chunked, [t.kernel_class for t in tasks]
+    assert all(t.default_config()["tile_inner"][1] == 8 for t in chunked)

@@ -370,6 +370,40 @@ def _peel_guarded(sch: Any, outer: Any, inner: int, extent: int) -> list[Any]:
         return [outer]
 
 
+def _subexprs(e: Any) -> Any:
+    """Every sub-expression of a TIR expression (operands, call arguments, buffer indices)."""
+    yield e
+    for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+        child = getattr(e, name, None)
+        if child is not None and not isinstance(child, (int, float, str)):
+            yield from _subexprs(child)
+    for name in ("indices", "args"):
+        for child in getattr(e, name, None) or []:
+            yield from _subexprs(child)
+
+
+def _inner_block_width(sch: Any, block: Any) -> int:
+    """The width of the chunks the innermost loop's index is cut into (``i // 8``, ``i % 8``: a
+    layout transform between NHWC and ``NCHW8c``): the gcd of every such divisor in the block's
+    stores and loads, 0 where there is none. A vector that straddles two chunks is a gather or
+    a scatter; one inside a chunk is a plain load and store."""
+    import math
+
+    from tvm import tirx
+
+    br = sch.get(block)
+    if not br.iter_vars or not isinstance(br.body, tirx.BufferStore):
+        return 0
+    inner = br.iter_vars[-1].var
+    width = 0
+    for e in [*br.body.indices, br.body.value]:
+        for sub in _subexprs(e):
+            if isinstance(sub, (tirx.FloorMod, tirx.FloorDiv)) and isinstance(sub.b, tirx.IntImm) \
+                    and _uses(sub.a, inner):
+                width = math.gcd(width, int(sub.b.value))
+    return width
+
+
 class GenericTemplate(Template):
     """A space for PrimFuncs no op template knows."""
 
@@ -399,12 +433,21 @@ class GenericTemplate(Template):
         knob = space.knob("tile_inner")
         depths = space.knob("parallel_depth").entities
         inner = max(knob.entities, key=lambda e: (e[1] <= 16, e[1]))
+        width = self._chunk(task)
+        fits = [e for e in knob.entities if width and vector_lanes(task) <= e[1] <= width and width % e[1] == 0]
+        if fits and inner[1] > width:  # whole vectors inside the chunks of a blocked layout
+            inner = max(fits, key=lambda e: e[1])
         return {
             "tile_inner": inner,
             "parallel_depth": max(depths),
             "auto_unroll_max_step": 16,
             "unroll_explicit": 1,
         }
+
+    def _chunk(self, task: Task) -> int:
+        sch = schedule_of(task)
+        _inline_all(sch)
+        return _inner_block_width(sch, _main_block(sch))
 
     def apply(self, task: Task, config: Config) -> Any:
         return _fresh_vars(self.schedule(task, config).mod)  # the copies a peeled loop made, renamed
