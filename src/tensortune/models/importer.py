@@ -259,6 +259,12 @@ def from_onnx(path: str, input_shapes: dict[str, Sequence[int]] | None = None, s
             shape = tuple(shape_l)
         specs.append(InputSpec(inp.name, tuple(shape), _onnx_dtype(tt.elem_type)))
     proto = fold_onnx_shapes(proto, specs)
+    from .recurrent import RecurrentError, expand_recurrent
+
+    try:
+        proto = expand_recurrent(proto)
+    except RecurrentError as e:
+        raise ModelError(f"{path}: {e}") from None
     from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx
 
     try:

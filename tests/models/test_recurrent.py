@@ -1,0 +1,62 @@
+"""ONNX LSTM and GRU nodes, written out as plain ops, compile and match ONNX Runtime."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch import nn
+
+from tensortune.models.compile import compile_model
+from tensortune.models.importer import ModelError, load_model
+from tensortune.models.reference import compare_outputs
+
+
+class Recurrent(nn.Module):
+    """A recurrent layer over a projected sequence, then a classifier on the last step."""
+
+    def __init__(self, kind: str, bidirectional: bool, layers: int) -> None:
+        super().__init__()
+        cell = nn.LSTM if kind == "LSTM" else nn.GRU
+        self.proj = nn.Linear(8, 12)
+        self.rnn = cell(12, 16, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+        self.head = nn.Linear(16 * (2 if bidirectional else 1), 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.rnn(torch.tanh(self.proj(x)))
+        return self.head(y[:, -1])
+
+
+def _export(module: nn.Module, path) -> tuple[str, np.ndarray]:
+    torch.manual_seed(0)
+    x = torch.randn(2, 7, 8)
+    with torch.no_grad():
+        torch.onnx.export(module.eval(), (x,), str(path), dynamo=False, opset_version=17, input_names=["x"])
+    return str(path), x.numpy()
+
+
+@pytest.mark.parametrize(("kind", "bidirectional", "layers"), [("LSTM", False, 1), ("LSTM", True, 2),
+                                                                ("GRU", True, 1), ("GRU", False, 2)])
+def test_recurrent_layers_compile_and_match_onnxruntime(tmp_path, kind: str, bidirectional: bool, layers: int) -> None:
+    import onnxruntime as ort
+
+    torch.manual_seed(1)
+    path, x = _export(Recurrent(kind, bidirectional, layers), tmp_path / "rnn.onnx")
+    assert kind in {n.op_type for n in onnx.load(path).graph.node}
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    model = load_model(path)
+    cm = compile_model(model)
+    check = compare_outputs(cm.run([x]), want)
+    assert check.ok, check.message
+
+
+def test_a_recurrent_node_it_cannot_write_out_is_one_line(tmp_path) -> None:
+    torch.manual_seed(1)
+    path, _ = _export(Recurrent("LSTM", False, 1), tmp_path / "rnn.onnx")
+    proto = onnx.load(path)
+    node = next(n for n in proto.graph.node if n.op_type == "LSTM")
+    node.attribute.append(onnx.helper.make_attribute("activations", ["Relu", "Tanh", "Tanh"]))
+    onnx.save(proto, path)
+    with pytest.raises(ModelError) as e:
+        load_model(path)
+    assert "activations" in str(e.value) and "\n" not in str(e.value)
