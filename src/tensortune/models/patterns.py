@@ -5,7 +5,8 @@ is the graph pattern a user's model brings (channel splits and concats around bl
 kernels of several sizes on channel groups, attention over spatially reduced keys, convolution
 stages followed by attention on few tokens). They are exported with PyTorch's TorchScript
 exporter so that they reach tensortune the way a team's ONNX file does (``Split``, ``Slice``,
-``Concat`` and ``Reshape`` nodes, shape arithmetic included), random weights, batch 1, 224x224.
+``Concat`` and ``Reshape`` nodes, shape arithmetic included), random weights, batch 1, 224x224
+images (the recurrent one: 50 steps of 64 features).
 
 ``export_pattern(name, folder)`` writes ``folder/NAME.onnx`` and returns its path.
 """
@@ -299,13 +300,93 @@ class ReducedAttentionNet(nn.Module):
         return self.head(x.mean((2, 3)))
 
 
+class _PoolBlock(nn.Module):
+    """A 4-D stage's block: pooling as the token mixer, a 1x1 conv MLP (EfficientFormer's Meta4D)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.pool = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.mlp = nn.Sequential(_conv_bn(c, 4 * c, 1, act=nn.GELU), _conv_bn(4 * c, c, 1, act=None))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + (self.pool(x) - x)
+        return x + self.mlp(x)
+
+
+class _TokenBlock(nn.Module):
+    """A 3-D stage's block: multi-head self-attention and an MLP over the tokens, pre-norm."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.n1, self.n2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(self.n1(x)).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        attn = (q @ k.transpose(-2, -1) * (c // self.heads) ** -0.5).softmax(-1)
+        x = x + self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+        return x + self.mlp(self.n2(x))
+
+
+class FourThenThreeD(nn.Module):
+    """A hybrid with 4-D and 3-D stages (EfficientFormer-like): conv stages with pooling mixers,
+    then the last stage's image flattened to tokens for attention blocks."""
+
+    def __init__(self, widths: tuple[int, ...] = (48, 96, 224, 448), depths: tuple[int, ...] = (3, 2, 6, 4),
+                 token_blocks: int = 2) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(_conv_bn(3, widths[0] // 2, 3, 2), _conv_bn(widths[0] // 2, widths[0], 3, 2))
+        layers, cin = [], widths[0]
+        for i, (w, d) in enumerate(zip(widths, depths)):
+            if i:
+                layers.append(_conv_bn(cin, w, 3, 2, act=None))
+            n4 = d - token_blocks if i == len(widths) - 1 else d
+            layers += [_PoolBlock(w) for _ in range(n4)]
+            cin = w
+        self.conv_stages = nn.Sequential(*layers)
+        self.tokens = nn.Sequential(*[_TokenBlock(cin, 8) for _ in range(token_blocks)])
+        self.norm = nn.LayerNorm(cin)
+        self.head = nn.Linear(cin, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv_stages(self.stem(x))
+        t = self.tokens(x.flatten(2).transpose(1, 2))
+        return self.head(self.norm(t).mean(1))
+
+
+class RecurrentNet(nn.Module):
+    """A sequence model: a projection, two LSTM layers, a GRU layer, a classifier on the last step."""
+
+    def __init__(self, features: int = 64, hidden: int = 256) -> None:
+        super().__init__()
+        self.proj = nn.Linear(features, hidden)
+        self.lstm = nn.LSTM(hidden, hidden, num_layers=2, batch_first=True)
+        self.gru = nn.GRU(hidden, hidden // 2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(hidden, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.lstm(torch.relu(self.proj(x)))
+        y, _ = self.gru(y)
+        return self.head(y[:, -1])
+
+
+def _sequence_inputs(batch: int, seed: int) -> list[torch.Tensor]:
+    """One ``(batch, 50, 64)`` float32 sequence of features."""
+    g = torch.Generator().manual_seed(seed + 1)
+    return [torch.randn(batch, 50, 64, generator=g)]
+
+
 @dataclass(frozen=True)
 class Pattern:
-    """One pattern network: its name, what it stands for, and its builder."""
+    """One pattern network: its name, what it stands for, its builder and its example inputs."""
 
     name: str
     description: str
     build: Callable[[], nn.Module]
+    inputs: Callable[[int, int], list[torch.Tensor]] = _image_inputs
 
 
 PATTERNS: dict[str, Pattern] = {p.name: p for p in [
@@ -315,6 +396,8 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in [
     Pattern("mixed_kernel", "mixed depthwise kernels (3x3 to 9x9) on channel splits, concatenated", MixedKernelNet),
     Pattern("reduced_attn", "attention over spatially reduced keys, depthwise conv inside the MLP",
             ReducedAttentionNet),
+    Pattern("four_three_d", "a hybrid of 4-D conv stages then 3-D attention stages", FourThenThreeD),
+    Pattern("recurrent", "two LSTM layers and a bidirectional GRU over 50 steps", RecurrentNet, _sequence_inputs),
 ]}
 
 
@@ -329,8 +412,9 @@ def build_pattern(name: str, seed: int = 0) -> tuple[nn.Module, list[torch.Tenso
         raise KeyError(f"unknown pattern {name!r}; known: {', '.join(PATTERNS)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = _finish(PATTERNS[name].build())
-    return model, _image_inputs(1, seed)
+        images = PATTERNS[name].inputs is _image_inputs
+        model = _finish(PATTERNS[name].build(), *(() if images else (None,)))  # batch norms calibrated on images
+    return model, PATTERNS[name].inputs(1, seed)
 
 
 def export_pattern(name: str, folder: str, seed: int = 0) -> str:
@@ -339,6 +423,7 @@ def export_pattern(name: str, folder: str, seed: int = 0) -> str:
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{name}.onnx")
     with torch.no_grad():
-        torch.onnx.export(model, tuple(inputs), path, dynamo=False, opset_version=17, input_names=["image"],
+        torch.onnx.export(model, tuple(inputs), path, dynamo=False, opset_version=17,
+                          input_names=["image" if PATTERNS[name].inputs is _image_inputs else "features"],
                           output_names=["logits"])
     return path
