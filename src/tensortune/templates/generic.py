@@ -221,6 +221,14 @@ def _uses(e: Any, var: Any) -> bool:
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(e))
 
 
+def _reads_along(sch: Any, block: Any, axis: int) -> bool:
+    """Whether some input of ``block`` is read contiguously along its iteration variable ``axis``
+    (the variable is in the input's last index)."""
+    br = sch.get(block)
+    var = br.iter_vars[axis].var
+    return any(read.region and _uses(read.region[-1].min, var) for read in br.reads)
+
+
 def _split_reductions(sch: Any, producers: list[Any], lanes: int) -> list[Any]:
     """Give each row reduction among ``producers`` (softmax's max and sum, a norm's mean: one
     reduction loop, innermost) a vector of partial results (``rfactor``, :func:`_vector_piece`
@@ -231,6 +239,8 @@ def _split_reductions(sch: Any, producers: list[Any], lanes: int) -> list[Any]:
     for b in producers:
         kinds = _loop_kinds(sch, b)
         row = kinds[-1][1] if kinds and kinds[-1][2] and sum(r for *_, r in kinds) == 1 else 0
+        if row and not _reads_along(sch, b, len(kinds) - 1):
+            row = 0  # a sum across rows (a mean over tokens) reads whole rows already: partials would gather
         piece = _vector_piece(row, lanes, most=row // 2)  # two pieces at least: the partials add up
         if piece:
             try:
