@@ -60,3 +60,41 @@ def test_a_recurrent_node_it_cannot_write_out_is_one_line(tmp_path) -> None:
     with pytest.raises(ModelError) as e:
         load_model(path)
     assert "activations" in str(e.value) and "\n" not in str(e.value)
+
+
+def _node_model(path, node, inputs, outputs, inits) -> str:
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph([node], "rnn", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8), str(path))
+    return str(path)
+
+
+def test_what_pytorch_does_not_export_matches_too(tmp_path) -> None:
+    """A GRU resetting before its recurrent product (linear_before_reset=0) with clipped gates, and a
+    reverse LSTM from given initial states: forms PyTorch never writes, checked against ONNX Runtime."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    seq, batch, feat, hid = 5, 2, 4, 6
+    x = rng.standard_normal((seq, batch, feat)).astype(np.float32)
+    f32 = np.float32
+    cases = [
+        (helper.make_node("GRU", ["x", "w", "r", "b"], ["y", "yh"], hidden_size=hid, linear_before_reset=0, clip=1.5),
+         {"w": rng.standard_normal((1, 3 * hid, feat)).astype(f32), "r": rng.standard_normal((1, 3 * hid, hid)).astype(f32),
+          "b": rng.standard_normal((1, 6 * hid)).astype(f32)}, ["y", "yh"]),
+        (helper.make_node("LSTM", ["x", "w", "r", "b", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=hid,
+                          direction="reverse"),
+         {"w": rng.standard_normal((1, 4 * hid, feat)).astype(f32), "r": rng.standard_normal((1, 4 * hid, hid)).astype(f32),
+          "b": rng.standard_normal((1, 8 * hid)).astype(f32), "h0": rng.standard_normal((1, batch, hid)).astype(f32),
+          "c0": rng.standard_normal((1, batch, hid)).astype(f32)}, ["y", "yh", "yc"]),
+    ]
+    for i, (node, inits, outs) in enumerate(cases):
+        path = _node_model(tmp_path / f"node{i}.onnx", node, [("x", list(x.shape))], outs, inits)
+        want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        cm = compile_model(load_model(path))
+        check = compare_outputs(cm.run([x]), want)
+        assert check.ok, (node.op_type, check.message)

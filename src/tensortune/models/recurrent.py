@@ -6,7 +6,7 @@ input sequence by the input weights (all time steps at once), then one step per 
 hidden state by the recurrent weights, the gates, the new cell and hidden state), unrolled. The
 weights must be constants (initializers): their transposes and summed biases are computed here,
 once. What the converter does not cover (activations other than the defaults, ``input_forget``,
-sequence lengths that differ from the padded length) is refused in one line.
+peepholes, sequence lengths that differ from the padded length) is refused in one line.
 """
 from __future__ import annotations
 
@@ -122,6 +122,8 @@ def _expand(node: Any, shapes: dict[str, tuple[int, ...]], consts: dict[str, np.
     ins = list(node.input) + [""] * (8 - len(node.input))
     x, w_name, r_name, b_name, lens_name, h0_name = ins[:6]
     c0_name = ins[6] if kind == "LSTM" else ""
+    if kind == "LSTM" and ins[7]:
+        raise RecurrentError(f"{kind} node {node.name!r}: peephole weights are not supported")
     if w_name not in consts or r_name not in consts or (b_name and b_name not in consts):
         raise RecurrentError(f"{kind} node {node.name!r}: weights computed at run time are not supported")
     if x not in shapes:
