@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .prepack import static_shape as _shape
 from .relaxrewrite import rewrite_calls
 
 #: Ops that compute each element from the same element of their operands: a transform moves past them.
@@ -29,14 +30,6 @@ ELEMENTWISE = frozenset({
 })
 POOLS = frozenset({"relax.nn.avg_pool2d", "relax.nn.max_pool2d"})
 CHANNEL_AXIS = 1
-
-
-def _shape(v: Any) -> tuple[int, ...] | None:
-    """The static shape of a Relax value (None if symbolic or not a tensor)."""
-    try:
-        return tuple(int(d) for d in v.ty.shape)
-    except Exception:  # noqa: BLE001 - no static shape
-        return None
 
 
 def _ints(v: Any) -> list[int]:
@@ -83,7 +76,7 @@ def splits_as_slices(mod: Any) -> Any:
 
 
 # ---------------------------------------------------------------- transforms
-def _block_of(call: Any, m: Any, to_plain: bool) -> tuple[Any, int] | None:
+def _block_of(call: Any, to_plain: bool) -> tuple[Any, int] | None:
     """``(source, b)`` if ``call`` is a layout transform from ``NCHW{b}c`` to NCHW (``to_plain``) or
     from NCHW to ``NCHW{b}c`` that only moves elements (no channel padding), else None."""
     from tvm import relax
@@ -114,7 +107,7 @@ def _bound_call(m: Any, v: Any) -> Any:
 def _from_block(m: Any, v: Any) -> tuple[Any, int, Any] | None:
     """``(blocked source, b, the transform's call)`` if ``v`` is bound to a transform back to NCHW."""
     call = _bound_call(m, v)
-    found = _block_of(call, m, to_plain=True)
+    found = _block_of(call, to_plain=True)
     return (found[0], found[1], call) if found else None
 
 
@@ -138,7 +131,7 @@ def _sink(call: Any, m: Any) -> Any:
 
     name = call.op.name
     if name == "relax.layout_transform":
-        into = _block_of(call, m, to_plain=False)
+        into = _block_of(call, to_plain=False)
         back = _from_block(m, into[0]) if into else None
         if back and back[1] == into[1] and _shape(back[0]) == _shape(call):
             return back[0]

@@ -24,6 +24,17 @@ from .zoo import _conv_bn, _finish, _image_inputs
 __all__ = ["PATTERNS", "Pattern", "build_pattern", "export_pattern", "pattern_names"]
 
 
+class _PooledClassifier(nn.Module):
+    """A CNN read out by global average pooling: ``stem``, ``blocks`` and ``head`` set by the subclass."""
+
+    stem: nn.Module
+    blocks: nn.Module
+    head: nn.Module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
 class _Bottleneck(nn.Module):
     """1x1 then 3x3, residual (the block inside a cross-stage partial stage)."""
 
@@ -54,7 +65,7 @@ class _CrossStage(nn.Module):
         return self.transition(torch.cat([xs, self.blocks(xb)], dim=1))
 
 
-class CrossStageNet(nn.Module):
+class CrossStageNet(_PooledClassifier):
     """A CSP network: stem, four cross-stage partial stages, pooled classifier."""
 
     def __init__(self, widths: tuple[int, ...] = (64, 128, 256, 512), depths: tuple[int, ...] = (1, 2, 3, 1)) -> None:
@@ -64,11 +75,8 @@ class CrossStageNet(nn.Module):
         for w, d in zip(widths, depths):
             stages.append(_CrossStage(cin, w, d))
             cin = w
-        self.stages = nn.Sequential(*stages)
+        self.blocks = nn.Sequential(*stages)
         self.head = nn.Linear(cin, 1000)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.stages(self.stem(x)).mean((2, 3)))
 
 
 class _Res2Block(nn.Module):
@@ -95,7 +103,7 @@ class _Res2Block(nn.Module):
         return torch.relu(self.expand(torch.cat(outs, dim=1)) + self.short(x))
 
 
-class HierarchicalSplitNet(nn.Module):
+class HierarchicalSplitNet(_PooledClassifier):
     """A Res2Net-style network: 26-wide groups at scale 4, three blocks a stage."""
 
     def __init__(self, base: int = 26, scale: int = 4) -> None:
@@ -109,9 +117,6 @@ class HierarchicalSplitNet(nn.Module):
                 cin = cout
         self.blocks = nn.Sequential(*blocks)
         self.head = nn.Linear(cin, 1000)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
 
 
 class _Ghost(nn.Module):
@@ -144,7 +149,7 @@ class _GhostBottleneck(nn.Module):
         return self.g2(self.dw(self.g1(x))) + self.short(x)
 
 
-class GhostNet(nn.Module):
+class GhostNet(_PooledClassifier):
     """A GhostNet-style network (width 1.0 layer table, without squeeze-excitation)."""
 
     #: (mid, out, stride) per bottleneck: GhostNet's table.
@@ -160,9 +165,6 @@ class GhostNet(nn.Module):
             cin = cout
         self.blocks = nn.Sequential(*blocks, _conv_bn(cin, 960, 1))
         self.head = nn.Sequential(nn.Linear(960, 1280), nn.ReLU(), nn.Linear(1280, 1000))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
 
 
 class _MixedDepthwise(nn.Module):
@@ -194,7 +196,7 @@ class _MixBlock(nn.Module):
         return x + y if self.residual else y
 
 
-class MixedKernelNet(nn.Module):
+class MixedKernelNet(_PooledClassifier):
     """A MixNet-style network: inverted residuals whose depthwise step mixes 3x3 to 9x9 kernels."""
 
     #: (out, expand, kernels, stride) per block.
@@ -211,9 +213,6 @@ class MixedKernelNet(nn.Module):
             cin = cout
         self.blocks = nn.Sequential(*blocks, _conv_bn(cin, 1536, 1))
         self.head = nn.Linear(1536, 1000)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
 
 
 class _ReducedAttention(nn.Module):
@@ -264,7 +263,7 @@ class _ReducedBlock(nn.Module):
         super().__init__()
         self.n1, self.n2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.attn = _ReducedAttention(dim, heads, sr)
-        self.mlp = _ConvMlp(dim, 4 * dim if dim < 256 else 4 * dim)
+        self.mlp = _ConvMlp(dim, 4 * dim)
 
     def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
         x = x + self.attn(self.n1(x), h, w)
