@@ -117,7 +117,7 @@ class Task:
     def workload_key(self) -> str:
         """Stable id: a digest of op, shape, template (and its version), target and (for
         PrimFuncs) the function."""
-        ident = {"op": self.op, "args": self.args, "template": f"{self.template_name}@{self.template.version}",
+        ident = {"op": self.op, "args": self.args, "template": f"{self.template_name}@{self.template.key_version(self)}",
                  "target": json.loads(target_key(self.target_json))}
         if self.func_json is not None:  # structural: the same function from any model, any names
             import tvm_ffi

@@ -137,6 +137,7 @@ class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
 
     name = "conv2d_nchwc_bf16"
     exact_columns = True
+    winograd = False
 
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         """The float32 template's, but a tile of 7 columns rather than 8 where both divide the

@@ -7,6 +7,11 @@ channel blocks x the block ``OB`` (vectorised), accumulated over the whole reduc
 column tile need not divide the output width: a tail tile is guarded, so prime and odd widths
 (13, 17, 35) get full-width register tiles. Parallel over output channel blocks and rows. A
 fused epilogue (bias, residual add, relu, clip) is written out per register tile while hot.
+
+A float32 3x3 stride-1 convolution has one more knob, ``algorithm``: 0 for the direct convolution
+above, m for Winograd F(m, 3) (:mod:`.winograd`), which reads a kernel transformed at compile time
+(:meth:`Conv2dNCHWcTemplate.variant_inputs`). Its register tile reuses ``tile_x`` (tiles of a row)
+and ``tile_f``; the knobs it has no use for are held at one value, so no config repeats another.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from ..space import Config, ConfigSpace
 from .base import (Template, anchored_schedule, annotate_unroll, output_stage, pick_entity, target_lanes,
                    unroll_knobs, vectorize_own_loop)
 from .conv2d import UNROLL_STEPS, schedule_padding
+from .winograd import TILE_SIZES, schedule_winograd, tiles, transform_weight, weight_param
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..task import Task
@@ -97,6 +103,18 @@ class Conv2dNCHWcTemplate(Template):
     parallel_splits = ("tile_f", "tile_y")
     #: column tiles that divide the output width only (a tensorized tile cannot be guarded)
     exact_columns = False
+    #: whether a 3x3 stride-1 float32 task offers Winograd F(m, 3) (the ``algorithm`` knob)
+    winograd = True
+
+    def offers_winograd(self, task: Task) -> bool:
+        """Whether the task's space has the ``algorithm`` knob."""
+        a = task.args
+        return (self.winograd and task.op == "conv2d_nchwc" and a["K"] == 3 and a["S"] == 1
+                and task.precision == "f32")
+
+    def key_version(self, task: Task) -> int:
+        """2 where the space gained the ``algorithm`` knob; 1 (the records of before) elsewhere."""
+        return 2 if self.offers_winograd(task) else 1
 
     @staticmethod
     def in_blocks(task: Task) -> int:
@@ -116,6 +134,15 @@ class Conv2dNCHWcTemplate(Template):
         s.define_choice("unroll_kw", [0, 1])
         s.define_unroll(UNROLL_STEPS)
         s.add_constraint("registers", lambda c: c["tile_x"][1] * c["tile_f"][1] * vec <= acc)
+        if self.offers_winograd(task):
+            s.define_choice("algorithm", [0, *TILE_SIZES])
+            y_one = s.knob("tile_y").entities[0]
+
+            def winograd_tile(c: Config) -> bool:  # a row of tiles split evenly; direct-only knobs held
+                m = c["algorithm"]
+                return not m or (tiles(OH, OW, m)[1] % c["tile_x"][1] == 0 and c["unroll_kw"] == 0
+                                 and tuple(c["tile_y"]) == tuple(y_one))
+            s.add_constraint("winograd", winograd_tile)
         return s
 
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
@@ -125,7 +152,7 @@ class Conv2dNCHWcTemplate(Template):
         xi, fm = default_register_tile(OW, OCo, vec, acc)
         if self.exact_columns:
             xi, fm = exact_register_tile(OW, xi, fm, vec, acc)
-        return {
+        knobs = {
             "tile_f": (OCo // fm, fm),
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
             "tile_x": (-(-OW // xi), xi),
@@ -133,8 +160,27 @@ class Conv2dNCHWcTemplate(Template):
             "unroll_kw": int(fm == 1),
             **unroll_knobs(16),
         }
+        if any(k.name == "algorithm" for k in space.knobs):
+            knobs["algorithm"] = 0
+        return knobs
+
+    def input_variant(self, task: Task, config: Config) -> str:
+        """``winograd{m}`` for a Winograd config (its kernel is transformed), else ``""``."""
+        m = config.knobs.get("algorithm", 0)
+        return f"winograd{m}" if m else ""
+
+    def variant_inputs(self, task: Task, variant: str, inputs: list[Any]) -> list[Any]:
+        """``inputs`` with the kernel transformed for ``winograd{m}``."""
+        m = int(variant.removeprefix("winograd"))
+        wi = weight_param(task)
+        if inputs[wi] is None:
+            raise ValueError("Winograd transforms the kernel at compile time: it must be a constant")
+        return [transform_weight(x, m) if i == wi else x for i, x in enumerate(inputs)]
 
     def schedule(self, task: Task, config: Config) -> Any:
+        m = config.knobs.get("algorithm", 0)
+        if m:
+            return schedule_winograd(task, config, m)
         sch, block = anchored_schedule(task)
         tile_blocked_conv(sch, block, task.pattern, config, sch.get_loops(block))
         schedule_padding(sch, task.pattern.pad)
@@ -173,6 +219,7 @@ class Conv2dNCHWcGeneralTemplate(Conv2dNCHWcTemplate):
     parallel loop over output channel blocks runs across the groups, each reading its own inputs."""
 
     name = "conv2d_nchwc_general"
+    winograd = False
 
     @staticmethod
     def in_blocks(task: Task) -> int:

@@ -54,6 +54,21 @@ class Template(ABC):
         """Knob values of a sane untuned schedule (None: the space's first valid config)."""
         return None
 
+    def key_version(self, task: "Task") -> int:
+        """The :attr:`version` in ``task``'s workload key (a template whose space changed for some
+        tasks only bumps theirs, and the others keep their records)."""
+        return self.version
+
+    def input_variant(self, task: "Task", config: Config) -> str:
+        """A name for the inputs ``config``'s function takes when they differ from the task's own
+        (a kernel transformed at compile time), else ``""``."""
+        return ""
+
+    def variant_inputs(self, task: "Task", variant: str, inputs: list[Any]) -> list[Any]:
+        """The task's ``inputs`` (numpy arrays, None for one computed at run time) as the function of
+        :meth:`input_variant` ``variant`` takes them (raises where it needs one that is None)."""
+        return inputs
+
 
 #: Built-in templates by name (classes, instantiated once on first use).
 TEMPLATES: Registry[Any] = Registry("template", {
