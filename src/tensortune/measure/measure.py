@@ -26,6 +26,13 @@ from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from .worker import SESSION_SPAN, build_candidate, init_worker, probe_state, rpc_run_candidate, run_candidate
 
 
+def with_variant(inp: MeasureInput, opts: dict[str, Any]) -> dict[str, Any]:
+    """``opts`` naming the inputs the candidate's function takes where its template transforms
+    them (a Winograd config's kernel), so the runner times it on those."""
+    variant = inp.task.template.input_variant(inp.task, inp.config)
+    return {**opts, "variant": variant} if variant else opts
+
+
 class LocalBuilder:
     """Compiles candidates in ``n_parallel`` persistent worker processes."""
 
@@ -221,7 +228,7 @@ class LocalRunner:
 
     def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
         """The worker function that runs one candidate, and its arguments."""
-        return run_candidate, (inp.task.json_text, b.artifact, opts)
+        return run_candidate, (inp.task.json_text, b.artifact, with_variant(inp, opts))
 
     def _restart(self, worker: Worker | None = None) -> None:
         """A fresh runner process (started now, so that no candidate's run time includes it)."""
@@ -323,7 +330,7 @@ class RPCRunner(LocalRunner):
         super().close()
 
     def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
-        return rpc_run_candidate, (inp.task.json_text, b.artifact, self.session_opts(opts), self.device)
+        return rpc_run_candidate, (inp.task.json_text, b.artifact, self.session_opts(with_variant(inp, opts)), self.device)
 
     def session_opts(self, opts: dict[str, Any]) -> dict[str, Any]:
         """``opts`` with the device session's timeout: :data:`~tensortune.measure.worker.SESSION_SPAN`

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Tasks a worker keeps built (it serves task after task when reused).
 MAX_TASKS = 64
 _TASKS: dict[str, Any] = {}
-_DATA: dict[str, tuple[list[Any], Any, list[Any], Any]] = {}
+_DATA: dict[str, tuple[list[Any], Any, dict[str, tuple[list[Any], list[Any]]], Any]] = {}
 _WARM = False  # this process has run its warm-up (utils.warmup.warm_up)
 _PROBE: list[Any] = []  # this process's contention probe (measure.noise.make_probe), built once
 
@@ -85,11 +85,12 @@ def build_candidate(task_json: str, knobs: dict[str, Any], out_dir: str) -> tupl
     return "none", path, "", time.perf_counter() - t0
 
 
-def _data(task: Task, seed: int) -> tuple[list[Any], Any, list[Any], Any]:
+def _data(task: Task, seed: int, variant: str = "") -> tuple[list[Any], Any, list[Any], Any]:
     """``(inputs, expected, args, out)`` of the task: numpy inputs and reference, and the
-    TVM tensors every candidate of the task runs on.
+    TVM tensors every candidate of the task runs on (``variant``: those of a config whose function
+    takes its inputs transformed, :meth:`~tensortune.templates.registry.Template.input_variant`).
 
-    The tensors are allocated once per task and reused, so all candidates are timed on
+    The tensors are allocated once per task (and variant) and reused, so all candidates are timed on
     the same addresses: re-allocating them per candidate moved the same kernel by up to
     30% (cache-set and 4K-aliasing luck), which drowned the differences a tuner looks for.
     """
@@ -97,15 +98,20 @@ def _data(task: Task, seed: int) -> tuple[list[Any], Any, list[Any], Any]:
     import tvm
 
     key = f"{task.workload_key}:{seed}"
+    dev = tvm.cpu()
     if key not in _DATA:
         inputs = task.make_inputs(seed)
         _DATA.clear()  # keep one task's data resident
-        dev = tvm.cpu()
         out = task.output_buffer()
         sentinel = np.full(out.shape, np.nan, dtype=out.dtype) if out.dtype.kind == "f" else out
-        _DATA[key] = (inputs, task.reference(inputs), [tvm.runtime.tensor(x, dev) for x in inputs],
+        _DATA[key] = (inputs, task.reference(inputs), {"": (inputs, [tvm.runtime.tensor(x, dev) for x in inputs])},
                       (tvm.runtime.tensor(out, dev), sentinel))
-    return _DATA[key]
+    inputs, expected, variants, out = _DATA[key]
+    if variant not in variants:
+        arrays = task.template.variant_inputs(task, variant, list(inputs))
+        variants[variant] = (arrays, [tvm.runtime.tensor(x, dev) for x in arrays])
+    arrays, args = variants[variant]
+    return arrays, expected, args, out
 
 
 def _probe() -> Any:
@@ -153,7 +159,7 @@ def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]
         task = _task(task_json)
         dev = tvm.cpu()
         mod = tvm.runtime.load_module(artifact)
-        inputs, expected, args, (out, sentinel) = _data(task, int(opts.get("seed", 0)))
+        inputs, expected, args, (out, sentinel) = _data(task, int(opts.get("seed", 0)), opts.get("variant", ""))
         for a, x in zip(args, inputs):  # same addresses, fresh contents: a candidate that
             a.copyfrom(x)  # wrote into an input cannot corrupt the next one
         out.copyfrom(sentinel)  # NaN: output elements a candidate never writes fail the check
@@ -290,6 +296,8 @@ def rpc_run_candidate(task_json: str, artifact: str, opts: dict[str, Any], devic
         remote.remove(name)  # loaded: the file is no longer needed there
         dev = remote.cpu()
         inputs, expected, sentinel = _numpy_data(task, int(opts.get("seed", 0)))
+        if opts.get("variant"):
+            inputs = task.template.variant_inputs(task, opts["variant"], list(inputs))
         args = [tvm.runtime.tensor(x, dev) for x in inputs]
         out = tvm.runtime.tensor(sentinel, dev)
         if opts.get("check_correctness", True):

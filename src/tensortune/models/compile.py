@@ -35,6 +35,7 @@ from ..utils.quiet import TVM_UNROLL_HINT, drop_native_lines
 from ..utils.placement import pinned_calls, tvm_pinned
 from .extract import ModelTask, extract_tasks
 from .importer import Model, ModelError, _first_line
+from .variants import apply_variants, check_sites, site_arrays
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..database import Database, MeasureContext, TrialRecord
@@ -230,35 +231,55 @@ def _stored_choice(task: Task, database: Database | None, model: str = "") -> _S
 
 @dataclass
 class _Step:
-    """One rung of a task's fallback chain: its source, why it is used, how to make the function."""
+    """One rung of a task's fallback chain: its source, why it is used, how to make the function,
+    and the inputs its function takes where they are transformed (:mod:`.variants`)."""
 
     source: str  # one of SOURCES
     note: str
     make: Callable[[], Any]
+    variant: str = ""
 
 
-def _steps(task: Task, database: Database, model: str = "", override: Any = None
-           ) -> tuple[list[_Step], int, float | None]:
+def _config_step(source: str, note: str, task: Task, config: Any,
+                 sites: Sequence[list[np.ndarray | None]] | None) -> list[_Step]:
+    """The rung of ``config``; where it takes transformed inputs that a call site cannot give
+    (``sites``: each call site's constants), first checked, and the same config on the task's own
+    inputs as the next rung."""
+    variant = task.template.input_variant(task, config)
+    if not variant:
+        return [_Step(source, note, lambda: task.instantiate(config)["main"])]
+
+    def make() -> Any:
+        check_sites(task, variant, sites or [])
+        return task.instantiate(config)["main"]
+
+    plain = task.template.plain_config(task, config)
+    return [_Step(source, note, make, variant),
+            _Step(source, f"{note}; {variant} needs constant inputs",
+                  lambda: task.instantiate(plain)["main"])]
+
+
+def _steps(task: Task, database: Database, model: str = "", override: Any = None,
+           sites: Sequence[list[np.ndarray | None]] | None = None) -> tuple[list[_Step], int, float | None]:
     """The fallback chain of one task, best first (tuned, template default, generic, and on a CPU
     TVM's default and naive loops), with the task's trial count and stored best latency (ms); ``override``: the config
-    to use instead of the database's (reported as ``tuned``)."""
+    to use instead of the database's (reported as ``tuned``); ``sites``: the inputs of each call of
+    its functions (numpy for constants, else None), for configs that transform them."""
     steps: list[_Step] = []
     n, best_ms, why = 0, None, ""
     if override is not None:
-        steps.append(_Step("tuned", f"config {override.index} given", lambda: task.instantiate(override)["main"]))
+        steps += _config_step("tuned", f"config {override.index} given", task, override, sites)
     else:
         config, n, best_ms, note = _stored_choice(task, database, model)[:4]
         if config is not None:
-            steps.append(_Step("tuned", f"best of {n} trials" + (f" ({note})" if note else ""),
-                               lambda: task.instantiate(config)["main"]))
+            steps += _config_step("tuned", f"best of {n} trials" + (f" ({note})" if note else ""), task, config, sites)
         elif database is None:
             why = "no database; "
         elif note:
             why = f"{note}; "  # the note says why no stored record applies
         else:
             why = f"no successful verified trial among {n}; " if n else "not tuned; "
-    steps.append(_Step("default", f"{why}{task.template_name} default",
-                       lambda: task.instantiate(task.default_config())["main"]))
+    steps += _config_step("default", f"{why}{task.template_name} default", task, task.default_config(), sites)
     if task.template_name not in ("generic", "generic_cuda"):
         def generic() -> Any:  # the generic template of the target (dlight's GPU rules on CUDA)
             g = Task.from_primfunc(task.prim_func(), task.target_json, "generic", task.kernel_class)
@@ -321,9 +342,12 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Database 
     fall back down its chain while it does not build)."""
     mod = fused.clone()
     choices = []
+    sites = site_arrays(fused)
+    variants: dict[str, tuple[Task, str]] = {}
     for mt in extract_tasks(fused, target_json):
         task = mt.task
-        steps, n, best_ms = _steps(task, database, model, (overrides or {}).get(task.workload_key))
+        steps, n, best_ms = _steps(task, database, model, (overrides or {}).get(task.workload_key),
+                                   [a for name in mt.funcs for a in sites.get(name, [])])
         try:
             sched, i, reason = _pick(steps, (lambda f: builds(f, target_json)) if check else None)
         except RuntimeError as e:  # every rung failed (on a GPU there are no CPU rungs to fall to)
@@ -336,7 +360,9 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Database 
         for name in mt.funcs:
             attrs = fused[name].attrs
             mod.update_func(mod.get_global_var(name), sched.with_attrs(attrs) if attrs is not None else sched)
-    return mod, choices
+            if steps[i].variant:
+                variants[name] = (task, steps[i].variant)
+    return apply_variants(mod, variants), choices
 
 
 def compile_model(model: Model, database: Database | None = None, target_json: dict[str, Any] | None = None,

@@ -169,6 +169,13 @@ class Conv2dNCHWcTemplate(Template):
         m = config.knobs.get("algorithm", 0)
         return f"winograd{m}" if m else ""
 
+    def plain_config(self, task: Task, config: Config) -> Config:
+        """The direct convolution with the same register tile."""
+        if not config.knobs.get("algorithm", 0):
+            return config
+        knobs = {**config.knobs, "algorithm": 0}
+        return task.space.get(task.space.index_of(knobs))
+
     def variant_inputs(self, task: Task, variant: str, inputs: list[Any]) -> list[Any]:
         """``inputs`` with the kernel transformed for ``winograd{m}``."""
         m = int(variant.removeprefix("winograd"))

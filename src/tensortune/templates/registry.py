@@ -64,6 +64,10 @@ class Template(ABC):
         (a kernel transformed at compile time), else ``""``."""
         return ""
 
+    def plain_config(self, task: "Task", config: Config) -> Config:
+        """``config`` computing on the task's own inputs (for a call site that cannot transform them)."""
+        return config
+
     def variant_inputs(self, task: "Task", variant: str, inputs: list[Any]) -> list[Any]:
         """The task's ``inputs`` (numpy arrays, None for one computed at run time) as the function of
         :meth:`input_variant` ``variant`` takes them (raises where it needs one that is None)."""
