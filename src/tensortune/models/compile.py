@@ -168,7 +168,7 @@ def _buffer_bytes(task: Task) -> float:
 def _to_tvm(inputs: Sequence[np.ndarray]) -> list[Any]:
     import tvm
 
-    return [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in inputs]
+    return [tvm.runtime.tensor(np.asarray(x, order="C"), tvm.cpu()) for x in inputs]  # a 0-d input stays 0-d
 
 
 def _flatten(out: Any) -> list[np.ndarray]:

@@ -43,7 +43,7 @@ class _Graph:
         from onnx import numpy_helper
 
         name = self.name(hint)
-        self.consts.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        self.consts.append(numpy_helper.from_array(np.asarray(value, order="C"), name))
         return name
 
     def op(self, op_type: str, inputs: list[str], hint: str = "", **attrs: Any) -> str:

@@ -121,7 +121,7 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def _to_tensors(inputs: Sequence[np.ndarray]) -> list[torch.Tensor]:
-    return [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
+    return [torch.from_numpy(np.asarray(x, order="C")) for x in inputs]
 
 
 class TorchRunner:
@@ -192,7 +192,7 @@ def _check_inputs(system: str, names: Sequence[str], dtypes: Sequence[np.dtype |
         raise ReferenceRunError(f"{system} model takes {len(names)} inputs, got {len(inputs)}")
     arrays: list[np.ndarray] = []
     for name, want, shape, x in zip(names, dtypes, shapes, inputs):
-        arr = np.ascontiguousarray(x)
+        arr = np.asarray(x, order="C")
         if want is not None and arr.dtype != want:
             raise ReferenceRunError(f"{system} input {name!r} expects {want.name}, got {arr.dtype.name}")
         static = len(shape) == arr.ndim and all(not isinstance(d, int) or d == s for d, s in zip(shape, arr.shape))
