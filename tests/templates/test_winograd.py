@@ -17,10 +17,11 @@ from tensortune.templates.winograd import TILE_SIZES, matrices, tiles, transform
 AVX2 = dict(host_target_json(), mcpu="znver3")
 
 
-def _config(task: Task, m: int, xi: int = 1, fm: int = 1):
-    """A valid config of the task with ``algorithm`` m, ``xi`` tiles x ``fm`` channel blocks a register tile."""
+def _config(task: Task, m: int, xi: int = 1, fm: int = 1, fused_input: int = 0):
+    """A valid config of the task with ``algorithm`` m, ``xi`` tiles x ``fm`` channel blocks a register
+    tile, the input transform a pass of its own (or, ``fused_input``, per row of tiles)."""
     space = task.space
-    knobs = dict(task.default_config().knobs, algorithm=m, unroll_kw=0)
+    knobs = dict(task.default_config().knobs, algorithm=m, unroll_kw=0, wino_input=fused_input)
     knobs["tile_x"] = next(e for e in space.knob("tile_x").entities if e[1] == xi)
     knobs["tile_f"] = next(e for e in space.knob("tile_f").entities if e[1] == fm)
     knobs["tile_y"] = space.knob("tile_y").entities[0]
@@ -43,7 +44,7 @@ def test_the_kernel_transform_is_g_w_gt_per_channel_pair() -> None:
     w = rng.standard_normal((2, 3, 3, 3, 4, 8)).astype(np.float32)  # OCo, ICo, K, K, IB, OB
     u = transform_weight(w, 4)
     G = matrices(4)[2]
-    assert u.shape == (6, 6, 2, 3, 4, 8) and u.dtype == np.float32
+    assert u.shape == (6, 6, 2, 3, 4, 8) and u.dtype == np.float32 and u.flags.c_contiguous
     assert np.allclose(u[:, :, 1, 2, 3, 5], G @ w[1, 2, :, :, 3, 5].astype(np.float64) @ G.T, atol=1e-5)
 
 
@@ -69,10 +70,12 @@ def test_no_winograd_config_repeats_another() -> None:
     for c in t.space:
         if c.knobs["algorithm"]:
             key = (c.knobs["algorithm"], tuple(c["tile_x"]), tuple(c["tile_f"]), tuple(c["tile_rc"]),
-                   c.knobs["auto_unroll_max_step"], c.knobs["unroll_explicit"])
+                   c.knobs["auto_unroll_max_step"], c.knobs["unroll_explicit"], c.knobs["wino_input"])
             assert key not in seen, c
             seen.add(key)
             assert tiles(8, 8, c.knobs["algorithm"])[1] % c["tile_x"][1] == 0
+        else:
+            assert c.knobs["wino_input"] == 0  # the direct conv has no input transform to place
     assert {m for m, *_ in seen} == set(TILE_SIZES)
 
 
@@ -104,7 +107,8 @@ def test_winograd_candidates_of_fused_functions_are_measured_and_verified(tmp_pa
     path, _, _ = _onnx(tmp_path)
     tasks = [mt.task for mt in model_tasks(load_model(path), AVX2) if "algorithm" in [k.name for k in mt.task.space.knobs]]
     assert len(tasks) == 2 and any("add-add" in t.kernel_class for t in tasks)
-    inputs = [MeasureInput(t, _config(t, m, xi, fm)) for t in tasks for m, xi, fm in ((2, 5, 2), (4, 1, 1), (6, 2, 1))]
+    shapes = ((2, 5, 2, 0), (4, 1, 1, 0), (6, 2, 1, 0), (2, 1, 1, 1), (4, 3, 2, 1), (6, 1, 2, 1))
+    inputs = [MeasureInput(t, _config(t, *shape)) for t in tasks for shape in shapes]
     with Measurer(MeasureOptions(number=1, repeat=1, min_repeat_ms=0, check_correctness=True)) as me:
         results = me.measure(inputs)
     for inp, r in zip(inputs, results):

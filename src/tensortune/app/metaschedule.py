@@ -116,6 +116,10 @@ def export_records(database: Database, out_dir: str, model: Model | None = None)
         if trial is None:
             out.skipped[why] += len(funcs)
             continue
+        if task.template.input_variant(task, task.space.config_from_json({"knobs": trial.config})):
+            # its schedule is of another function (Winograd's), on a kernel transformed at compile time
+            out.skipped["configs that transform a constant input (Winograd): MetaSchedule cannot apply them"] += len(funcs)
+            continue
         try:
             trace = _trace(task, trial)
         except Exception:  # noqa: BLE001 - a config this version's template refuses

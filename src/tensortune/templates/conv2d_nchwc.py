@@ -97,29 +97,30 @@ def exact_columns_fit(width: int) -> bool:
 
 
 def default_winograd(ic: int, oc: int, width: int) -> int:
-    """The untuned ``algorithm``: F(4, 3) from 128 channels on outputs at least 14 wide, F(2, 3) from 256
-    channels on narrower ones, else direct (0). Measured on AVX2 (znver3, 2 threads, interleaved rounds,
-    default tiles): F(4, 3) 1.58x the direct conv at 28x28x128, 1.64x at 14x14x256; F(2, 3) 1.55x at
-    7x7x512; at 64 channels even (56x56) and at 32 or fewer slower (0.74x at 56x56x32): the transforms
-    cost more than the products save."""
-    narrow = min(ic, oc)
-    if narrow >= 128 and width >= 14:
+    """The untuned ``algorithm``: F(4, 3) on outputs at least 14 wide, F(2, 3) from 128 channels on
+    narrower ones, else direct (0). Measured on AVX2 (znver3, 2 threads, interleaved rounds, against
+    the direct default): F(4, 3) with its input transformed per row of tiles 1.29x at 56x56 from 8 to
+    16 channels, 1.53x at 16, 1.9-2.2x from 32 to 256 channels (56x56 to 14x14); F(2, 3) 1.46x at
+    7x7x512, where F(4, 3) pads 7 to 8 and ran 0.81x."""
+    if width >= 14:
         return 4
-    if narrow >= 256:
+    if min(ic, oc) >= 128:
         return 2
     return 0
 
 
-def winograd_knobs(space: ConfigSpace, row_tiles: int, f_blocks: int, vec: int, acc: int) -> dict[str, Any]:
+def winograd_knobs(space: ConfigSpace, m: int, row_tiles: int, f_blocks: int, vec: int, acc: int) -> dict[str, Any]:
     """Untuned register tile of F(m, 3): up to 8 tiles of a row (a divisor of the row's tiles), two
-    channel blocks where at most 4 tiles fit; the reduction whole in one pass; no unroll pragma (it
-    unrolled the tile's reduction and ran 1.15-1.45x slower)."""
+    channel blocks where at most 4 tiles fit; the reduction whole in one pass; the input transformed
+    per row of tiles for F(4, 3) (1.5-2x over a pass of its own at 56x56x64, 28x28x128, 14x14x256),
+    in a pass of its own for F(2, 3) on narrow outputs (even); no unroll pragma (it unrolled the
+    tile's reduction and ran 1.15-1.45x slower)."""
     xi = max(d for d in range(1, min(row_tiles, 8) + 1) if row_tiles % d == 0)
     fm = 2 if xi <= 4 and f_blocks % 2 == 0 and xi * 2 * vec <= acc else 1
     return {"tile_x": next(e for e in space.knob("tile_x").entities if e[1] == xi),
             "tile_f": next(e for e in space.knob("tile_f").entities if e[1] == fm),
             "tile_rc": space.knob("tile_rc").entities[-1], "unroll_kw": 0,
-            "tile_y": space.knob("tile_y").entities[0], "auto_unroll_max_step": 0}
+            "tile_y": space.knob("tile_y").entities[0], "auto_unroll_max_step": 0, "wino_input": int(m == 4)}
 
 
 class Conv2dNCHWcTemplate(Template):
@@ -162,12 +163,15 @@ class Conv2dNCHWcTemplate(Template):
         s.add_constraint("registers", lambda c: c["tile_x"][1] * c["tile_f"][1] * vec <= acc)
         if self.offers_winograd(task):
             s.define_choice("algorithm", [0, *TILE_SIZES])
+            s.define_choice("wino_input", [0, 1])
             y_one = s.knob("tile_y").entities[0]
 
-            def winograd_tile(c: Config) -> bool:  # a row of tiles split evenly; direct-only knobs held
+            def winograd_tile(c: Config) -> bool:  # a row of tiles split evenly; knobs of the other held
                 m = c["algorithm"]
-                return not m or (tiles(OH, OW, m)[1] % c["tile_x"][1] == 0 and c["unroll_kw"] == 0
-                                 and tuple(c["tile_y"]) == tuple(y_one))
+                if not m:
+                    return c["wino_input"] == 0
+                return (tiles(OH, OW, m)[1] % c["tile_x"][1] == 0 and c["unroll_kw"] == 0
+                        and tuple(c["tile_y"]) == tuple(y_one))
             s.add_constraint("winograd", winograd_tile)
         return s
 
@@ -187,10 +191,10 @@ class Conv2dNCHWcTemplate(Template):
             **unroll_knobs(16),
         }
         if any(k.name == "algorithm" for k in space.knobs):
-            knobs["algorithm"] = 0
+            knobs.update(algorithm=0, wino_input=0)
             m = default_winograd(a["IC"], a["OC"], OW)
             if m:
-                knobs.update(winograd_knobs(space, tiles(task.out_shape[2], OW, m)[1], OCo, vec, acc), algorithm=m)
+                knobs.update(winograd_knobs(space, m, tiles(task.out_shape[2], OW, m)[1], OCo, vec, acc), algorithm=m)
         return knobs
 
     def input_variant(self, task: Task, config: Config) -> str:
@@ -202,7 +206,7 @@ class Conv2dNCHWcTemplate(Template):
         """The direct convolution with the same register tile."""
         if not config.knobs.get("algorithm", 0):
             return config
-        knobs = {**config.knobs, "algorithm": 0}
+        knobs = {**config.knobs, "algorithm": 0, "wino_input": 0}
         return task.space.get(task.space.index_of(knobs))
 
     def variant_inputs(self, task: Task, variant: str, inputs: list[Any]) -> list[Any]:

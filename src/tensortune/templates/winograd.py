@@ -44,7 +44,8 @@ def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def transform_weight(w: np.ndarray, m: int) -> np.ndarray:
     """``U[a, a, OCo, ICo, IB, OB] = G w G^T`` of a packed kernel ``w[OCo, ICo, 3, 3, IB, OB]`` (float32)."""
     G = matrices(m)[2]
-    return np.einsum("ar,oirsbc,ts->atoibc", G, w.astype(np.float64), G).astype(np.float32)
+    u = np.einsum("ar,oirsbc,ts->atoibc", G, w.astype(np.float64), G)
+    return np.ascontiguousarray(u, dtype=np.float32)  # einsum's strides follow its path: a kernel takes C order
 
 
 def tiles(out_h: int, out_w: int, m: int) -> tuple[int, int]:
@@ -199,13 +200,24 @@ def winograd_func(task: Task, m: int) -> Any:
     return _flatten(te.create_prim_func(args)).with_attr("global_symbol", "main")
 
 
+def _new_loops(sch: Any, block: Any, extents: dict[str, int]) -> dict[str, Any]:
+    """The loops ``compute_at`` gave ``block``, by name: it makes one only where the region is wider
+    than one (a register tile of one tile, one channel block), so ``extents`` (in loop order) says
+    which are there."""
+    present = [k for k, n in extents.items() if n > 1]
+    return dict(zip(present, sch.get_loops(block)[-len(present):])) if present else {}
+
+
 def schedule_winograd(task: Task, config: Config, m: int) -> Any:
     """The ``tvm.s_tir.Schedule`` of F(m, 3) on the task's function (:func:`winograd_func`).
 
-    Output: parallel over output channel blocks x tile rows; per register tile of ``tile_x[1]``
-    tiles x ``tile_f[1]`` channel blocks, the a^2 products (``M``) accumulated over input channels
-    (``tile_rc`` orders the reduction), then each tile transformed back and written out through the
-    epilogue. Input: each tile's transform in registers, parallel over tiles."""
+    Output: per register tile of ``tile_x[1]`` tiles x ``tile_f[1]`` channel blocks, the a^2
+    products (``M``) accumulated over input channels (``tile_rc`` cuts the reduction), then each
+    tile transformed back and written out through the epilogue. ``wino_input`` places the input
+    transform: 0, a pass of its own, parallel over tiles, before the products (parallel over output
+    channel blocks x tile rows); 1, per row of tiles of the register tile, inside the parallel loop
+    over tile rows, reused by every output channel block (the transformed input stays in cache;
+    the transformed kernel is read once per row of tiles)."""
     import tvm
     import tvm.s_tir as st
 
@@ -226,6 +238,7 @@ def schedule_winograd(task: Task, config: Config, m: int) -> Any:
             sch.compute_inline(sch.get_sblock(name))
         out = sch.get_sblock(pat.epilogue[-1])
     xi, fm = int(config["tile_x"][1]), int(config["tile_f"][1])
+    fused_input = bool(config.knobs.get("wino_input", 0))
     a, OB, IB = m + 2, task.args["OB"], task.args["IB"]
     ICo = task.args["IC"] // IB
     n, oc, y, x, co = sch.get_loops(out)
@@ -233,21 +246,21 @@ def schedule_winograd(task: Task, config: Config, m: int) -> Any:
     tw, j = sch.split(x, [None, m])
     two, twi = sch.split(tw, [None, xi])
     oco, ocm = sch.split(oc, [None, fm])
-    sch.reorder(n, oco, th, two, ocm, twi, i, j, co)
+    if fused_input:
+        sch.reorder(n, th, two, oco, ocm, twi, i, j, co)
+    else:
+        sch.reorder(n, oco, th, two, ocm, twi, i, j, co)
     sch.vectorize(co)
     yt = sch.get_sblock(PREFIX + "Yt")
     sch.compute_at(yt, twi)
-    *_, li, lj, lco, lea, lna = sch.get_loops(yt)
-    sch.reorder(lea, lna, li, lj, lco)
-    for lp in (lea, lna, li, lj):
-        sch.unroll(lp)
-    sch.vectorize(lco)
+    lp = _new_loops(sch, yt, {"i": m, "j": m, "co": OB, "ea": a, "na": a})
+    sch.reorder(lp["ea"], lp["na"], lp["i"], lp["j"], lp["co"])
+    for name in ("ea", "na", "i", "j"):
+        sch.unroll(lp[name])
+    sch.vectorize(lp["co"])
     mb = sch.get_sblock(PREFIX + "M")
-    sch.compute_at(mb, two)
-    # compute_at makes loops only where the region is wider than one: fm, xi and ICo may be 1
-    extents = {"e": a, "nn": a, "ocb": fm, "t": xi, "cob": OB, "rc": ICo, "rci": IB}
-    present = [k for k, n in extents.items() if n > 1]
-    lp = dict(zip(present, sch.get_loops(mb)[-len(present):]))
+    sch.compute_at(mb, oco if fused_input else two)
+    lp = _new_loops(sch, mb, {"e": a, "nn": a, "ocb": fm, "t": xi, "cob": OB, "rc": ICo, "rci": IB})
     rco, rcm = sch.split(lp["rc"], list(config["tile_rc"])) if "rc" in lp else (None, None)
     order = [rco, lp["e"], lp["nn"], rcm, lp.get("rci"), lp.get("ocb"), lp.get("t"), lp["cob"]]
     sch.reorder(*[x for x in order if x is not None])
@@ -255,22 +268,28 @@ def schedule_winograd(task: Task, config: Config, m: int) -> Any:
         if name in lp:
             sch.unroll(lp[name])
     sch.vectorize(lp["cob"])
-    par = sch.fuse(n, oco, th)
+    par = sch.fuse(n, th) if fused_input else sch.fuse(n, oco, th)
     sch.parallel(par)
     annotate_unroll(sch, par, config)
     sch.decompose_reduction(mb, rco if rco is not None else lp["e"])
     v = sch.get_sblock(PREFIX + "V")
-    e, nn, t, ic, ci, r2 = sch.get_loops(v)
-    sch.reorder(t, ic, e, nn, r2, ci)
+    if fused_input:
+        sch.compute_at(v, two)
+        vl = _new_loops(sch, v, {"e": a, "nn": a, "t": xi, "ic": ICo, "ci": IB, "r2": a})
+    else:
+        vl = dict(zip(("e", "nn", "t", "ic", "ci", "r2"), sch.get_loops(v)))
+    head = [vl[k] for k in ("t", "ic") if k in vl]
+    sch.reorder(*head, vl["e"], vl["nn"], vl["r2"], vl["ci"])
     vt = sch.get_sblock(PREFIX + "Vt")
-    sch.compute_at(vt, ic)
-    *_, le, lr2, lci, lr1 = sch.get_loops(vt)
-    sch.reorder(le, lr2, lr1, lci)
-    for lp in (le, lr2, lr1, e, nn, r2):
-        sch.unroll(lp)
-    sch.vectorize(lci)
-    sch.vectorize(ci)
-    sch.parallel(t)
-    sch.decompose_reduction(vt, le)
-    sch.decompose_reduction(v, e)
+    sch.compute_at(vt, head[-1] if head else two)  # one tile of one channel block: beside V
+    tl = _new_loops(sch, vt, {"e": a, "r2": a, "ci": IB, "r1": a})
+    sch.reorder(tl["e"], tl["r2"], tl["r1"], tl["ci"])
+    for loop in (tl["e"], tl["r2"], tl["r1"], vl["e"], vl["nn"], vl["r2"]):
+        sch.unroll(loop)
+    sch.vectorize(tl["ci"])
+    sch.vectorize(vl["ci"])
+    if not fused_input:
+        sch.parallel(vl["t"])
+    sch.decompose_reduction(vt, tl["e"])
+    sch.decompose_reduction(v, vl["e"])
     return sch
