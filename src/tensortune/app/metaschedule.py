@@ -55,13 +55,27 @@ class Transfer:
     records: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     module: str | None = None  # the model's fused module, written beside the records
+    #: functions whose chosen config transforms a constant input (Winograd), exported as their task's
+    #: best verified config that does not (MetaSchedule cannot transform a model's constants)
+    substituted: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"records": self.records, "skipped": dict(self.skipped), "module": self.module}
+        return {"records": self.records, "skipped": dict(self.skipped), "module": self.module,
+                "substituted": self.substituted}
 
     def describe(self) -> str:
         skipped = "; ".join(f"{n} {why}" for why, n in self.skipped.most_common())
-        return f"{self.records} records" + (f"; skipped: {skipped}" if skipped else "")
+        plain = (f" ({self.substituted} of them the best direct config: tensortune's choice is Winograd, which "
+                 "transforms the kernel at compile time)") if self.substituted else ""
+        return f"{self.records} records{plain}" + (f"; skipped: {skipped}" if skipped else "")
+
+
+def _plain_trial(task: Task, database: Database, trial: TrialRecord) -> TrialRecord | None:
+    """The task's fastest verified trial, in ``trial``'s context, whose config computes on the task's
+    own inputs (None: none measured)."""
+    runs = [t for t in database.trials(task.workload_key) if t.context == trial.context and t.ok and t.verified
+            and not task.template.input_variant(task, task.space.config_from_json({"knobs": t.config}))]
+    return min(runs, key=lambda t: t.cost) if runs else None
 
 
 def _workload(func: Any) -> Any:
@@ -118,8 +132,12 @@ def export_records(database: Database, out_dir: str, model: Model | None = None)
             continue
         if task.template.input_variant(task, task.space.config_from_json({"knobs": trial.config})):
             # its schedule is of another function (Winograd's), on a kernel transformed at compile time
-            out.skipped["configs that transform a constant input (Winograd): MetaSchedule cannot apply them"] += len(funcs)
-            continue
+            trial = _plain_trial(task, database, trial)
+            if trial is None:
+                out.skipped["tasks whose only measured configs are Winograd's (MetaSchedule cannot transform "
+                            "the kernel)"] += len(funcs)
+                continue
+            out.substituted += len(funcs)
         try:
             trace = _trace(task, trial)
         except Exception:  # noqa: BLE001 - a config this version's template refuses
