@@ -156,3 +156,13 @@ def test_a_run_time_kernel_keeps_the_direct_convolution(tmp_path) -> None:
     cm = compile_model(model, target_json=AVX2, overrides=over)
     check = compare_outputs(cm.run([x.numpy(), s.numpy()]), [want])
     assert check.ok, check.message
+
+
+@pytest.mark.parametrize("ic, oc, hw, m", [(3, 64, 56, 0), (64, 64, 56, 4), (16, 32, 28, 4), (512, 512, 7, 2),
+                                          (64, 64, 7, 0)])
+def test_the_untuned_algorithm_follows_what_was_measured(ic: int, oc: int, hw: int, m: int) -> None:
+    ib = min(ic, 8)
+    t = Task.from_op("conv2d_nchwc", dict(H=hw, W=hw, IC=ic, OC=oc, K=3, S=1, P=1, IB=ib, OB=8), AVX2)
+    d = t.default_config()
+    assert d.knobs["algorithm"] == m and t.space.is_valid(d)
+    assert d.knobs["wino_input"] == int(m == 4)  # F(4, 3) transforms its input per row of tiles
