@@ -166,3 +166,18 @@ def test_the_untuned_algorithm_follows_what_was_measured(ic: int, oc: int, hw: i
     d = t.default_config()
     assert d.knobs["algorithm"] == m and t.space.is_valid(d)
     assert d.knobs["wino_input"] == int(m == 4)  # F(4, 3) transforms its input per row of tiles
+
+
+def test_compile_and_profile_name_the_winograd_functions(tmp_path) -> None:
+    from tensortune.models.profile import profile_compiled
+
+    path, x, _ = _onnx(tmp_path)
+    model = load_model(path)
+    over = {mt.task.workload_key: _config(mt.task, 2, 1, 1) for mt in model_tasks(model, AVX2)
+            if "algorithm" in [k.name for k in mt.task.space.knobs]}
+    cm = compile_model(model, target_json=AVX2, overrides=over)
+    wino = [c for c in cm.choices if c.variant]
+    assert len(wino) == 2 and all(c.variant == "winograd2" and "(winograd2)" in c.reason for c in wino)
+    prof = profile_compiled(cm, [x], runs=2)
+    rows = [f for f in prof.funcs if f.variant]
+    assert len(rows) == 2 and "winograd2: direct-conv FLOPs" in prof.table()

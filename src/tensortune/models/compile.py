@@ -61,6 +61,7 @@ class FuncChoice:
     funcs: list[str] = field(default_factory=list)
     flops: float = 0.0  # of one call
     bytes: float = 0.0  # of its buffers (inputs and output) per call: the least memory it moves
+    variant: str = ""  # inputs its config takes transformed at compile time (winograd4), else ""
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for reports."""
@@ -254,7 +255,7 @@ def _config_step(source: str, note: str, task: Task, config: Any,
         return task.instantiate(config)["main"]
 
     plain = task.template.plain_config(task, config)
-    return [_Step(source, note, make, variant),
+    return [_Step(source, f"{note} ({variant})", make, variant),
             _Step(source, f"{note}; {variant} needs constant inputs",
                   lambda: task.instantiate(plain)["main"])]
 
@@ -355,7 +356,7 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Database 
         source = steps[i].source
         choices.append(FuncChoice(task.name, task.kernel_class, task.workload_key, mt.weight, source, reason,
                                   n, best_ms if source == "tuned" else None, list(mt.funcs), task.flops,
-                                  _buffer_bytes(task)))
+                                  _buffer_bytes(task), steps[i].variant))
         sched = sched.without_attr("global_symbol")  # the Relax function's own attributes, not the task's "main"
         for name in mt.funcs:
             attrs = fused[name].attrs

@@ -37,9 +37,10 @@ class FuncProfile:
     task: str = ""
     kernel_class: str = ""
     source: str = ""  # one of tensortune.models.compile.SOURCES
-    flops: float = 0.0  # per call
+    flops: float = 0.0  # per call (a Winograd function's: the direct convolution's, so GFLOP/s compare)
     stored_ms: float | None = None  # the task's best stored latency, per call (tuned only)
     bytes: float = 0.0  # of its buffers per call (the least memory it moves)
+    variant: str = ""  # the inputs its config transforms at compile time (winograd4), else ""
 
     @property
     def ms_per_call(self) -> float:
@@ -146,7 +147,8 @@ class ModelProfile:
             pk = f"{roof:4.0%} {f.bound(self.peak_of(f), bw)[:3]}" if roof is not None else f"{'-':>9}"
             share = f.ms / self.sum_ms if self.sum_ms else 0.0
             lines.append(f"{f.ms:8.3f} {share:6.1%} {f.calls:5d} {f.ms_per_call:8.3f} {stored} {gf} {gb} {pk:>9}  "
-                         f"{f.source:8} {f.name}" + (f"  [{f.task}]" if f.task else ""))
+                         f"{f.source:8} {f.name}" + (f"  [{f.task}]" if f.task else "")
+                         + (f"  {f.variant}: direct-conv FLOPs" if f.variant else ""))
         if top is not None and len(self.funcs) > top:
             rest = self.funcs[top:]
             lines.append(f"{sum(f.ms for f in rest):8.3f} ms in {len(rest)} more functions")
@@ -224,7 +226,7 @@ def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int =
             rows[n] = FuncProfile(n, int(calls), _median_ms(totals))
             continue
         rows[n] = FuncProfile(n, int(calls), _median_ms(totals), c.task, c.kernel_class, c.source, c.flops,
-                              c.best_ms, c.bytes)
+                              c.best_ms, c.bytes, c.variant)
     funcs = sorted(rows.values(), key=lambda r: -r.ms)
     if runtime.calls:
         funcs.append(runtime)
