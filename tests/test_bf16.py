@@ -88,7 +88,7 @@ def test_bf16_conv_default_takes_seven_columns_where_seven_and_eight_divide() ->
     for width, cols in ((56, 7), (64, 8)):
         task = Task.from_op("conv2d_nchwc_bf16", [width, width, 64, 64, 3, 1, 1, 16, 16], target=ZNVER4)
         assert task.default_config()["tile_x"] == (width // cols, cols)
-    f32 = Task.from_op("conv2d_nchwc", [56, 56, 64, 64, 3, 1, 1, 16, 16], target=ZNVER4)
+    f32 = Task.from_op("conv2d_nchwc", [56, 56, 64, 64, 1, 1, 0, 16, 16], target=ZNVER4)  # 1x1: direct
     assert f32.default_config()["tile_x"][1] == 8
 
 

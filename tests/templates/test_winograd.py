@@ -115,12 +115,17 @@ def test_winograd_candidates_of_fused_functions_are_measured_and_verified(tmp_pa
         assert r.ok and r.extra.get("verified"), (inp.config, r.error, r.message)
 
 
-def test_a_model_built_with_winograd_configs_matches(tmp_path) -> None:
+def _built_with(tmp_path, m: int, xi: int, fm: int):
+    """``(compiled, input, expected)``: the residual pair built with every Winograd-able task on F(m, 3)."""
     path, x, want = _onnx(tmp_path)
     model = load_model(path)
-    over = {mt.task.workload_key: _config(mt.task, 4, 1, 2) for mt in model_tasks(model, AVX2)
+    over = {mt.task.workload_key: _config(mt.task, m, xi, fm) for mt in model_tasks(model, AVX2)
             if "algorithm" in [k.name for k in mt.task.space.knobs]}
-    cm = compile_model(model, target_json=AVX2, overrides=over)
+    return compile_model(model, target_json=AVX2, overrides=over), x, want
+
+
+def test_a_model_built_with_winograd_configs_matches(tmp_path) -> None:
+    cm, x, want = _built_with(tmp_path, 4, 1, 2)
     assert sum(c.source == "tuned" for c in cm.choices) == 2
     check = compare_outputs(cm.run([x]), [want])
     assert check.ok, check.message
@@ -171,11 +176,7 @@ def test_the_untuned_algorithm_follows_what_was_measured(ic: int, oc: int, hw: i
 def test_compile_and_profile_name_the_winograd_functions(tmp_path) -> None:
     from tensortune.models.profile import profile_compiled
 
-    path, x, _ = _onnx(tmp_path)
-    model = load_model(path)
-    over = {mt.task.workload_key: _config(mt.task, 2, 1, 1) for mt in model_tasks(model, AVX2)
-            if "algorithm" in [k.name for k in mt.task.space.knobs]}
-    cm = compile_model(model, target_json=AVX2, overrides=over)
+    cm, x, _ = _built_with(tmp_path, 2, 1, 1)
     wino = [c for c in cm.choices if c.variant]
     assert len(wino) == 2 and all(c.variant == "winograd2" and "(winograd2)" in c.reason for c in wino)
     prof = profile_compiled(cm, [x], runs=2)
