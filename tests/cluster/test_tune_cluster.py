@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,9 @@ def _run(model, db_path: Path, kill=None):
     from tensortune.scheduler import ParallelScheduler
     from tensortune.tuners import get_tuner
 
-    slots = start_slots(model_measure_options(1))
+    # each repeat at least 20 ms: the timed spans, which show the nodes measuring at once, are then
+    # not a few milliseconds between seconds of builds (an F(6, 3) candidate builds in 3 s)
+    slots = start_slots(replace(model_measure_options(1), min_repeat_ms=20))
     if kill is not None:
         kill(slots)
     tasks = model_tasks(model)
