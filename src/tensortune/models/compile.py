@@ -242,16 +242,16 @@ class _Step:
 
 
 def _config_step(source: str, note: str, task: Task, config: Any,
-                 sites: Sequence[list[np.ndarray | None]] | None) -> list[_Step]:
+                 sites: Callable[[], Sequence[list[np.ndarray | None]]] | None) -> list[_Step]:
     """The rung of ``config``; where it takes transformed inputs that a call site cannot give
-    (``sites``: each call site's constants), first checked, and the same config on the task's own
-    inputs as the next rung."""
+    (``sites()``: each call site's constants, read only for such a config), first checked, and the
+    same config on the task's own inputs as the next rung."""
     variant = task.template.input_variant(task, config)
     if not variant:
         return [_Step(source, note, lambda: task.instantiate(config)["main"])]
 
     def make() -> Any:
-        check_sites(task, variant, sites or [])
+        check_sites(task, variant, sites() if sites is not None else [])
         return task.instantiate(config)["main"]
 
     plain = task.template.plain_config(task, config)
@@ -261,10 +261,11 @@ def _config_step(source: str, note: str, task: Task, config: Any,
 
 
 def _steps(task: Task, database: Database, model: str = "", override: Any = None,
-           sites: Sequence[list[np.ndarray | None]] | None = None) -> tuple[list[_Step], int, float | None]:
+           sites: Callable[[], Sequence[list[np.ndarray | None]]] | None = None
+           ) -> tuple[list[_Step], int, float | None]:
     """The fallback chain of one task, best first (tuned, template default, generic, and on a CPU
     TVM's default and naive loops), with the task's trial count and stored best latency (ms); ``override``: the config
-    to use instead of the database's (reported as ``tuned``); ``sites``: the inputs of each call of
+    to use instead of the database's (reported as ``tuned``); ``sites``: returns the inputs of each call of
     its functions (numpy for constants, else None), for configs that transform them."""
     steps: list[_Step] = []
     n, best_ms, why = 0, None, ""
@@ -343,12 +344,11 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Database 
     fall back down its chain while it does not build)."""
     mod = fused.clone()
     choices = []
-    sites = site_arrays(fused)
     variants: dict[str, tuple[Task, str]] = {}
     for mt in extract_tasks(fused, target_json):
         task = mt.task
         steps, n, best_ms = _steps(task, database, model, (overrides or {}).get(task.workload_key),
-                                   [a for name in mt.funcs for a in sites.get(name, [])])
+                                   lambda funcs=mt.funcs: site_arrays(fused, funcs))
         try:
             sched, i, reason = _pick(steps, (lambda f: builds(f, target_json)) if check else None)
         except RuntimeError as e:  # every rung failed (on a GPU there are no CPU rungs to fall to)

@@ -30,22 +30,30 @@ def _bindings(mod: Any) -> dict[Any, Any]:
     return out
 
 
-def site_arrays(mod: Any) -> dict[str, list[list[np.ndarray | None]]]:
-    """Relax name of each PrimFunc -> per ``call_tir`` site of ``main``, its inputs as numpy arrays
-    (None for one computed at run time)."""
-    from tvm import relax
+def _arrays(fields: Any, consts: dict[Any, Any]) -> list[np.ndarray | None]:
+    """A call's arguments as numpy arrays: constants (inline or bound), None for the others."""
     from tvm.ir.expr import Constant
 
+    out = []
+    for a in fields:
+        c = a if isinstance(a, Constant) else consts.get(a)
+        out.append(c.value.numpy() if c is not None else None)
+    return out
+
+
+def site_arrays(mod: Any, names: Any) -> list[list[np.ndarray | None]]:
+    """Per ``call_tir`` site of ``main`` that calls one of the PrimFuncs ``names``, its inputs as
+    numpy arrays (None for one computed at run time)."""
+    from tvm import relax
+
     consts = _bindings(mod)
-    out: dict[str, list[list[np.ndarray | None]]] = {}
+    wanted = set(names)
+    out: list[list[np.ndarray | None]] = []
 
     def visit(e: Any) -> None:
-        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir":
-            arrays = []
-            for a in e.args[1].fields:
-                c = a if isinstance(a, Constant) else consts.get(a)
-                arrays.append(c.value.numpy() if c is not None else None)
-            out.setdefault(e.args[0].name_hint, []).append(arrays)
+        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir" \
+                and e.args[0].name_hint in wanted:
+            out.append(_arrays(e.args[1].fields, consts))
 
     relax.analysis.post_order_visit(mod["main"].body, visit)
     return out
@@ -64,7 +72,6 @@ def apply_variants(mod: Any, variants: dict[str, tuple[Task, str]]) -> Any:
         return mod
     import tvm
     from tvm import relax
-    from tvm.ir.expr import Constant
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     consts = _bindings(mod)
@@ -83,10 +90,7 @@ def apply_variants(mod: Any, variants: dict[str, tuple[Task, str]]) -> Any:
                 return call
             task, variant = variants[call.args[0].name_hint]
             fields = list(call.args[1].fields)
-            arrays = []
-            for a in fields:
-                c = a if isinstance(a, Constant) else consts.get(a)
-                arrays.append(c.value.numpy() if c is not None else None)
+            arrays = _arrays(fields, consts)
             new = task.template.variant_inputs(task, variant, list(arrays))
             args = [relax.const(n) if n is not a else f for f, a, n in zip(fields, arrays, new)]
             return relax.Call(call.op, [gvs[call.args[0].name_hint], relax.Tuple(args), *call.args[2:]], call.attrs,
