@@ -33,6 +33,18 @@ CORPUS = (
     "hf:convnext", "hf:regnet", "hf:resnet", "hf:mobilenet_v2", "hf:mobilevit",
     "hf:efficientnet:image_size=224,width_coefficient=1.0,depth_coefficient=1.0,hidden_dim=1280", "hf:swin", "hf:levit",
     "hf:poolformer", "hf:vit", "hf:gpt2", "hf:distilbert", "hf:t5", "hf:whisper",
+    # vision, at the sizes of published checkpoints (defaults where the default is one)
+    "hf:deit:hidden_size=384,num_attention_heads=6,intermediate_size=1536", "hf:beit",
+    "hf:dinov2:hidden_size=384,num_attention_heads=6", "hf:segformer", "hf:convnextv2", "hf:mobilenet_v1",
+    "hf:focalnet", "hf:pvt_v2", "hf:swiftformer",
+    # language: encoders, and decoders cut to a few layers of their published widths
+    "hf:bert", "hf:roberta:num_hidden_layers=6", "hf:albert:hidden_size=768,num_attention_heads=12,intermediate_size=3072",
+    "hf:electra", "hf:deberta-v2:hidden_size=768,num_hidden_layers=6,num_attention_heads=12,intermediate_size=3072",
+    "hf:opt", "hf:llama:hidden_size=512,num_hidden_layers=8,num_attention_heads=8,num_key_value_heads=4,"
+    "intermediate_size=1408", "hf:qwen2:hidden_size=896,num_hidden_layers=6,num_attention_heads=14,"
+    "num_key_value_heads=2,intermediate_size=4864",
+    # speech: one second of 16 kHz audio through a convolutional feature encoder, then a transformer
+    "hf:wav2vec2", "hf:hubert", "hf:wavlm",
 )
 #: The pattern networks (ONNX exports of :mod:`tensortune.models.patterns`); ``--models patterns`` runs them all.
 PATTERN_PREFIX = "pattern:"

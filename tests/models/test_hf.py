@@ -39,8 +39,20 @@ FAMILIES = {
     "t5": "hf:t5:num_layers=1,d_model=32,d_kv=16,num_heads=2,d_ff=64,vocab_size=128,seq_len=16",
     "whisper": "hf:whisper:encoder_layers=1,decoder_layers=1,d_model=32,encoder_attention_heads=2,"
                "decoder_attention_heads=2,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,seq_len=16",
+    # RoBERTa's position ids are a cumsum (a TOPI scan kernel, no blocks to schedule); llama: rotary
+    # embeddings and grouped KV heads; pvt_v2: an (h, w) image size; wav2vec2: raw audio samples
+    "roberta": "hf:roberta:num_hidden_layers=1,hidden_size=32,num_attention_heads=2,intermediate_size=64,"
+               "vocab_size=128,seq_len=16",
+    "llama": "hf:llama:num_hidden_layers=1,hidden_size=32,num_attention_heads=2,num_key_value_heads=1,"
+             "intermediate_size=64,vocab_size=128,seq_len=16",
+    "pvt_v2": "hf:pvt_v2:num_encoder_blocks=2,depths=[1,1],sr_ratios=[2,1],hidden_sizes=[16,32],patch_sizes=[7,3],"
+              "strides=[4,2],num_attention_heads=[1,2],mlp_ratios=[2,2],image_size=32",
+    "wav2vec2": "hf:wav2vec2:hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,"
+                "conv_dim=[16,16],conv_kernel=[10,3],conv_stride=[5,2],num_conv_pos_embeddings=16,"
+                "num_conv_pos_embedding_groups=4,seq_len=800",
 }
-TEXT = {"gpt2", "distilbert", "t5"}
+TEXT = {"gpt2", "distilbert", "t5", "roberta", "llama"}
+INPUT = {"whisper": ("input_features", "float32"), "wav2vec2": ("input_values", "float32")}
 
 
 def refused(spec: str, match: str, **kw) -> str:
@@ -157,8 +169,7 @@ SLOW_FAMILIES = {"mobilevit", "levit", "mobilenet_v2", "swin", "efficientnet"}
 def test_family_compiles_and_matches_pytorch(family):
     model = load_model(FAMILIES[family])
     assert model.source == "hf" and model.meta["hf_model_type"] == family
-    name, dtype = ("input_ids", "int64") if family in TEXT else (
-        ("input_features", "float32") if family == "whisper" else ("pixel_values", "float32"))
+    name, dtype = ("input_ids", "int64") if family in TEXT else INPUT.get(family, ("pixel_values", "float32"))
     assert (model.inputs[0].name, model.inputs[0].dtype) == (name, dtype)
     ref = TorchRunner(model.torch_module).run(model.example_inputs)
     assert len(ref) == 1 and float(np.abs(ref[0]).max()) > 1e-2  # a real output, not one shrunk to zeros

@@ -5,7 +5,8 @@ LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR``, after the m
 plan (:mod:`.layout`). Each fused PrimFunc
 becomes a :class:`~tensortune.task.Task` through :meth:`Task.from_fused` (op template for a
 recognised anchor, generic otherwise). Functions that the VM turns into a free view
-(pure reshapes) are not tasks. Structurally equal functions are one task whose weight is
+(pure reshapes) are not tasks, nor are functions with no blocks to schedule (:func:`is_opaque`).
+Structurally equal functions are one task whose weight is
 the number of calls in the model.
 """
 from __future__ import annotations
@@ -36,7 +37,10 @@ def fuse_passes(precision: str = DEFAULT_PRECISION) -> list[Any]:
     t = relax.transform
     store = ([bf16act.store_activations_pass(), t.AnnotateTIROpPattern()]  # annotates the functions it adds
              if precision == "bf16" and bf16act.STORE_BF16 else [])
-    return [t.DecomposeOpsForInference(), t.LegalizeOps({**FAST_MATH, "relax.nn.conv2d": conv2d}), t.AnnotateTIROpPattern(),
+    # sort, scan (cumsum: RoBERTa's position ids) and sampling ops have no legalization of their
+    # own: TVM's dispatch passes give them the target's TOPI kernels, as its default pipeline does
+    dispatch = [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan()]
+    return [*dispatch, t.DecomposeOpsForInference(), t.LegalizeOps({**FAST_MATH, "relax.nn.conv2d": conv2d}), t.AnnotateTIROpPattern(),
             *store, t.FoldConstant(), t.FuseOps(), fuse_attention_pass(precision), t.FuseTIR(), t.DeadCodeElimination()]
 
 
@@ -81,13 +85,22 @@ def is_view(func: Any) -> bool:
         return False
 
 
+def is_opaque(func: Any) -> bool:
+    """True for functions written as plain loops with no blocks (TOPI's sort and scan kernels, made
+    with its IR builder): nothing to schedule, so they run as TVM wrote them and are not tasks."""
+    import tvm.s_tir as st
+
+    body = func.body
+    return not (isinstance(body, st.SBlockRealize) and body.block.name_hint == "root")
+
+
 def extract_tasks(fused: Any, target_json: dict[str, Any]) -> list[ModelTask]:
     """The tasks of a fused module, heaviest first (weight x FLOPs)."""
     counts = call_counts(fused)
     by_key: dict[str, ModelTask] = {}
     for name, func in prim_funcs(fused).items():
         n = counts.get(name, 0)
-        if n == 0 or is_view(func):
+        if n == 0 or is_view(func) or is_opaque(func):
             continue
         task = Task.from_fused(func, target_json, name)
         pat = task.pattern

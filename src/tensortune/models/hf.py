@@ -20,7 +20,8 @@ output's ``last_hidden_state``, else its first tensor) and imported with
 :func:`~tensortune.models.importer.from_torch`. Vision models take ``pixel_values`` (float32,
 ``batch x channels x size x size``), text models ``input_ids`` (int64, ``batch x seq_len``, values
 within the vocabulary), whisper's encoder ``input_features`` (float32, ``batch x mel bins x
-frames``); t5 and whisper are imported as their encoders. Every failure is a one-line
+frames``), wav2vec2-like speech models ``input_values`` (float32, ``batch x samples``, ``seq_len``
+samples, one second at 16 kHz by default); t5 and whisper are imported as their encoders. Every failure is a one-line
 :class:`~tensortune.models.importer.ModelError`.
 """
 from __future__ import annotations
@@ -41,9 +42,14 @@ PREFIX = "hf:"
 MISSING = "hf:... needs Hugging Face transformers: pip install 'tensortune[hf]'"
 SHAPE_KEYS = ("image_size", "seq_len")
 DEFAULT_SEQ_LEN = 128
+DEFAULT_AUDIO_SAMPLES = 16000  # one second at 16 kHz, what wav2vec2's feature encoder was made for
 TESTED = ("convnext", "regnet", "resnet", "mobilenet_v2", "mobilevit", "efficientnet", "swin", "levit",
-          "poolformer", "vit", "gpt2", "distilbert", "t5", "whisper")
-"""Model types known to import (each has a tiny-config test); others may work too."""
+          "poolformer", "vit", "gpt2", "distilbert", "t5", "whisper",
+          "deit", "beit", "dinov2", "segformer", "convnextv2", "mobilenet_v1", "focalnet", "pvt_v2", "swiftformer",
+          "bert", "roberta", "xlm-roberta", "albert", "electra", "deberta-v2", "mpnet", "opt", "bloom", "gptj",
+          "llama", "mistral", "qwen2", "phi", "wav2vec2", "hubert", "wavlm", "data2vec-audio")
+"""Model types known to import, compile and match PyTorch (a tiny-config test, or the corpus run of
+``bench/corpus.py``, each of whose entries checks the outputs); others may work too."""
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -174,9 +180,11 @@ def _build_config(spec: str, model_type: str, fields: dict[str, Any], tf: Any) -
 
 
 def _kind(config: Any) -> str:
-    """``whisper`` / ``vision`` / ``text``: which input the model takes."""
+    """``whisper`` / ``audio`` / ``vision`` / ``text``: which input the model takes."""
     if config.model_type == "whisper":
         return "whisper"
+    if hasattr(config, "num_feat_extract_layers"):  # wav2vec2 and its kin: a convolutional feature encoder
+        return "audio"
     if hasattr(config, "image_size") or hasattr(config, "num_channels"):
         return "vision"
     return "text"
@@ -265,6 +273,13 @@ class _InputIds(HFModule):
         return self.run(input_ids)
 
 
+class _InputValues(HFModule):
+    input_name = "input_values"
+
+    def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+        return self.run(input_values)
+
+
 class _InputFeatures(HFModule):
     input_name = "input_features"
 
@@ -272,7 +287,7 @@ class _InputFeatures(HFModule):
         return self.run(input_features)
 
 
-_WRAPPERS: dict[str, type[HFModule]] = {c.input_name: c for c in (_PixelValues, _InputIds, _InputFeatures)}
+_WRAPPERS: dict[str, type[HFModule]] = {c.input_name: c for c in (_PixelValues, _InputIds, _InputValues, _InputFeatures)}
 
 
 def _call_extras(model: Any, config: Any) -> dict[str, Any]:
@@ -298,6 +313,8 @@ def _example(where: str, config: Any, kind: str, batch: int, seq_len: int | None
     g = torch.Generator().manual_seed(seed)
     if kind == "whisper":
         name, shape = "input_features", (batch, int(config.num_mel_bins), 2 * int(config.max_source_positions))
+    elif kind == "audio":
+        name, shape = "input_values", (batch, seq_len or DEFAULT_AUDIO_SAMPLES)
     elif kind == "vision":
         size = image_size or _as_int(getattr(config, "image_size", None)) or 224
         name, shape = "pixel_values", (batch, int(getattr(config, "num_channels", 3)), size, size)
@@ -409,7 +426,9 @@ def load_hf(source: str, *, batch: int = 1, seed: int = 0,
             if not (hasattr(default_config, "image_size") or hasattr(default_config, "num_channels")):
                 raise ModelError(f"{source}: image_size is for vision models; {model_type} takes seq_len")
             if hasattr(default_config, "image_size"):
-                config_fields["image_size"] = image_size
+                default = default_config.image_size  # an int, or (h, w) in some configs (pvt_v2)
+                config_fields["image_size"] = ([image_size] * len(default) if isinstance(default, (list, tuple))
+                                               else image_size)
         if seq_len is not None:
             if _kind(default_config) == "vision":
                 raise ModelError(f"{source}: seq_len is for text and speech models; {model_type} takes image_size")
