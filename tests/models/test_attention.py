@@ -203,3 +203,18 @@ def test_bf16_attention_configs_and_model_match(fuse_small: None, measurer: Meas
     check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs),
                             rtol=model.rtol)
     assert check.ok, check.message
+
+
+def test_a_head_64_wide_has_a_default_on_avx2(fuse_small: None) -> None:
+    """A head 64 wide is 8 AVX2 vectors: no tile of O fits the 16 registers with its operands, so the
+    default takes one row (BERT's and most language models' heads failed to compile untuned)."""
+    import tvm
+
+    from tensortune.target import make_target
+
+    znver3 = dict(ZNVER4, mcpu="znver3")
+    (task,) = [mt.task for mt in model_tasks(_model(24, dim=128), znver3) if mt.task.template_name == "attention"]
+    assert task.attention.args["D"] == 64
+    config = task.default_config()
+    assert config["rows_o"] == 1 and config["rows_s"] > 1 and task.space.is_valid(config)
+    tvm.compile(task.instantiate(config), target=make_target(znver3))

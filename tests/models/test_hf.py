@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from tensortune.models.compile import compile_model
+from tensortune.models.compile import compile_model, model_tasks
 from tensortune.models.importer import ModelError, load_model
 from tensortune.models.reference import TorchRunner, compare_outputs
+from tensortune.target import host_target_json
 
 HAS_HF = importlib.util.find_spec("transformers") is not None
 needs_hf = pytest.mark.skipif(not HAS_HF, reason="needs the hf extra (transformers)")
@@ -171,6 +172,14 @@ def test_family_compiles_and_matches_pytorch(family):
     assert model.source == "hf" and model.meta["hf_model_type"] == family
     name, dtype = ("input_ids", "int64") if family in TEXT else INPUT.get(family, ("pixel_values", "float32"))
     assert (model.inputs[0].name, model.inputs[0].dtype) == (name, dtype)
+    if family == "wav2vec2":
+        assert model.inputs[0].shape == (1, 800)  # seq_len samples of raw audio
+    if family == "roberta":  # its position ids' cumsum is TOPI's scan kernel: compiled as written, not a task
+        from tensortune.models.extract import is_opaque, prim_funcs
+
+        fused = model.fused(host_target_json())
+        scans = [n for n, f in prim_funcs(fused).items() if is_opaque(f)]
+        assert scans and not {n for t in model_tasks(model) for n in t.funcs} & set(scans)
     ref = TorchRunner(model.torch_module).run(model.example_inputs)
     assert len(ref) == 1 and float(np.abs(ref[0]).max()) > 1e-2  # a real output, not one shrunk to zeros
     cm = compile_model(model)

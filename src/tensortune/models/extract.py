@@ -86,10 +86,13 @@ def is_view(func: Any) -> bool:
 
 
 def is_opaque(func: Any) -> bool:
-    """True for functions written as plain loops with no blocks (TOPI's sort and scan kernels, made
-    with its IR builder): nothing to schedule, so they run as TVM wrote them and are not tasks."""
+    """True for functions with nothing to schedule, which run as TVM wrote them and are not tasks:
+    plain loops with no blocks (TOPI's CPU sort and scan kernels, made with its IR builder), or
+    kernels TVM marks scheduled already (its GPU scan kernels)."""
     import tvm.s_tir as st
 
+    if func.attrs is not None and "tirx.is_scheduled" in func.attrs:
+        return True
     body = func.body
     return not (isinstance(body, st.SBlockRealize) and body.block.name_hint == "root")
 

@@ -77,10 +77,12 @@ class AttentionTemplate(Template):
         width = -(-D // lanes)
 
         def tallest(rows: int, fits: Any) -> int:
-            """The tallest register tile that fits the registers, one dividing ``rows`` first."""
+            """The tallest register tile that fits the registers, one dividing ``rows`` first; one row
+            where none fits (a head 64 wide is 8 AVX2 vectors: one row of O and its operands
+            take 17 of the 16 registers)."""
             ok = [h for h in TILE_HEIGHTS if h <= rows and fits(h)]
             whole = [h for h in ok if rows % h == 0 and h >= 4]
-            return max(whole or ok)
+            return max(whole or ok or [1])
 
         def heights(rows: int) -> tuple[int, int]:
             """Register-tile heights of S (two vectors wide) and of O (the head width)."""

@@ -54,7 +54,7 @@ class AttentionBf16Template(AttentionTemplate):
         rows = max(fits) if fits else min(tall)
 
         def tallest(fits_regs: Any) -> int:
-            return max(h for h in TILE_HEIGHTS if rows % h == 0 and fits_regs(h))
+            return max((h for h in TILE_HEIGHTS if rows % h == 0 and fits_regs(h)), default=1)
 
         return {"tile_rows": rows, "rows_s": tallest(lambda h: 2 * h + 3 <= regs),
                 "rows_o": tallest(lambda h: (h + 1) * (D // LANES) + 1 <= regs),
