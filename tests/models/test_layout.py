@@ -106,6 +106,42 @@ def test_failed_planning_keeps_nchw_and_still_compiles(model, monkeypatch) -> No
     assert plan.summary().startswith("layouts: NCHW kept")
 
 
+class FocalModulation(nn.Module):
+    """FocalNet's modulation: a depthwise convolution's output multiplied by a gate sliced one channel
+    wide from a linear layer's output (TVM cannot give that product a blocked layout), between
+    convolutions that can be blocked."""
+
+    def __init__(self, c: int = 16) -> None:
+        super().__init__()
+        self.c = c
+        self.pre = nn.Conv2d(c, c, 3, padding=1)
+        self.proj_in = nn.Linear(c, 2 * c + 2)
+        self.focal = nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.ctx = nn.Conv2d(c, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pre(x)
+        q, ctx, gates = torch.split(self.proj_in(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2), (self.c, self.c, 2), 1)
+        ctx = nn.functional.gelu(self.focal(ctx))
+        ctx_all = ctx * gates[:, 0:1] + ctx.mean((2, 3), keepdim=True) * gates[:, 1:]
+        return x + q * self.ctx(ctx_all)
+
+
+def test_a_convolution_whose_graph_cannot_be_blocked_keeps_nchw_alone() -> None:
+    torch.manual_seed(0)
+    model = load_model(FocalModulation().eval(), [torch.randn(1, 16, 12, 12)])
+    tj = dict(host_target_json(), mcpu="znver3")
+    plan = model.layout_plan(tj)
+    assert plan.block == 8 and not plan.note, plan.summary()
+    focal = [c for c in plan.convs if c.kind == "depthwise_conv2d"]
+    assert len(focal) == 1 and focal[0].layout == "NCHW" and "cannot take a blocked layout" in focal[0].reason
+    assert sorted(c.layout for c in plan.convs if c.kind == "conv2d") == ["NCHW8c", "NCHW8c"]
+    assert "NCHW kept for 1" in plan.summary()
+    cm = compile_model(model, target_json=tj)
+    check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs))
+    assert check.ok, check.message
+
+
 def test_nchw_mode_is_the_graph_as_imported(model) -> None:
     tj = host_target_json()
     fused = model.fused(tj, layout="nchw")

@@ -436,34 +436,110 @@ def _last_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]
 
 
+#: Convolutions a plan keeps in NCHW one by one (after those that fail when blocked alone), because
+#: TVM cannot convert the graph around them, before it gives up and keeps the whole model in NCHW.
+MAX_KEPT_NCHW = 8
+
+
+def _conv_weights(mod: Any) -> list[Any]:
+    """The weight argument of each convolution of ``main``, in :func:`_convs`' order (identities a
+    ConvertLayout callback can match)."""
+    from tvm import relax
+
+    out: list[Any] = []
+
+    def visit(e: Any) -> None:
+        if isinstance(e, relax.Call) and _conv_of(e) is not None:
+            out.append(e.args[1])
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return out
+
+
 def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
-    """``mod`` with the plan's convolutions converted and their weights folded (``unpadded``, the
-    model before its channels were padded, and the plan updated to NCHW everywhere, with the
-    reason, if TVM cannot convert the graph)."""
+    """``mod`` with the plan's convolutions converted and their weights folded. Where TVM cannot
+    convert the graph (an op after a convolution cannot take its blocked layout: FocalNet multiplies
+    its depthwise convolutions by gates sliced one channel wide), the convolutions behind the failure
+    keep NCHW alone and the rest stay blocked: first each one whose conversion alone fails, then,
+    while the graph still fails, by bisection over the convolutions in graph order (at most
+    :data:`MAX_KEPT_NCHW` more). If the failure is no convolution's, the whole model keeps NCHW
+    (``unpadded``: the model before its channels were padded) and the plan says why."""
     import tvm
     from tvm import relax
 
     b = plan.block
+    weights = _conv_weights(mod)
+    blocked = [i for i, p in enumerate(plan.convs) if p.layout != "NCHW"] if len(weights) == len(plan.convs) else []
+    kept: set[int] = set()
 
     def callback(call: Any) -> dict[str, list[str]]:
         conv = _conv_of(call)
         if conv is None:
             return {}
         layouts, _ = _decide(conv, b)
+        if kept and any(call.args[1].same_as(weights[i]) for i in kept):
+            layouts = None
         return {"relax.nn.conv2d": layouts or ["NCHW", "OIHW", "NCHW"]}
 
-    try:
-        converted = tvm.transform.Sequential([relax.transform.ConvertLayout({}, callback),  # mod is folded already
-                                              relax.transform.Normalize()])(splits_as_slices(mod))
-        converted = sink_transforms(converted)
-        seq = [relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
-               relax.transform.DeadCodeElimination()]
-        return tvm.transform.Sequential(seq)(fold_constant_transforms(converted))
-    except Exception as e:  # noqa: BLE001 - TVM cannot convert this graph: keep NCHW, say why
-        for p in plan.convs:
-            p.layout, p.reason, p.padded, p.padded_flops = "NCHW", "layout planning failed", "", p.flops
-        plan.block, plan.note = 0, f"ConvertLayout failed: {_last_line(e)}"
-        return unpadded
+    def convert(keep: set[int]) -> Any:
+        kept.clear()
+        kept.update(keep)
+        return tvm.transform.Sequential([relax.transform.ConvertLayout({}, callback),  # mod is folded already
+                                         relax.transform.Normalize()])(splits_as_slices(mod))
+
+    def first_failing(keep: set[int]) -> int | None:
+        """The convolution whose conversion (after those before it) makes ConvertLayout fail."""
+        rest = [i for i in blocked if i not in keep]
+        lo, hi = 0, len(rest)  # converting rest[:lo] works, rest[:hi] fails
+        try:
+            convert(keep | set(rest))
+        except Exception:  # noqa: BLE001 - fails with every convolution in NCHW: not a convolution's doing
+            return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                convert(keep | set(rest[mid:]))
+                lo = mid
+            except Exception:  # noqa: BLE001 - the failure lies in rest[:mid]
+                hi = mid
+        return rest[hi - 1] if rest else None
+
+    def fails_alone(i: int) -> bool:
+        try:
+            convert(set(blocked) - {i})
+            return False
+        except Exception:  # noqa: BLE001 - this convolution blocked is enough to fail
+            return True
+
+    keep: set[int] = set()
+    error: Exception | None = None
+    singles, bisected = False, 0
+    while True:
+        try:
+            converted = convert(keep)
+            break
+        except Exception as e:  # noqa: BLE001 - TVM cannot convert this graph: find the convolutions behind it
+            error = e
+            if not singles:  # first each convolution blocked alone (one conversion each)
+                singles = True
+                keep = {i for i in blocked if fails_alone(i)}
+                if keep:
+                    continue
+            culprit = first_failing(keep) if bisected < MAX_KEPT_NCHW else None  # then those failing together
+            bisected += 1
+            if culprit is None:
+                for p in plan.convs:
+                    p.layout, p.reason, p.padded, p.padded_flops = "NCHW", "layout planning failed", "", p.flops
+                plan.block, plan.note = 0, f"ConvertLayout failed: {_last_line(e)}"
+                return unpadded
+            keep.add(culprit)
+    for i in keep:
+        p = plan.convs[i]
+        p.layout, p.reason = "NCHW", f"the graph after it cannot take a blocked layout ({_last_line(error)})"
+    converted = sink_transforms(converted)
+    seq = [relax.transform.FoldConstant(), relax.transform.EliminateCommonSubexpr(),
+           relax.transform.DeadCodeElimination()]
+    return tvm.transform.Sequential(seq)(fold_constant_transforms(converted))
 
 
 # ---------------------------------------------------------------- legalization
