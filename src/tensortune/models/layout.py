@@ -196,19 +196,24 @@ def _conv_of(call: Any) -> _Conv | None:
                  (str(a.data_layout), str(a.kernel_layout), str(a.out_layout or a.data_layout)))
 
 
-def _convs(mod: Any) -> list[_Conv]:
+def _conv_calls(mod: Any) -> list[tuple[Any, _Conv]]:
+    """Each convolution call of ``main`` with its description, in post order."""
     from tvm import relax
 
-    out: list[_Conv] = []
+    out: list[tuple[Any, _Conv]] = []
 
     def visit(e: Any) -> None:
         if isinstance(e, relax.Call):
             c = _conv_of(e)
             if c is not None:
-                out.append(c)
+                out.append((e, c))
 
     relax.analysis.post_order_visit(mod["main"].body, visit)
     return out
+
+
+def _convs(mod: Any) -> list[_Conv]:
+    return [c for _, c in _conv_calls(mod)]
 
 
 # ---------------------------------------------------------------- the plan
@@ -441,21 +446,6 @@ def _last_line(e: BaseException) -> str:
 MAX_KEPT_NCHW = 8
 
 
-def _conv_weights(mod: Any) -> list[Any]:
-    """The weight argument of each convolution of ``main``, in :func:`_convs`' order (identities a
-    ConvertLayout callback can match)."""
-    from tvm import relax
-
-    out: list[Any] = []
-
-    def visit(e: Any) -> None:
-        if isinstance(e, relax.Call) and _conv_of(e) is not None:
-            out.append(e.args[1])
-
-    relax.analysis.post_order_visit(mod["main"].body, visit)
-    return out
-
-
 def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
     """``mod`` with the plan's convolutions converted and their weights folded. Where TVM cannot
     convert the graph (an op after a convolution cannot take its blocked layout: FocalNet multiplies
@@ -468,7 +458,7 @@ def _block_convs(mod: Any, plan: LayoutPlan, unpadded: Any) -> Any:
     from tvm import relax
 
     b = plan.block
-    weights = _conv_weights(mod)
+    weights = [call.args[1] for call, _ in _conv_calls(mod)]  # identities the callback matches
     blocked = [i for i, p in enumerate(plan.convs) if p.layout != "NCHW"] if len(weights) == len(plan.convs) else []
     kept: set[int] = set()
 

@@ -264,20 +264,16 @@ def schedule_winograd(task: Task, config: Config, m: int) -> Any:
     else:
         sch.reorder(n, oco, th, two, ocm, twi, i, j, co)
     sch.vectorize(co)
-    yt = sch.get_sblock(PREFIX + "Yt")
-    sch.compute_at(yt, twi)
-    lp = _new_loops(sch, yt, {"i": m, "j": m, "co": OB, "ea": a})
-    sch.reorder(lp["ea"], lp["i"], lp["j"], lp["co"])
-    for name in ("ea", "i", "j"):
-        sch.unroll(lp[name])
-    sch.vectorize(lp["co"])
-    ym = sch.get_sblock(PREFIX + "Ym")
-    sch.compute_at(ym, twi)
-    lp = _new_loops(sch, ym, {"e": a, "j": m, "co": OB, "na": a})
-    sch.reorder(lp["e"], lp["na"], lp["j"], lp["co"])
-    for name in ("e", "na", "j"):
-        sch.unroll(lp[name])
-    sch.vectorize(lp["co"])
+    # the output transform's two products, per tile at ``twi``: Yt = A^T Ym, then its producer Ym = M A
+    for name, extents, order in (("Yt", {"i": m, "j": m, "co": OB, "ea": a}, ("ea", "i", "j")),
+                                 ("Ym", {"e": a, "j": m, "co": OB, "na": a}, ("e", "na", "j"))):
+        block = sch.get_sblock(PREFIX + name)
+        sch.compute_at(block, twi)
+        lp = _new_loops(sch, block, extents)
+        sch.reorder(*[lp[k] for k in order], lp["co"])
+        for k in order:
+            sch.unroll(lp[k])
+        sch.vectorize(lp["co"])
     mb = sch.get_sblock(PREFIX + "M")
     sch.compute_at(mb, oco if fused_input else two)
     lp = _new_loops(sch, mb, {"e": a, "nn": a, "ocb": fm, "t": xi, "cob": OB, "rc": ICo, "rci": IB})
