@@ -8,9 +8,10 @@ import pytest
 
 # The suite's own processes (builders, runners, two tuners at once, Ray actors, RPC servers) keep
 # this 2-core machine busy, so a run's wait for a quiet spell before it re-measures its finalists
-# would mostly run out: at most 2 s here, not QUIET_WAIT_S (set before any test starts, so that
-# the commands and actors the tests start inherit it). Tests of the wait pass quiet_wait_s.
-os.environ.setdefault("TENSORTUNE_QUIET_WAIT_S", "2")
+# would mostly run out: at most 0.6 s here (two looks), not QUIET_WAIT_S (set before any test
+# starts, so that the commands and actors the tests start inherit it). Tests of the wait pass
+# quiet_wait_s.
+os.environ.setdefault("TENSORTUNE_QUIET_WAIT_S", "0.6")
 
 
 @pytest.fixture(autouse=True, scope="session")
