@@ -328,6 +328,26 @@ def _gelu_between_reshapes():
     return te.create_prim_func([x, bias, topi.reshape(g, (1, 24, 1, 40))])
 
 
+def test_a_function_of_few_points_runs_on_one_thread_by_default() -> None:
+    """Waking the thread pool costs more than a recurrent cell's gates over 256 values: the untuned
+    schedule of a function under SERIAL_POINTS has no parallel loop; a larger one keeps it, and no
+    config makes a parallel loop of one iteration."""
+    from tvm import topi
+
+    from tensortune.templates.generic import SERIAL_POINTS
+
+    def gates(rows: int) -> Task:
+        x = te.placeholder((rows, 256), name="x")
+        return Task.from_primfunc(te.create_prim_func([x, topi.sigmoid(x)]))
+
+    small, large = gates(1), gates(2 * SERIAL_POINTS // 256)
+    assert small.default_config()["parallel_depth"] == 0
+    assert "T.parallel" not in small.template.apply(small, small.default_config()).script()
+    assert "T.parallel" in large.template.apply(large, large.default_config()).script()
+    one = small.space.get(small.space.index_of({**small.default_config().knobs, "parallel_depth": 1}))
+    assert "T.parallel" not in small.template.apply(small, one).script()
+
+
 def _softmax(rows: int, cols: int, fast: bool = False):
     from tvm import topi
 
@@ -336,9 +356,9 @@ def _softmax(rows: int, cols: int, fast: bool = False):
 
 
 @pytest.mark.parametrize("name,make", [("gelu-between-reshapes", _gelu_between_reshapes),
-                                       ("softmax-60", lambda: _softmax(8, 60)),
-                                       ("softmax-96", lambda: _softmax(8, 96)),
-                                       ("fast-softmax-67", lambda: _softmax(8, 67, fast=True))])
+                                       ("softmax-60", lambda: _softmax(40, 60)),  # above SERIAL_POINTS: parallel
+                                       ("softmax-96", lambda: _softmax(40, 96)),
+                                       ("fast-softmax-67", lambda: _softmax(40, 67, fast=True))])
 def test_generic_template_repeats_no_work_and_vectorises_rows(measurer: Measurer, name: str, make) -> None:
     """The generic default computes no stage whole per parallel iteration (the reshape's producer is
     kept on its own or inlined: it once ran 384 times over in Whisper) and gives a row reduction a

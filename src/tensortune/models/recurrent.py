@@ -10,6 +10,7 @@ peepholes, sequence lengths that differ from the padded length) is refused in on
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,8 @@ RECURRENT = ("LSTM", "GRU")
 #: Gates per cell: ONNX's order is i, o, f, c for LSTM and z, r, h for GRU.
 GATES = {"LSTM": 4, "GRU": 3}
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+#: Inputs above which a step concat is written as a tree of concats (:meth:`_Graph.concat`).
+TREE_CONCAT = 8
 
 
 class RecurrentError(ValueError):
@@ -56,6 +59,30 @@ class _Graph:
     def slice(self, x: str, lo: int, hi: int, axis: int) -> str:
         return self.op("Slice", [x, self.const(np.array([lo], np.int64)), self.const(np.array([hi], np.int64)),
                                  self.const(np.array([axis], np.int64))])
+
+    def split(self, x: str, parts: int, size: int, axis: int, opset: int) -> list[str]:
+        """``x`` cut into ``parts`` pieces of ``size`` along ``axis`` by one ``Split``: one kernel,
+        where a ``Slice`` a piece would be a kernel a piece."""
+        from onnx import helper
+
+        if parts == 1:
+            return [x]
+        outs = [self.name("part") for _ in range(parts)]
+        if opset >= 13:  # the sizes are an input from opset 13, an attribute before
+            node = helper.make_node("Split", [x, self.const(np.full(parts, size, np.int64), "split")], outs,
+                                    name=outs[0], axis=axis)
+        else:
+            node = helper.make_node("Split", [x], outs, name=outs[0], axis=axis, split=[size] * parts)
+        self.nodes.append(node)
+        return outs
+
+    def concat(self, parts: list[str], axis: int) -> str:
+        """``parts`` concatenated; many of them as concats of about sqrt(n) each, concatenated. TVM
+        finds each output value's input by a chain of comparisons, one per input (50 steps: 50)."""
+        k = math.isqrt(len(parts) - 1) + 1 if len(parts) > TREE_CONCAT else len(parts)
+        if k < len(parts):
+            parts = [self.op("Concat", parts[i:i + k], axis=axis) for i in range(0, len(parts), k)]
+        return self.op("Concat", parts, axis=axis)
 
     def reshape(self, x: str, shape: tuple[int, ...]) -> str:
         return self.op("Reshape", [x, self.const(np.array(shape, np.int64), "shape")])
@@ -97,14 +124,19 @@ def _step_gru(g: _Graph, xw_t: str, h: str | None, rt: str, rb: np.ndarray, hidd
                                                     g.const(np.array(clip, np.float32))])
 
     x_zr, x_h = g.slice(xw_t, 0, 2 * hidden, 1), g.slice(xw_t, 2 * hidden, 3 * hidden, 1)
-    r_zr = g.slice(rt, 0, 2 * hidden, 1)
     r_h = g.slice(rt, 2 * hidden, 3 * hidden, 1)
-    zr = g.op("Sigmoid", [clipped(x_zr if h is None else g.op("Add", [x_zr, g.op("MatMul", [h, r_zr])]))])
+    if h is not None and linear_before_reset:  # one product for the three gates, then one elementwise pass
+        rb_h = np.concatenate([np.zeros(2 * hidden, np.float32), rb[2 * hidden:]])
+        hw = g.op("Add", [g.op("MatMul", [h, rt]), g.const(rb_h, "rb")])
+        zr = g.op("Sigmoid", [clipped(g.op("Add", [x_zr, g.slice(hw, 0, 2 * hidden, 1)]))])
+    else:
+        zr = g.op("Sigmoid", [clipped(x_zr if h is None else
+                                      g.op("Add", [x_zr, g.op("MatMul", [h, g.slice(rt, 0, 2 * hidden, 1)])]))])
     z, r = g.slice(zr, 0, hidden, 1), g.slice(zr, hidden, 2 * hidden, 1)  # their biases are in x_zr
     if h is None:
         hr = g.op("Mul", [r, g.const(rb[2 * hidden:])]) if linear_before_reset else g.const(rb[2 * hidden:])
     elif linear_before_reset:
-        hr = g.op("Mul", [r, g.op("Add", [g.op("MatMul", [h, r_h]), g.const(rb[2 * hidden:])])])
+        hr = g.op("Mul", [r, g.slice(hw, 2 * hidden, 3 * hidden, 1)])
     else:
         hr = g.op("Add", [g.op("MatMul", [g.op("Mul", [r, h]), r_h]), g.const(rb[2 * hidden:])])
     cand = g.op("Tanh", [clipped(g.op("Add", [x_h, hr]))])
@@ -113,7 +145,7 @@ def _step_gru(g: _Graph, xw_t: str, h: str | None, rt: str, rb: np.ndarray, hidd
 
 
 def _expand(node: Any, shapes: dict[str, tuple[int, ...]], consts: dict[str, np.ndarray],
-            prefix: str) -> _Graph:
+            prefix: str, opset: int) -> _Graph:
     """The nodes replacing one LSTM or GRU node."""
     kind = node.op_type
     attrs = _attrs(node)
@@ -157,16 +189,17 @@ def _expand(node: Any, shapes: dict[str, tuple[int, ...]], consts: dict[str, np.
         rt = g.const(r[d].T.astype(np.float32), "r")
         h = g.reshape(g.slice(h0_name, d, d + 1, 0), (batch, hidden)) if h0_name else None
         c = g.reshape(g.slice(c0_name, d, d + 1, 0), (batch, hidden)) if c0_name else None
+        xw_steps = g.split(xw, seq, batch, 0, opset)
         steps: dict[int, str] = {}
         for t in (range(seq) if way == "forward" else range(seq - 1, -1, -1)):
-            xw_t = g.slice(xw, t * batch, (t + 1) * batch, 0)
+            xw_t = xw_steps[t]
             if kind == "LSTM":
                 h, c = _step_lstm(g, xw_t, h, c, rt, hidden, clip)
             else:
                 h = _step_gru(g, xw_t, h, rt, rb.astype(np.float32), hidden, bool(attrs.get("linear_before_reset", 0)),
                               clip)
             steps[t] = g.reshape(h, (1, 1, batch, hidden))
-        ys.append(g.op("Concat", [steps[t] for t in range(seq)], axis=0))
+        ys.append(g.concat([steps[t] for t in range(seq)], axis=0))
         hs.append(g.reshape(h, (1, batch, hidden)))
         cs.append(g.reshape(c, (1, batch, hidden)) if kind == "LSTM" else "")
     outs = list(node.output) + [""] * 3
@@ -202,13 +235,14 @@ def expand_recurrent(proto: Any) -> Any:
     for n in proto.graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=13)
     out = onnx.ModelProto.FromString(proto.SerializeToString())
     nodes = []
     for i, n in enumerate(proto.graph.node):
         if n.op_type not in RECURRENT:
             nodes.append(n)
             continue
-        g = _expand(n, shapes, consts, f"{n.op_type.lower()}{i}")
+        g = _expand(n, shapes, consts, f"{n.op_type.lower()}{i}", opset)
         nodes.extend(g.nodes)
         out.graph.initializer.extend(g.consts)
     del out.graph.node[:]

@@ -16,6 +16,7 @@ off (a guarded vector loop is scalarised into gathers and scatters).
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +123,11 @@ def _sole_consumer(sch: Any, block: Any) -> bool:
     block_sref = sch.get(block)
     return all(len(cs) == 1 and sch.get(cs[0]).same_as(block_sref)
                for cs in (sch.get_consumers(p) for p in sch.get_producers(block)))
+
+
+def _is_one(extent: Any) -> bool:
+    """Whether a loop extent is the constant 1."""
+    return getattr(extent, "value", None) == 1
 
 
 def _parallel_own(sch: Any, block: Any) -> None:
@@ -323,6 +329,10 @@ def _recomputed_whole(sch: Any, block: Any, loop: Any) -> bool:
 
 #: A reduction producer computed inside the output's loop may repeat at most this share of its work.
 MAX_REDUCTION_REPEAT = 1.5
+#: Iteration points (of the output block, reductions included) below which the untuned schedule
+#: runs on one thread: waking the thread pool costs microseconds, more than such work (a recurrent
+#: cell's gates over 256 values, a squeeze-excitation's few channels).
+SERIAL_POINTS = 4096
 
 
 def _iterations(sch: Any, loops: list[Any]) -> int:
@@ -447,9 +457,10 @@ class GenericTemplate(Template):
         fits = [e for e in knob.entities if width and vector_lanes(task) <= e[1] <= width and width % e[1] == 0]
         if fits and inner[1] > width:  # whole vectors inside the chunks of a blocked layout
             inner = max(fits, key=lambda e: e[1])
+        points = math.prod(e for e, _ in self._shape(task))
         return {
             "tile_inner": inner,
-            "parallel_depth": max(depths),
+            "parallel_depth": 0 if points < SERIAL_POINTS else max(depths),
             "auto_unroll_max_step": 16,
             "unroll_explicit": 1,
         }
@@ -486,7 +497,7 @@ class GenericTemplate(Template):
         sch.vectorize(li)
         par_loops = (outer_sp + [lo])[:depth] if depth else []
         top = sch.fuse(*par_loops) if len(par_loops) > 1 else (par_loops[0] if par_loops else sch.get_loops(block)[0])
-        if par_loops:
+        if par_loops and not _is_one(sch.get(top).extent):  # a parallel loop of one: only the pool's cost
             sch.parallel(top)
         annotate_unroll(sch, top, config)
         _attach_producers(sch, producers, top if par_loops else None, vector_lanes(task))
