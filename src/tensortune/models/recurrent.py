@@ -124,21 +124,23 @@ def _step_gru(g: _Graph, xw_t: str, h: str | None, rt: str, rb: np.ndarray, hidd
                                                     g.const(np.array(clip, np.float32))])
 
     x_zr, x_h = g.slice(xw_t, 0, 2 * hidden, 1), g.slice(xw_t, 2 * hidden, 3 * hidden, 1)
-    r_h = g.slice(rt, 2 * hidden, 3 * hidden, 1)
-    if h is not None and linear_before_reset:  # one product for the three gates, then one elementwise pass
-        rb_h = np.concatenate([np.zeros(2 * hidden, np.float32), rb[2 * hidden:]])
-        hw = g.op("Add", [g.op("MatMul", [h, rt]), g.const(rb_h, "rb")])
-        zr = g.op("Sigmoid", [clipped(g.op("Add", [x_zr, g.slice(hw, 0, 2 * hidden, 1)]))])
+    if h is None:
+        zr_in = x_zr
+    elif linear_before_reset:  # one product for the three gates, then one elementwise pass
+        hw = g.op("Add", [g.op("MatMul", [h, rt]),
+                          g.const(np.concatenate([np.zeros(2 * hidden, np.float32), rb[2 * hidden:]]), "rb")])
+        zr_in = g.op("Add", [x_zr, g.slice(hw, 0, 2 * hidden, 1)])
     else:
-        zr = g.op("Sigmoid", [clipped(x_zr if h is None else
-                                      g.op("Add", [x_zr, g.op("MatMul", [h, g.slice(rt, 0, 2 * hidden, 1)])]))])
+        zr_in = g.op("Add", [x_zr, g.op("MatMul", [h, g.slice(rt, 0, 2 * hidden, 1)])])
+    zr = g.op("Sigmoid", [clipped(zr_in)])
     z, r = g.slice(zr, 0, hidden, 1), g.slice(zr, hidden, 2 * hidden, 1)  # their biases are in x_zr
     if h is None:
         hr = g.op("Mul", [r, g.const(rb[2 * hidden:])]) if linear_before_reset else g.const(rb[2 * hidden:])
     elif linear_before_reset:
         hr = g.op("Mul", [r, g.slice(hw, 2 * hidden, 3 * hidden, 1)])
     else:
-        hr = g.op("Add", [g.op("MatMul", [g.op("Mul", [r, h]), r_h]), g.const(rb[2 * hidden:])])
+        hr = g.op("Add", [g.op("MatMul", [g.op("Mul", [r, h]), g.slice(rt, 2 * hidden, 3 * hidden, 1)]),
+                          g.const(rb[2 * hidden:])])
     cand = g.op("Tanh", [clipped(g.op("Add", [x_h, hr]))])
     keep = g.op("Neg", [cand]) if h is None else g.op("Sub", [h, cand])
     return g.op("Add", [cand, g.op("Mul", [z, keep])])  # (1 - z) * cand + z * h

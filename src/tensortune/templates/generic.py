@@ -16,7 +16,6 @@ off (a guarded vector loop is scalarised into gathers and scatters).
 """
 from __future__ import annotations
 
-import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -123,11 +122,6 @@ def _sole_consumer(sch: Any, block: Any) -> bool:
     block_sref = sch.get(block)
     return all(len(cs) == 1 and sch.get(cs[0]).same_as(block_sref)
                for cs in (sch.get_consumers(p) for p in sch.get_producers(block)))
-
-
-def _is_one(extent: Any) -> bool:
-    """Whether a loop extent is the constant 1."""
-    return getattr(extent, "value", None) == 1
 
 
 def _parallel_own(sch: Any, block: Any) -> None:
@@ -430,10 +424,15 @@ class GenericTemplate(Template):
     name = "generic"
     version = 5
 
-    def _shape(self, task: Task) -> list[tuple[int, bool]]:
+    @staticmethod
+    def _inlined(task: Task) -> tuple[Any, Any]:
+        """The task's schedule with its inlinable stages inlined, and its output block."""
         sch = schedule_of(task)
         _inline_all(sch)
-        block = _main_block(sch)
+        return sch, _main_block(sch)
+
+    def _shape(self, task: Task) -> list[tuple[int, bool]]:
+        sch, block = self._inlined(task)
         if len(sch.get_loops(block)) != len(sch.get(block).iter_vars):
             raise TemplateError("the output block's loops do not match its iteration variables")
         return [(e, r) for _, e, r in _loop_kinds(sch, block)]
@@ -453,22 +452,18 @@ class GenericTemplate(Template):
         knob = space.knob("tile_inner")
         depths = space.knob("parallel_depth").entities
         inner = max(knob.entities, key=lambda e: (e[1] <= 16, e[1]))
-        width = self._chunk(task)
+        sch, block = self._inlined(task)
+        width = _inner_block_width(sch, block)
         fits = [e for e in knob.entities if width and vector_lanes(task) <= e[1] <= width and width % e[1] == 0]
         if fits and inner[1] > width:  # whole vectors inside the chunks of a blocked layout
             inner = max(fits, key=lambda e: e[1])
-        points = math.prod(e for e, _ in self._shape(task))
+        points = _iterations(sch, sch.get_loops(block))
         return {
             "tile_inner": inner,
             "parallel_depth": 0 if points < SERIAL_POINTS else max(depths),
             "auto_unroll_max_step": 16,
             "unroll_explicit": 1,
         }
-
-    def _chunk(self, task: Task) -> int:
-        sch = schedule_of(task)
-        _inline_all(sch)
-        return _inner_block_width(sch, _main_block(sch))
 
     def apply(self, task: Task, config: Config) -> Any:
         return _fresh_vars(self.schedule(task, config).mod)  # the copies a peeled loop made, renamed
@@ -497,7 +492,7 @@ class GenericTemplate(Template):
         sch.vectorize(li)
         par_loops = (outer_sp + [lo])[:depth] if depth else []
         top = sch.fuse(*par_loops) if len(par_loops) > 1 else (par_loops[0] if par_loops else sch.get_loops(block)[0])
-        if par_loops and not _is_one(sch.get(top).extent):  # a parallel loop of one: only the pool's cost
+        if par_loops and _iterations(sch, [top]) > 1:  # a parallel loop of one: only the pool's cost
             sch.parallel(top)
         annotate_unroll(sch, top, config)
         _attach_producers(sch, producers, top if par_loops else None, vector_lanes(task))
