@@ -14,6 +14,8 @@ EXPECTED = {
     "mixed_kernel": {"Split", "Concat"},
     "reduced_attn": {"Transpose", "Softmax", "LayerNormalization"},
     "four_three_d": {"AveragePool", "Transpose", "Softmax"},
+    "dense": {"Concat", "AveragePool"},
+    "multi_res": {"Resize", "Concat", "Add"},
     "recurrent": {"LSTM", "GRU"},
 }
 

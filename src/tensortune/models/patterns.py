@@ -372,6 +372,126 @@ class RecurrentNet(nn.Module):
         return self.head(y[:, -1])
 
 
+class _DenseLayer(nn.Module):
+    """Pre-activation bottleneck of a dense block: BN-ReLU-1x1 to 4k, BN-ReLU-3x3 to k new channels."""
+
+    def __init__(self, cin: int, growth: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, 4 * growth, 1, bias=False),
+                                  nn.BatchNorm2d(4 * growth), nn.ReLU(),
+                                  nn.Conv2d(4 * growth, growth, 3, 1, 1, bias=False))
+
+    def forward(self, features: list[torch.Tensor]) -> torch.Tensor:
+        return self.body(torch.cat(features, 1))
+
+
+class _DenseBlock(nn.Module):
+    """Every layer reads the concatenation of the block's input and all earlier layers' outputs
+    (Huang et al. 2017): a concat a layer, each one longer."""
+
+    def __init__(self, cin: int, layers: int, growth: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_DenseLayer(cin + i * growth, growth) for i in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+class DenseNet(_PooledClassifier):
+    """A DenseNet-121-style network: four dense blocks (6, 12, 24, 16 layers, growth 32), each
+    followed by a BN-ReLU-1x1 transition that halves the channels and a 2x2 average pool."""
+
+    def __init__(self, layers: tuple[int, ...] = (6, 12, 24, 16), growth: int = 32) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        blocks: list[nn.Module] = []
+        c = 64
+        for i, n in enumerate(layers):
+            blocks.append(_DenseBlock(c, n, growth))
+            c += n * growth
+            if i < len(layers) - 1:
+                blocks += [nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c // 2, 1, bias=False), nn.AvgPool2d(2)]
+                c //= 2
+        blocks += [nn.BatchNorm2d(c), nn.ReLU()]
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(c, 1000)
+
+
+class _Basic(nn.Module):
+    """Two 3x3 conv-BN, residual, ReLU (a basic block at one resolution)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(_conv_bn(c, c, 3), _conv_bn(c, c, 3, act=None))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + self.body(x))
+
+
+class _Exchange(nn.Module):
+    """Multi-resolution fusion (Wang et al. 2019): each branch's output is the sum of every branch
+    brought to its resolution: strided 3x3 convs down, a 1x1 conv then nearest upsampling up."""
+
+    def __init__(self, widths: tuple[int, ...]) -> None:
+        super().__init__()
+        self.paths = nn.ModuleList()
+        for i, wi in enumerate(widths):
+            row = nn.ModuleList()
+            for j, wj in enumerate(widths):
+                if j == i:
+                    row.append(nn.Identity())
+                elif j > i:  # lower resolution: 1x1 to wi, upsample by 2^(j-i)
+                    row.append(nn.Sequential(_conv_bn(wj, wi, 1, act=None), nn.Upsample(scale_factor=2 ** (j - i))))
+                else:  # higher resolution: (i-j) strided 3x3 convs
+                    steps = [_conv_bn(wj, wj, 3, 2) for _ in range(i - j - 1)]
+                    row.append(nn.Sequential(*steps, _conv_bn(wj, wi, 3, 2, act=None)))
+            self.paths.append(row)
+
+    def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        outs = []
+        for row in self.paths:
+            total = row[0](xs[0])
+            for path, x in zip(row[1:], xs[1:]):
+                total = total + path(x)
+            outs.append(torch.relu(total))
+        return outs
+
+
+class MultiResolutionNet(nn.Module):
+    """An HRNet-style network: a stride-4 stem, then stages that keep 1, 2, 3 and 4 parallel
+    branches (widths 18, 36, 72, 144) of basic blocks, exchanged after each stage; a new branch is a
+    strided 3x3 of the lowest one. The head concatenates every branch upsampled to the highest."""
+
+    def __init__(self, widths: tuple[int, ...] = (18, 36, 72, 144), blocks: int = 2) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(_conv_bn(3, 64, 3, 2), _conv_bn(64, 64, 3, 2), _conv_bn(64, widths[0], 1))
+        self.stages = nn.ModuleList()
+        self.exchanges = nn.ModuleList()
+        self.grow = nn.ModuleList()
+        for n in range(1, len(widths) + 1):
+            self.stages.append(nn.ModuleList(nn.Sequential(*[_Basic(w) for _ in range(blocks)]) for w in widths[:n]))
+            self.exchanges.append(_Exchange(widths[:n]) if n > 1 else nn.Identity())
+            if n < len(widths):
+                self.grow.append(_conv_bn(widths[n - 1], widths[n], 3, 2))
+        self.head = nn.Linear(sum(widths), 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xs = [self.stem(x)]
+        for n, (stage, exchange) in enumerate(zip(self.stages, self.exchanges)):
+            xs = [branch(t) for branch, t in zip(stage, xs)]
+            if n > 0:
+                xs = exchange(xs)
+            if n < len(self.grow):
+                xs.append(self.grow[n](xs[-1]))
+        size = xs[0].shape[-2:]
+        up = [xs[0], *(nn.functional.interpolate(t, size=size, mode="nearest") for t in xs[1:])]
+        return self.head(torch.cat(up, 1).mean((2, 3)))
+
+
 def _sequence_inputs(batch: int, seed: int) -> list[torch.Tensor]:
     """One ``(batch, 50, 64)`` float32 sequence of features."""
     g = torch.Generator().manual_seed(seed + 1)
@@ -396,6 +516,8 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in [
     Pattern("reduced_attn", "attention over spatially reduced keys, depthwise conv inside the MLP",
             ReducedAttentionNet),
     Pattern("four_three_d", "a hybrid of 4-D conv stages then 3-D attention stages", FourThenThreeD),
+    Pattern("dense", "dense blocks: each 3x3 layer reads the concat of all earlier outputs", DenseNet),
+    Pattern("multi_res", "parallel branches at four resolutions of 3x3 basic blocks, summed across", MultiResolutionNet),
     Pattern("recurrent", "two LSTM layers and a bidirectional GRU over 50 steps", RecurrentNet, _sequence_inputs),
 ]}
 
