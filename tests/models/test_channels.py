@@ -116,3 +116,21 @@ def test_a_transform_between_channels_last_and_the_block_moves_whole_vectors(tmp
     chunked = [t for t in tasks if _inner_block_width(*t.template._inlined(t)) == 8]
     assert chunked, [t.kernel_class for t in tasks]
     assert all(t.default_config()["tile_inner"][1] == 8 for t in chunked)
+
+
+def test_pre_activation_batch_norms_follow_the_block(tmp_path) -> None:
+    """A dense block's batch norms come before its convolutions (nothing to fold them into): each
+    runs as a per-channel product and sum, fused with its concat and ReLU inside the block, with no
+    layout transform around it; the statistics are random, far from (0, 1), and the outputs match."""
+    from tensortune.models.patterns import DenseNet
+    from tensortune.models.zoo import _finish
+
+    torch.manual_seed(0)
+    module = _finish(DenseNet(layers=(2, 2), growth=16))
+    path, x, want = _onnx(module, tmp_path / "dense.onnx")
+    model = load_model(path)
+    plan = model.layout_plan(AVX2)
+    assert plan.transforms == 2, plan.summary()  # the image into the block, the pooled features out
+    cm = compile_model(model, target_json=AVX2)
+    check = compare_outputs(cm.run([x]), [want])
+    assert check.ok, check.message

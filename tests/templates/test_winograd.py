@@ -48,6 +48,27 @@ def test_the_kernel_transform_is_g_w_gt_per_channel_pair() -> None:
     assert np.allclose(u[:, :, 1, 2, 3, 5], G @ w[1, 2, :, :, 3, 5].astype(np.float64) @ G.T, atol=1e-5)
 
 
+def test_every_tuner_measures_each_algorithm_in_its_first_batch() -> None:
+    """A 3x3 stride-1 task's default (F(4, 3) here) comes with its counterparts in the other
+    algorithms (direct, F(2, 3), F(6, 3)), each valid and untuned; a tuner's first batch leads
+    with all four, so measurement picks the algorithm whatever its search samples. A 1x1 task has
+    no other algorithm."""
+    from tensortune.tuners import get_tuner
+
+    task = Task.from_op("conv2d_nchwc", dict(H=28, W=28, IC=64, OC=64, K=3, S=1, P=1, IB=8, OB=8), AVX2)
+    default = task.default_config()
+    others = task.other_algorithm_configs()
+    assert default["algorithm"] == 4
+    assert sorted(c["algorithm"] for c in others) == [0, 2, 6]
+    assert all(task.space.is_valid(c) for c in others)
+    for name in ("random", "grid", "genetic", "autotvm", "chameleon", "oneshot", "trimmer", "fasor"):
+        assert [c.index for c in get_tuner(name, task, seed=0).ask(4)] == [default.index, *(c.index for c in others)]
+    more = get_tuner("autotvm", task, seed=0).ask(8)  # the search's proposals after them, none twice
+    assert len({c.index for c in more}) == 8
+    one = Task.from_op("conv2d_nchwc", dict(H=28, W=28, IC=64, OC=64, K=1, S=1, P=0, IB=8, OB=8), AVX2)
+    assert one.other_algorithm_configs() == []
+
+
 def test_only_a_float32_3x3_stride_1_conv_offers_it_and_other_keys_stay() -> None:
     def task(k: int, s: int) -> Task:
         return Task.from_op("conv2d_nchwc", dict(H=14, W=14, IC=16, OC=16, K=k, S=s, P=k // 2, IB=8, OB=8), AVX2)

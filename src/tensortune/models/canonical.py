@@ -7,6 +7,9 @@
   (:func:`full_rank_constants`), so that the op follows the blocked layout.
 * An inference batch norm after a constant-weight matmul folded into its weight and a shift
   (:func:`fold_batch_norm_after_matmul`), as import folds those after a convolution.
+* Any other inference batch norm of an image tensor (a pre-activation one: no convolution
+  before it) as a per-channel product and sum (:func:`batch_norms_as_scale_shift`), which follow
+  the block; ``batch_norm`` itself has no blocked layout inference.
 * A ``broadcast_to`` to the shape its tensor already has dropped (:func:`drop_same_shape_broadcasts`):
   an exported batched matmul broadcasts both operands to their own shapes, and in MobileViT those
   copies sat between the softmax and the values' matmul, where the fused attention could not
@@ -222,6 +225,40 @@ def fold_batch_norm_after_matmul(mod: Any) -> Any:
     return relax.transform.DeadCodeElimination()(rewrite_calls(mod, "relax.nn.batch_norm", _bn_after_matmul))
 
 
+def _bn_as_scale_shift(call: Any, m: Any) -> Any:
+    """An inference batch norm over the channels of an image tensor whose statistics are constants
+    (one that no convolution precedes: a pre-activation block's) as ``x * s + t``, ``s`` and ``t``
+    of shape (1, C, 1, 1). ``ConvertLayout`` has no blocked form of ``batch_norm``: a DenseNet's
+    pre-activations went back to NCHW and forward again, two layout transforms a layer; a product
+    and a sum follow any block and fuse with the ReLU after them (``call`` unchanged otherwise)."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    x, gamma, beta, mean, var = call.args
+    a = call.attrs
+    shape = getattr(x.ty, "shape", None)
+    if shape is None or len(shape) != 4 or str(x.ty.dtype) != "float32" or int(a.axis) not in (1, -3):
+        return call
+    if not all(isinstance(c, Constant) for c in (gamma, beta, mean, var)):
+        return call
+    mu, v = mean.value.numpy(), var.value.numpy()
+    g = gamma.value.numpy() if bool(a.scale) else np.ones_like(mu)
+    scale = g / np.sqrt(v + np.float32(a.epsilon))
+    shift = (beta.value.numpy() if bool(a.center) else 0) - mu * scale
+    emit = m.builder_.emit
+    y = emit(relax.op.multiply(x, relax.const(scale.reshape(1, -1, 1, 1).astype(np.float32))))
+    y = emit(relax.op.add(y, relax.const(shift.reshape(1, -1, 1, 1).astype(np.float32))))
+    return relax.Tuple([y, mean, var])
+
+
+def batch_norms_as_scale_shift(mod: Any) -> Any:
+    """``mod`` with each image batch norm left after import (no convolution before it to fold into)
+    a product and a sum (:func:`_bn_as_scale_shift`)."""
+    from tvm import relax
+
+    return relax.transform.DeadCodeElimination()(rewrite_calls(mod, "relax.nn.batch_norm", _bn_as_scale_shift))
+
+
 def _same_shape_broadcast(call: Any, m: Any) -> Any:
     """The tensor itself for a ``broadcast_to`` to its own shape (``call`` otherwise)."""
     x = call.args[0]
@@ -292,5 +329,5 @@ def row_chains_unsplit(mod: Any) -> Any:
 
 def canonicalize(mod: Any) -> Any:
     """The rewrites of this module."""
-    mod = row_chains_unsplit(drop_same_shape_broadcasts(fold_batch_norm_after_matmul(mod)))
+    mod = row_chains_unsplit(drop_same_shape_broadcasts(batch_norms_as_scale_shift(fold_batch_norm_after_matmul(mod))))
     return full_rank_constants(decompose_group_norm(conv1d_as_conv2d(mod)))

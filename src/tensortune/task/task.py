@@ -253,6 +253,18 @@ class Task:
                 return c
         return next(iter(self.space))
 
+    def other_algorithm_configs(self) -> list[Config]:
+        """The default's untuned counterparts in the template's other algorithms, the
+        valid ones, each once and none the default."""
+        seen = {self.default_config().index}
+        out = []
+        for knobs in self.template.other_algorithm_knobs(self, self.space):
+            c = self.space.get(self.space.index_of(knobs))
+            if c.index not in seen and self.space.is_valid(c):
+                seen.add(c.index)
+                out.append(c)
+        return out
+
     def instantiate(self, config: Config | dict[str, Any]) -> Any:
         """The scheduled IRModule of ``config`` (raises on an impossible config)."""
         if isinstance(config, dict):

@@ -178,14 +178,15 @@ class Conv2dNCHWcTemplate(Template):
             s.add_constraint("winograd", winograd_tile)
         return s
 
-    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
+    def _direct_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
+        """The untuned direct convolution (without the ``algorithm`` knobs)."""
         a = task.args
         OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], self.in_blocks(task)
         vec, acc = block_vectors(task, a["OB"]), max_accumulators(task.target_json)
         xi, fm = default_register_tile(OW, OCo, vec, acc)
         if self.exact_columns:
             xi, fm = exact_register_tile(OW, xi, fm, vec, acc)
-        knobs = {
+        return {
             "tile_f": (OCo // fm, fm),
             "tile_y": pick_entity(space, "tile_y", lambda e: (e[1] == 1,)),
             "tile_x": (-(-OW // xi), xi),
@@ -193,12 +194,31 @@ class Conv2dNCHWcTemplate(Template):
             "unroll_kw": int(fm == 1),
             **unroll_knobs(16),
         }
-        if any(k.name == "algorithm" for k in space.knobs):
-            knobs.update(algorithm=0, wino_input=0)
-            m = default_winograd(a["IC"], a["OC"], OW)
-            if m:
-                knobs.update(winograd_knobs(space, m, tiles(task.out_shape[2], OW, m)[1], OCo, vec, acc), algorithm=m)
-        return knobs
+
+    @staticmethod
+    def _with_algorithm(task: Task, space: ConfigSpace, direct: dict[str, Any], m: int) -> dict[str, Any]:
+        """``direct`` as algorithm ``m`` (0: direct, else Winograd F(m, 3) with its untuned tile)."""
+        if not m:
+            return {**direct, "algorithm": 0, "wino_input": 0}
+        a = task.args
+        vec, acc = block_vectors(task, a["OB"]), max_accumulators(task.target_json)
+        row_tiles = tiles(task.out_shape[2], task.out_shape[3], m)[1]
+        return {**direct, **winograd_knobs(space, m, row_tiles, a["OC"] // a["OB"], vec, acc), "algorithm": m}
+
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
+        direct = self._direct_knobs(task, space)
+        if not any(k.name == "algorithm" for k in space.knobs):
+            return direct
+        a = task.args
+        return self._with_algorithm(task, space, direct, default_winograd(a["IC"], a["OC"], task.out_shape[3]))
+
+    def other_algorithm_knobs(self, task: Task, space: ConfigSpace) -> list[dict[str, Any]]:
+        """The direct convolution and each Winograd F(m, 3), untuned: ``default_winograd``'s rule
+        was measured on AVX2 at a few shapes; measurement decides on the others."""
+        if not any(k.name == "algorithm" for k in space.knobs):
+            return []
+        direct = self._direct_knobs(task, space)
+        return [self._with_algorithm(task, space, direct, m) for m in (0, *TILE_SIZES)]
 
     def input_variant(self, task: Task, config: Config) -> str:
         """``winograd{m}`` for a Winograd config (its kernel is transformed), else ``""``."""

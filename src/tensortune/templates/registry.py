@@ -54,6 +54,13 @@ class Template(ABC):
         """Knob values of a sane untuned schedule (None: the space's first valid config)."""
         return None
 
+    def other_algorithm_knobs(self, task: "Task", space: ConfigSpace) -> list[dict[str, Any]]:
+        """Knob values of untuned schedules that compute the task by another algorithm than the
+        default's (Winograd beside the direct convolution). A tuner measures them beside the
+        default in its first batch, so that measurement, not the default's rule, picks the
+        algorithm for each task. None by default."""
+        return []
+
     def key_version(self, task: "Task") -> int:
         """The :attr:`version` in ``task``'s workload key (a template whose space changed for some
         tasks only bumps theirs, and the others keep their records)."""

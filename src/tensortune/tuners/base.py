@@ -41,7 +41,10 @@ class Tuner(ABC):
     Bookkeeping shared by all: the set of visited config indices (measured in this run or
     found in the database), the best config and cost, and an ``rng`` seeded from ``seed``.
     With ``start_from_default`` the template's default config is measured in the first
-    batch (when not measured yet), so a tuned result is never worse than the untuned one.
+    batch (when not measured yet), so a tuned result is never worse than the untuned one, and
+    with it its counterparts in the template's other algorithms
+    (:meth:`~tensortune.task.Task.other_algorithm_configs`), so every tuner picks the algorithm
+    by measurement, whatever its search would have sampled.
 
     A tuner may be tuned again (the schedulers give a task one batch per round to the same
     tuner): it remembers which stored trials it already has, so a later ``tune`` call loads
@@ -77,6 +80,7 @@ class Tuner(ABC):
         #: confirmation groups this tuner measured
         self._groups_made: set[str] = set()
         self._default: Config | None | bool = False  # the template default (False: not computed yet)
+        self._other_algorithms: list[Config] | None = None  # the default's counterparts in other algorithms (None: not computed yet)
         #: why the tuner has nothing more to propose, when it ends by design (e.g. ``oneshot``
         #: after its one validation); "" means the space is exhausted
         self.finished = ""
@@ -118,12 +122,11 @@ class Tuner(ABC):
     def ask(self, n: int) -> list[Config]:
         """Up to ``n`` unvisited configs to measure next: the template's default first (with
         ``start_from_default``, until it is measured), then :meth:`next_batch`'s proposals."""
-        first = self._unmeasured_default()
-        lead = [first] if first is not None else []
+        lead = self._unmeasured_starts()
         if n <= len(lead):  # next_batch(0) may mean "no limit" to a tuner (random search sampled the whole space)
             return lead[:max(n, 0)]
-        return lead + [c for c in self.next_batch(n - len(lead))
-                       if c.index not in self.visited and (first is None or c.index != first.index)]
+        skip = self.visited | {c.index for c in lead}
+        return lead + [c for c in self.next_batch(n - len(lead)) if c.index not in skip]
 
     def tell(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
         """The results of configs :meth:`ask` proposed (in the same order)."""
@@ -165,9 +168,20 @@ class Tuner(ABC):
                 self._default = None
         return self._default  # type: ignore[return-value]
 
-    def _unmeasured_default(self) -> Config | None:
-        """The template's default config, if asked for and not measured yet."""
+    def template_other_algorithms(self) -> list[Config]:
+        """The default's counterparts in the template's other algorithms (none where it has none)."""
+        if self._other_algorithms is None:
+            try:
+                self._other_algorithms = self.task.other_algorithm_configs()
+            except Exception:  # noqa: BLE001 - a template without a usable default has none
+                self._other_algorithms = []
+        return self._other_algorithms
+
+    def _unmeasured_starts(self) -> list[Config]:
+        """The template's default and its counterparts in other algorithms, if asked for, that are not measured yet."""
         if not self.start_from_default:
-            return None
+            return []
         default = self.template_default()
-        return None if default is None or default.index in self.visited else default
+        if default is None:
+            return []
+        return [c for c in (default, *self.template_other_algorithms()) if c.index not in self.visited]
