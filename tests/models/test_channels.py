@@ -134,3 +134,36 @@ def test_pre_activation_batch_norms_follow_the_block(tmp_path) -> None:
     cm = compile_model(model, target_json=AVX2)
     check = compare_outputs(cm.run([x]), [want])
     assert check.ok, check.message
+
+
+class Branches(nn.Module):
+    """Two resolutions of 12 and 20 channels (off the block: padded), each through a residual 3x3,
+    the low one upsampled (nearest, and bilinear) into the high one's sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 12, 3, padding=1)
+        self.down = nn.Conv2d(12, 20, 3, 2, 1)
+        self.hi, self.lo = nn.Conv2d(12, 12, 3, padding=1), nn.Conv2d(20, 20, 3, padding=1)
+        self.fuse = nn.Conv2d(20, 12, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.stem(x))
+        lo = torch.relu(self.down(h))
+        h, lo = torch.relu(h + self.hi(h)), torch.relu(lo + self.lo(lo))
+        f = self.fuse(lo)
+        up = nn.functional.interpolate(f, scale_factor=2.0, mode="nearest")
+        smooth = nn.functional.interpolate(f, scale_factor=2.0, mode="bilinear", align_corners=False)
+        return torch.relu(h + up + smooth).mean((2, 3))
+
+
+def test_resized_branches_stay_padded_and_blocked(tmp_path) -> None:
+    """Padded channels flow through a resize (zeros stay zeros), and the resize runs in the block:
+    only the edges of the model keep a layout transform, and the outputs match."""
+    path, x, want = _onnx(Branches(), tmp_path / "branches.onnx")
+    model = load_model(path)
+    plan = model.layout_plan(AVX2)
+    assert plan.block == 8 and plan.transforms == 2, plan.summary()  # into the block, out of it
+    cm = compile_model(model, target_json=AVX2)
+    check = compare_outputs(cm.run([x]), [want])
+    assert check.ok, check.message

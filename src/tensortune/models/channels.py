@@ -8,8 +8,8 @@ NCHW with a ``layout_transform`` on each side. So:
 - before conversion, a channel ``split`` of a 4-D tensor is written as one slice per part
   (:func:`splits_as_slices`);
 - after it, every transform from ``NCHW{b}c`` back to NCHW is moved down past what reads it
-  (:func:`sink_transforms`): channel slices at block boundaries, concats, elementwise ops and
-  pooling then run in the block, and the transform meets the one into the next convolution's
+  (:func:`sink_transforms`): channel slices at block boundaries, concats, elementwise ops,
+  pooling and resizing then run in the block, and the transform meets the one into the next convolution's
   block, and both go. A slice or concat whose channels do not fall on block boundaries keeps
   NCHW, with its transforms. An image turned into channels-last tokens (or back) goes from the
   block to them in one transform instead of a transform and a transpose.
@@ -29,6 +29,7 @@ ELEMENTWISE = frozenset({
     "relax.power",
 })
 POOLS = frozenset({"relax.nn.avg_pool2d", "relax.nn.max_pool2d"})
+RESIZE = "relax.image.resize2d"
 CHANNEL_AXIS = 1
 
 
@@ -148,6 +149,8 @@ def _sink(call: Any, m: Any) -> Any:
         return _sink_concat(call, m)
     if name in POOLS:
         return _sink_pool(call, m)
+    if name == RESIZE:
+        return _sink_resize(call, m)
     return _sink_elementwise(call, m)
 
 
@@ -191,6 +194,24 @@ def _sink_pool(call: Any, m: Any) -> Any:
     pooled = op(src, [int(v) for v in a.pool_size], [int(v) for v in a.strides], [int(v) for v in a.padding],
                 [int(v) for v in a.dilation], bool(a.ceil_mode), layout=f"NCHW{b}c", out_layout=f"NCHW{b}c", **kw)
     return _to_plain(m, pooled, t)
+
+
+def _sink_resize(call: Any, m: Any) -> Any:
+    """An image resized in NCHW (an HRNet's upsampled branches, a decoder's) resized in the block:
+    TOPI's resize reads ``NCHW{b}c`` directly, each channel alone."""
+    from tvm import relax
+
+    back = _from_block(m, call.args[0])
+    a = call.attrs
+    if back is None or str(a.layout) != "NCHW":
+        return call
+    src, b, t = back
+    out_dtype = None if str(a.out_dtype) in ("", "void", "None") else str(a.out_dtype)
+    resized = relax.op.image.resize2d(src, call.args[1], tuple(float(v) for v in a.roi), f"NCHW{b}c", str(a.method),
+                                      str(a.coordinate_transformation_mode), str(a.rounding_method),
+                                      float(a.cubic_alpha), int(a.cubic_exclude), float(a.extrapolation_value),
+                                      out_dtype)
+    return _to_plain(m, resized, t)
 
 
 def _sink_elementwise(call: Any, m: Any) -> Any:
@@ -266,11 +287,12 @@ def _sink_permute(call: Any, m: Any) -> Any:
 
 def sink_transforms(mod: Any) -> Any:
     """``mod`` (after the layout conversion) with its transforms back to NCHW moved down past channel
-    slices on block boundaries, channel concats, elementwise ops and pooling, and cancelled against
+    slices on block boundaries, channel concats, elementwise ops, pooling and resizing, and cancelled against
     the transforms into the block they meet; a transpose between the block and channels last
     (tokens) folded into the transform."""
     from tvm import relax
 
-    ops = ("relax.layout_transform", "relax.permute_dims", "relax.strided_slice", "relax.concat", *POOLS, *ELEMENTWISE)
+    ops = ("relax.layout_transform", "relax.permute_dims", "relax.strided_slice", "relax.concat", *POOLS, RESIZE,
+           *ELEMENTWISE)
     out = rewrite_calls(mod, ops, _sink)
     return relax.transform.CanonicalizeBindings()(relax.transform.DeadCodeElimination()(out))

@@ -8,7 +8,7 @@ block, when that adds at most a third (:data:`MAX_WASTE`): the convolution produ
 zero output channels (zero weights, zero bias), every convolution reading it gets zero input
 weights for them, so the real channels are computed exactly as before. The padded tensor flows
 through what works channel by channel (depthwise convolutions, per-channel constants, unary
-activations, residual adds, pooling); anything else (a reshape, a concat, a matmul, the
+activations, residual adds, pooling, resizing); anything else (a reshape, a concat, a matmul, the
 model's output) first gets the real channels back by a ``strided_slice``.
 
 Padded channels hold finite values only (zeros, then finite functions of them: the constants
@@ -38,8 +38,10 @@ _UNARY = frozenset({"relax.nn.relu", "relax.nn.silu", "relax.nn.gelu", "relax.nn
 #: Binary elementwise ops (padded constants: 0, or 1 for the divisor of ``divide``).
 _BINARY = frozenset({"relax.add", "relax.subtract", "relax.multiply", "relax.maximum", "relax.minimum",
                      "relax.divide"})
-#: Pooling over each channel alone.
-_POOL = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d"})
+#: Pooling and resizing over each channel alone (an HRNet's upsampled branches: unpadded, each
+#: fusion sum sliced its other branches back to the real channels and padded them again).
+_POOL = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d",
+                   "relax.image.resize2d"})
 
 
 def padded_count(c: int, block: int) -> int:
