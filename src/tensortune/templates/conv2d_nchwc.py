@@ -97,15 +97,17 @@ def exact_columns_fit(width: int) -> bool:
 
 
 def default_winograd(ic: int, oc: int, width: int) -> int:
-    """The untuned ``algorithm``: from 8 input channels, F(4, 3) on outputs at least 14 wide, F(2, 3)
-    from 128 channels on narrower ones, else direct (0). Measured on AVX2 (znver3, 2 threads, interleaved rounds, against
-    the direct default): F(4, 3) with its input transformed per row of tiles 1.29x at 56x56 from 8 to
-    16 channels, 1.53x at 16, 1.9-2.2x from 32 to 256 channels (56x56 to 14x14); F(2, 3) 1.46x at
-    7x7x512, where F(4, 3) pads 7 to 8 and ran 0.81x. Not on an RGB stem (3 input channels: 0.55x at
-    224x224x64, 0.74x at 112x112x32), whose few products cannot pay for the transforms."""
+    """The untuned ``algorithm``: from 8 input channels, F(4, 3) on outputs at least 14 wide (below
+    256 channels at 14), F(2, 3) from 128 channels on narrower ones, else direct (0). Measured on
+    AVX2 (znver3, 2 threads, interleaved rounds, against the direct default): F(4, 3) with its input
+    transformed per row of tiles 1.29x at 56x56 from 8 to 16 channels, 1.53x at 16, 1.9-2.2x from 32
+    to 256 channels (56x56 to 14x14); F(2, 3) 1.46x at 7x7x512, where F(4, 3) pads 7 to 8 and ran
+    0.81x. At 14x14x256 the tuners' first batches (which measure every algorithm) found F(2, 3)
+    1.09-1.16x faster than F(4, 3) in three ResNet tasks. Not on an RGB stem (3 input channels:
+    0.55x at 224x224x64, 0.74x at 112x112x32), whose few products cannot pay for the transforms."""
     if ic < 8:
         return 0
-    if width >= 14:
+    if width > 14 or width == 14 and min(ic, oc) < 256:
         return 4
     if min(ic, oc) >= 128:
         return 2
