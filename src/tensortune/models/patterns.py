@@ -3,7 +3,8 @@
 Each network is written here from the published idea, not copied from a model zoo: what matters
 is the graph pattern a user's model brings (channel splits and concats around blocks, depthwise
 kernels of several sizes on channel groups, attention over spatially reduced keys, convolution
-stages followed by attention on few tokens). They are exported with PyTorch's TorchScript
+stages followed by attention on few tokens, layers that read the concat of all earlier ones,
+branches at several resolutions summed across, recurrent layers). They are exported with PyTorch's TorchScript
 exporter so that they reach tensortune the way a team's ONNX file does (``Split``, ``Slice``,
 ``Concat`` and ``Reshape`` nodes, shape arithmetic included), random weights, batch 1, 224x224
 images (the recurrent one: 50 steps of 64 features).
@@ -517,7 +518,8 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in [
             ReducedAttentionNet),
     Pattern("four_three_d", "a hybrid of 4-D conv stages then 3-D attention stages", FourThenThreeD),
     Pattern("dense", "dense blocks: each 3x3 layer reads the concat of all earlier outputs", DenseNet),
-    Pattern("multi_res", "parallel branches at four resolutions of 3x3 basic blocks, summed across", MultiResolutionNet),
+    Pattern("multi_res", "parallel branches at four resolutions of 3x3 basic blocks, summed across",
+            MultiResolutionNet),
     Pattern("recurrent", "two LSTM layers and a bidirectional GRU over 50 steps", RecurrentNet, _sequence_inputs),
 ]}
 

@@ -80,7 +80,7 @@ class Tuner(ABC):
         #: confirmation groups this tuner measured
         self._groups_made: set[str] = set()
         self._default: Config | None | bool = False  # the template default (False: not computed yet)
-        self._other_algorithms: list[Config] | None = None  # the default's counterparts in other algorithms (None: not computed yet)
+        self._other_algorithms: list[Config] | None = None  # the default's other algorithms (None: not yet)
         #: why the tuner has nothing more to propose, when it ends by design (e.g. ``oneshot``
         #: after its one validation); "" means the space is exhausted
         self.finished = ""
@@ -120,8 +120,9 @@ class Tuner(ABC):
 
     # ------------------------------------------------------------ the step API
     def ask(self, n: int) -> list[Config]:
-        """Up to ``n`` unvisited configs to measure next: the template's default first (with
-        ``start_from_default``, until it is measured), then :meth:`next_batch`'s proposals."""
+        """Up to ``n`` unvisited configs to measure next: the template's default and its
+        counterparts in other algorithms first (with ``start_from_default``, until they are
+        measured), then :meth:`next_batch`'s proposals."""
         lead = self._unmeasured_starts()
         if n <= len(lead):  # next_batch(0) may mean "no limit" to a tuner (random search sampled the whole space)
             return lead[:max(n, 0)]
@@ -178,7 +179,7 @@ class Tuner(ABC):
         return self._other_algorithms
 
     def _unmeasured_starts(self) -> list[Config]:
-        """The template's default and its counterparts in other algorithms, if asked for, that are not measured yet."""
+        """The template's default and its counterparts in other algorithms, if asked for, not measured yet."""
         if not self.start_from_default:
             return []
         default = self.template_default()
