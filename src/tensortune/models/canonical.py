@@ -6,10 +6,10 @@
 * A lower-rank constant operand of an elementwise op on a 4-D tensor reshaped to 4-D
   (:func:`full_rank_constants`), so that the op follows the blocked layout.
 * An inference batch norm after a constant-weight matmul folded into its weight and a shift
-  (:func:`fold_batch_norm_after_matmul`), as import folds those after a convolution.
-* Any other inference batch norm of an image tensor (a pre-activation one: no convolution
-  before it) as a per-channel product and sum (:func:`batch_norms_as_scale_shift`), which follow
-  the block; ``batch_norm`` itself has no blocked layout inference.
+  (:func:`fold_batch_norms`), as import folds those after a convolution; any other inference
+  batch norm of an image tensor (a pre-activation one: no convolution before it) as a
+  per-channel product and sum, which follow the block (``batch_norm`` itself has no blocked
+  layout inference).
 * A ``broadcast_to`` to the shape its tensor already has dropped (:func:`drop_same_shape_broadcasts`):
   an exported batched matmul broadcasts both operands to their own shapes, and in MobileViT those
   copies sat between the softmax and the values' matmul, where the fused attention could not
@@ -171,6 +171,17 @@ def _const_matrix(m: Any, w: Any) -> np.ndarray | None:
     return value if value is not None and value.ndim == 2 else None
 
 
+def _bn_scale_shift(call: Any, bias: Any = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, t)`` with ``batch_norm(x + bias) == x * s + t`` per channel, from a batch norm's constant
+    statistics and affine parameters."""
+    _, gamma, beta, mean, var = call.args
+    a = call.attrs
+    mu = mean.value.numpy()
+    g = gamma.value.numpy() if bool(a.scale) else np.ones_like(mu)
+    s = g / np.sqrt(var.value.numpy() + np.float32(a.epsilon))
+    return s, (bias - mu) * s + (beta.value.numpy() if bool(a.center) else 0)
+
+
 def _bn_after_matmul(call: Any, m: Any) -> Any:
     """An inference batch norm over the last axis of a matmul whose weight is a constant (through
     reshapes that keep that axis, and a constant bias added before them) as that matmul on the
@@ -206,23 +217,13 @@ def _bn_after_matmul(call: Any, m: Any) -> Any:
     n = int(shape[-1])
     if w is None or w.shape[1] != n or np.ndim(bias) > 1 or np.size(bias) not in (1, n):
         return call
-    g = gamma.value.numpy() if bool(a.scale) else np.ones(n, np.float32)
-    s = g / np.sqrt(var.value.numpy() + np.float32(a.epsilon))
-    t = (bias - mean.value.numpy()) * s + (beta.value.numpy() if bool(a.center) else 0)
+    s, t = _bn_scale_shift(call, bias)
     emit = m.builder_.emit
     y = emit(relax.op.matmul(b.args[0], relax.const((w * s[None, :]).astype(np.float32)), out_dtype="float32"))
     y = emit(relax.op.add(y, relax.const(t.astype(np.float32))))
     for rs in reversed(reshapes):
         y = emit(relax.op.reshape(y, rs))
     return relax.Tuple([y, mean, var])
-
-
-def fold_batch_norm_after_matmul(mod: Any) -> Any:
-    """``mod`` with each inference batch norm that follows a constant-weight matmul folded into it
-    (:func:`_bn_after_matmul`); those after a convolution are folded on import."""
-    from tvm import relax
-
-    return relax.transform.DeadCodeElimination()(rewrite_calls(mod, "relax.nn.batch_norm", _bn_after_matmul))
 
 
 def _bn_as_scale_shift(call: Any, m: Any) -> Any:
@@ -241,22 +242,27 @@ def _bn_as_scale_shift(call: Any, m: Any) -> Any:
         return call
     if not all(isinstance(c, Constant) for c in (gamma, beta, mean, var)):
         return call
-    mu, v = mean.value.numpy(), var.value.numpy()
-    g = gamma.value.numpy() if bool(a.scale) else np.ones_like(mu)
-    scale = g / np.sqrt(v + np.float32(a.epsilon))
-    shift = (beta.value.numpy() if bool(a.center) else 0) - mu * scale
+    scale, shift = _bn_scale_shift(call)
     emit = m.builder_.emit
     y = emit(relax.op.multiply(x, relax.const(scale.reshape(1, -1, 1, 1).astype(np.float32))))
     y = emit(relax.op.add(y, relax.const(shift.reshape(1, -1, 1, 1).astype(np.float32))))
     return relax.Tuple([y, mean, var])
 
 
-def batch_norms_as_scale_shift(mod: Any) -> Any:
-    """``mod`` with each image batch norm left after import (no convolution before it to fold into)
-    a product and a sum (:func:`_bn_as_scale_shift`)."""
+def _bn_folded(call: Any, m: Any) -> Any:
+    """A batch norm after a constant-weight matmul folded into it, else one of an image tensor as a
+    product and a sum (``call`` unchanged for any other)."""
+    out = _bn_after_matmul(call, m)
+    return out if out is not call else _bn_as_scale_shift(call, m)
+
+
+def fold_batch_norms(mod: Any) -> Any:
+    """``mod`` with each inference batch norm left after import (those after a convolution are
+    folded there) folded into the matmul before it or written as a per-channel product and sum
+    (:func:`_bn_folded`)."""
     from tvm import relax
 
-    return relax.transform.DeadCodeElimination()(rewrite_calls(mod, "relax.nn.batch_norm", _bn_as_scale_shift))
+    return relax.transform.DeadCodeElimination()(rewrite_calls(mod, "relax.nn.batch_norm", _bn_folded))
 
 
 def _same_shape_broadcast(call: Any, m: Any) -> Any:
@@ -329,5 +335,5 @@ def row_chains_unsplit(mod: Any) -> Any:
 
 def canonicalize(mod: Any) -> Any:
     """The rewrites of this module."""
-    mod = row_chains_unsplit(drop_same_shape_broadcasts(batch_norms_as_scale_shift(fold_batch_norm_after_matmul(mod))))
+    mod = row_chains_unsplit(drop_same_shape_broadcasts(fold_batch_norms(mod)))
     return full_rank_constants(decompose_group_norm(conv1d_as_conv2d(mod)))

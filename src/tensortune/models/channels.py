@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .prepack import static_shape as _shape
-from .relaxrewrite import rewrite_calls
+from .relaxrewrite import conv_out_dtype, rewrite_calls
 
 #: Ops that compute each element from the same element of their operands: a transform moves past them.
 ELEMENTWISE = frozenset({
@@ -206,11 +206,10 @@ def _sink_resize(call: Any, m: Any) -> Any:
     if back is None or str(a.layout) != "NCHW":
         return call
     src, b, t = back
-    out_dtype = None if str(a.out_dtype) in ("", "void", "None") else str(a.out_dtype)
     resized = relax.op.image.resize2d(src, call.args[1], tuple(float(v) for v in a.roi), f"NCHW{b}c", str(a.method),
                                       str(a.coordinate_transformation_mode), str(a.rounding_method),
                                       float(a.cubic_alpha), int(a.cubic_exclude), float(a.extrapolation_value),
-                                      out_dtype)
+                                      conv_out_dtype(a))
     return _to_plain(m, resized, t)
 
 

@@ -36,5 +36,5 @@ def rewrite_calls(mod: Any, op_name: str | tuple[str, ...], rewrite: Callable[[A
 
 
 def conv_out_dtype(attrs: Any) -> str | None:
-    """A convolution's ``out_dtype`` attribute, None when it is unset (the input's dtype)."""
+    """An op's ``out_dtype`` attribute (a convolution's, a resize's), None when it is unset (the input's dtype)."""
     return None if str(attrs.out_dtype) in ("", "void", "None") else str(attrs.out_dtype)

@@ -247,11 +247,13 @@ class Task:
     def default_config(self) -> Config:
         """A sane untuned schedule (the template's choice, else the first valid config)."""
         knobs = self.template.default_knobs(self, self.space)
-        if knobs is not None:
-            c = self.space.get(self.space.index_of(knobs))
-            if self.space.is_valid(c):
-                return c
-        return next(iter(self.space))
+        c = self._valid_config(knobs) if knobs is not None else None
+        return c if c is not None else next(iter(self.space))
+
+    def _valid_config(self, knobs: dict[str, Any]) -> Config | None:
+        """The config of ``knobs`` if the space's constraints accept it, else None."""
+        c = self.space.get(self.space.index_of(knobs))
+        return c if self.space.is_valid(c) else None
 
     def other_algorithm_configs(self) -> list[Config]:
         """The default's untuned counterparts in the template's other algorithms, the
@@ -259,8 +261,8 @@ class Task:
         seen = {self.default_config().index}
         out = []
         for knobs in self.template.other_algorithm_knobs(self, self.space):
-            c = self.space.get(self.space.index_of(knobs))
-            if c.index not in seen and self.space.is_valid(c):
+            c = self._valid_config(knobs)
+            if c is not None and c.index not in seen:
                 seen.add(c.index)
                 out.append(c)
         return out

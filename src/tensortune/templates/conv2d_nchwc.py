@@ -209,7 +209,7 @@ class Conv2dNCHWcTemplate(Template):
 
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         direct = self._direct_knobs(task, space)
-        if not any(k.name == "algorithm" for k in space.knobs):
+        if not self.offers_winograd(task):
             return direct
         a = task.args
         return self._with_algorithm(task, space, direct, default_winograd(a["IC"], a["OC"], task.out_shape[3]))
@@ -217,7 +217,7 @@ class Conv2dNCHWcTemplate(Template):
     def other_algorithm_knobs(self, task: Task, space: ConfigSpace) -> list[dict[str, Any]]:
         """The direct convolution and each Winograd F(m, 3), untuned: ``default_winograd``'s rule
         was measured on AVX2 at a few shapes; measurement decides on the others."""
-        if not any(k.name == "algorithm" for k in space.knobs):
+        if not self.offers_winograd(task):
             return []
         direct = self._direct_knobs(task, space)
         return [self._with_algorithm(task, space, direct, m) for m in (0, *TILE_SIZES)]
