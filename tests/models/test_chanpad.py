@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from tensortune.models.chanpad import MAX_WASTE, pad_channels, padded_count
+from tensortune.models.chanpad import MAX_WASTE, ChanMap, pad_channels, padded_count
 from tensortune.models.compile import compile_model
 from tensortune.models.importer import load_model
 from tensortune.models.layout import rewrite_clip
@@ -101,6 +101,59 @@ def test_a_padded_output_is_not_returned() -> None:
     tj = dict(host_target_json(), mcpu="znver3")
     plan = m.layout_plan(tj)
     assert "no channels padded (padding would change the model's output)" in plan.summary()
+    cm = compile_model(m, target_json=tj)
+    check = compare_outputs(cm.run(m.example_inputs), TorchRunner(m.torch_module).run(m.example_inputs))
+    assert check.ok, check.message
+
+
+def test_a_split_convolution_output_puts_each_part_on_a_block_boundary() -> None:
+    m = ChanMap.segmented(104, {26, 52, 78}, 8)  # a Res2Net width: 4 parts of 26
+    assert m.width == 128 and [m.at[i] for i in (0, 26, 52, 78)] == [0, 32, 64, 96] and m.real == 104
+    assert m.runs() == [(0, 26), (32, 58), (64, 90), (96, 122)]
+    assert ChanMap.segmented(160, {80}, 8) == ChanMap.plain(160)  # on the boundaries already
+
+
+class GhostLike(nn.Module):
+    """Two ghost halves of 12 channels (each padded to 16) concatenated, cut to 24, and summed with
+    a strided shortcut convolution whose output must take the halves' map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, 1, 1)
+        self.primary = nn.Conv2d(16, 12, 1)
+        self.cheap = nn.Conv2d(12, 12, 3, 1, 1, groups=12)
+        self.down = nn.Conv2d(24, 24, 3, 2, 1, groups=24)
+        self.short = nn.Conv2d(16, 24, 1, 2)
+        self.out = nn.Conv2d(24, 16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = torch.relu(self.stem(x))
+        a = self.primary(s)
+        g = torch.cat([a, torch.relu(self.cheap(a))], dim=1)[:, :24]
+        y = self.down(g) + self.short(s)
+        return self.out(torch.relu(y))
+
+
+def test_ghost_halves_stay_in_the_block_and_a_shortcut_takes_their_map() -> None:
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    torch.manual_seed(0)
+    m = load_model(GhostLike().eval(), [torch.randn(1, 3, 12, 12)])
+    mod = rewrite_clip(relax.transform.FoldConstant()(m.mod))
+    padded, res = pad_channels(mod, 8)
+    assert res.padded.get(12) == 16 and res.padded.get(24) == 32 and res.rounds == 2, res
+    assert res.slices == 0, res  # no op needed the real channels back
+    outs = []
+    for mm in (mod, padded):
+        vm = relax.VirtualMachine(tvm.compile(mm, target="llvm"), tvm.cpu())
+        r = vm["main"](*[tvm.runtime.tensor(x) for x in m.example_inputs])
+        outs.append((r if hasattr(r, "numpy") else r[0]).numpy())
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    tj = dict(host_target_json(), mcpu="znver3")
+    plan = m.layout_plan(tj)
+    assert plan.block == 8 and plan.transforms == 2, plan.summary()
     cm = compile_model(m, target_json=tj)
     check = compare_outputs(cm.run(m.example_inputs), TorchRunner(m.torch_module).run(m.example_inputs))
     assert check.ok, check.message
