@@ -33,7 +33,7 @@ RESIZE = "relax.image.resize2d"
 CHANNEL_AXIS = 1
 
 
-def _ints(v: Any) -> list[int]:
+def slice_ints(v: Any) -> list[int]:
     """The integers of a slice argument (a tuple of prim values, or a shape)."""
     items = v.fields if hasattr(v, "fields") else v.values
     return [int(getattr(i, "value", i)) for i in items]
@@ -158,10 +158,10 @@ def _sink_slice(call: Any, m: Any) -> Any:
     from tvm import relax
 
     back = _from_block(m, call.args[0])
-    if back is None or len(call.args) > 4 and any(s != 1 for s in _ints(call.args[4])):
+    if back is None or len(call.args) > 4 and any(s != 1 for s in slice_ints(call.args[4])):
         return call
     src, b, t = back
-    axes, begin, end = _ints(call.args[1]), _ints(call.args[2]), _ints(call.args[3])
+    axes, begin, end = slice_ints(call.args[1]), slice_ints(call.args[2]), slice_ints(call.args[3])
     c = _shape(call.args[0])[CHANNEL_AXIS]
     if axes != [CHANNEL_AXIS] or begin[0] % b or min(end[0], c) % b or begin[0] < 0:
         return call

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .channels import splits_as_slices
+from .channels import slice_ints, splits_as_slices
 from .prepack import static_shape as _shape
 from .relaxrewrite import conv_out_dtype
 
@@ -226,13 +226,11 @@ def _plain_conv(call: Any, g: _Graph) -> bool:
 
 def _channel_slice(call: Any) -> tuple[int, int] | None:
     """``(begin, end)`` of a unit-stride slice of a 4-D tensor's channel axis, clipped to it."""
-    from .channels import _ints
-
     if _op(call) != "relax.strided_slice" or not _is_4d(call.args[0]):
         return None
     try:
-        axes, begin, end = _ints(call.args[1]), _ints(call.args[2]), _ints(call.args[3])
-        strides = _ints(call.args[4]) if len(call.args) > 4 else [1]
+        axes, begin, end = slice_ints(call.args[1]), slice_ints(call.args[2]), slice_ints(call.args[3])
+        strides = slice_ints(call.args[4]) if len(call.args) > 4 else [1]
     except (TypeError, ValueError, AttributeError):
         return None
     c = _shape(call.args[0])[1]
@@ -270,7 +268,8 @@ def _cut_requests(g: _Graph, block: int) -> dict[Any, ChanMap]:
                 if not m.is_plain and m.width <= MAX_WASTE * w[0]:
                     requests[call] = m
                 continue
-        if name in _UNARY or name in _POOL or (name == _CONV and int(call.attrs.groups) == _shape(call)[1]):
+        depthwise = name == _CONV and int(call.attrs.groups) == _shape(call)[1] == _shape(call.args[0])[1]
+        if name in _UNARY or name in _POOL or depthwise:
             sources = [0]
         elif name in _BINARY:
             sources = _activations(call, g)
