@@ -117,6 +117,10 @@ def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f3
         "below_half_peak": [{"task": f.task, "mflops": f.flops / 1e6, "gflops": f.gflops, "calls": f.calls,
                              "ms": f.ms, "peak": prof.peak_of(f)}
                             for f in prof.below(0.5) if f.kernel_class.startswith(COMPUTE_KERNELS)],
+        "memory_below_half": [{"task": f.task, "gbs": f.gbs, "calls": f.calls, "ms": f.ms}
+                              for f in prof.memory_below(0.5)],
+        "bandwidth_gbs": prof.bandwidth_gbs,
+        "transforms": cm.layout.transforms if cm.layout is not None else None,
         "untuned_copy_ms": rows["tensortune tuned"].latency.median_ms if rows["tensortune tuned"].latency else None,
         "checks": {n: r.check for n, r in rows.items()}, "outputs_match": bool(untuned and untuned.ok),
         "max_rel_err": rows["tensortune untuned"].max_rel_err if "tensortune untuned" in rows else None,
@@ -290,6 +294,7 @@ def report_md(data: dict[str, Any]) -> str:
         _ms("tensortune untuned", "tensortune"), *_runtimes(data),
         ("/ fastest runtime", "---:", lambda e: f"{_num(e['ratio'])}x ({e['fastest'] or '-'})"), _at_peak(data),
         ("outputs", "---", lambda e: "match" if e["outputs_match"] else "MISMATCH"),
+        ("transforms", "---:", lambda e: "-" if e.get("transforms") is None else str(e["transforms"])),
         ("compile s", "---:", lambda e: f"{e['compile_s']:.0f}")]
     lines = [f"# Hugging Face corpus, untuned tensortune in {data.get('precision', 'f32')} ({machine_line(data['machine'])}, "
              f"{data['machine'].get('cpus')} threads, {data['rounds']} interleaved rounds)", "",
@@ -304,6 +309,12 @@ def report_md(data: dict[str, Any]) -> str:
             roof = f.get("peak") or peak
             lines.append(f"- {e['model']}: {f['task']}: {f['gflops']:.0f} GFLOP/s ({f['gflops'] / roof:.0%} of "
                          f"{roof:.0f}), {f['calls']} calls, {f['ms']:.2f} ms" if roof else f"- {e['model']}: {f['task']}")
+    bw = next((e["bandwidth_gbs"] for e in data["models"].values() if e.get("bandwidth_gbs")), None)
+    lines += ["", "## Memory-bound functions of more than 0.2 ms an inference under half the copy bandwidth"
+              + (f" ({bw:.1f} GB/s)" if bw else ""), ""]
+    for e in data["models"].values():
+        for f in e.get("memory_below_half", []):
+            lines.append(f"- {e['model']}: {f['task']}: {f['gbs']:.1f} GB/s, {f['calls']} calls, {f['ms']:.2f} ms")
     lines += ["", "## Layouts and fallbacks", ""]
     for e in data["models"].values():
         if "error" in e:

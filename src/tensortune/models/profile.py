@@ -121,6 +121,15 @@ class ModelProfile:
             return []
         return [f for f in self.funcs if f.flops > min_mflops * 1e6 and f.gflops < share * (self.peak_of(f) or 0.0)]
 
+    def memory_below(self, share: float, min_ms: float = 0.2) -> list[FuncProfile]:
+        """Memory-bound functions of more than ``min_ms`` an inference that move their buffers at
+        under ``share`` of the measured copy bandwidth."""
+        bw = self.bandwidth_gbs
+        if not bw:
+            return []
+        return [f for f in self.funcs if f.ms > min_ms and f.bytes and f.bound(self.peak_of(f), bw) == "memory"
+                and f.gbs < share * bw]
+
     def to_json(self) -> dict[str, Any]:
         """JSON form (``tensortune profile --json``)."""
         return {"model": self.model, "threads": self.threads, "cpu_model": self.cpu_model, "runs": self.runs,
