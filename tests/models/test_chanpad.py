@@ -157,3 +157,29 @@ def test_ghost_halves_stay_in_the_block_and_a_shortcut_takes_their_map() -> None
     cm = compile_model(m, target_json=tj)
     check = compare_outputs(cm.run(m.example_inputs), TorchRunner(m.torch_module).run(m.example_inputs))
     assert check.ok, check.message
+
+
+class Gated(nn.Module):
+    """FocalNet's modulation: one convolution makes a query, a context and one-channel gates, split
+    apart; each gate (a one-channel slice) multiplies the context across its channels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, 1, 1)
+        self.f = nn.Conv2d(16, 12 + 12 + 2, 1)
+        self.h = nn.Conv2d(12, 16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, ctx, gates = torch.split(self.f(torch.relu(self.stem(x))), [12, 12, 2], dim=1)
+        mixed = torch.relu(ctx) * gates[:, 0:1] + torch.sigmoid(ctx) * gates[:, 1:2]
+        return self.h(q * mixed)
+
+
+def test_one_channel_gates_of_a_padded_split_broadcast_exactly() -> None:
+    torch.manual_seed(0)
+    m = load_model(Gated().eval(), [torch.randn(1, 3, 10, 10)])
+    tj = dict(host_target_json(), mcpu="znver3")
+    cm = compile_model(m, target_json=tj)
+    check = compare_outputs(cm.run(m.example_inputs), TorchRunner(m.torch_module).run(m.example_inputs))
+    assert check.ok, check.message
+    assert "26->32" in m.layout_plan(tj).summary()

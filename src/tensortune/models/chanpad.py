@@ -93,6 +93,7 @@ class ChanMap:
 
     @property
     def is_plain(self) -> bool:
+        """No padding: the channels as they were."""
         return self.width == len(self.at)
 
     def runs(self) -> list[tuple[int, int]]:
@@ -350,11 +351,11 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
                 old, seen = nxt, seen + 1
             return maps.get(old)
 
-        def emit(self, expr: Any, old: Any, m: ChanMap | None) -> Any:
-            v = self.builder_.emit(expr) if m is not None else expr
-            if m is not None and not (m.is_plain and m.at == tuple(range(m.real))) and old in g.var_of:
+        def emit(self, expr: Any, old: Any, m: ChanMap) -> Any:
+            """``expr`` bound, with map ``m`` for the variable that bound ``old``."""
+            if not m.is_plain and old in g.var_of:
                 maps[g.var_of[old]] = m
-            return v
+            return self.builder_.emit(expr)
 
         def real(self, new: Any, old: Any) -> Any:
             """``new`` with its real channels only, in order."""
@@ -400,8 +401,7 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
             if groups == 1 or (groups == ic == oc and wv.shape[1] == 1):
                 if mi is None:
                     to = padded_count(ic, block)
-                    mo_req = requests.get(call)
-                    if to == ic and mo_req is None and (groups > 1 or padded_count(oc, block) == oc):
+                    if to == ic and call not in requests and (groups > 1 or padded_count(oc, block) == oc):
                         return None
                     if to != ic:
                         x, mi = self.pad_to(x, ic, to), ChanMap.plain(ic, to)
@@ -427,13 +427,13 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
 
         def binary(self, call: Any, args: list[Any]) -> Any:
             acts = _activations(call, g)
-            maps = {i: self.map_of(call.args[i]) for i in acts}
-            mapped = [i for i in acts if maps[i] is not None]
+            of = {i: self.map_of(call.args[i]) for i in acts}
+            mapped = [i for i in acts if of[i] is not None]
             if not mapped:
                 return None
-            target = maps[mapped[0]]
-            if any(maps[i] != target for i in acts):
-                self.ask(call, acts, maps)
+            target = of[mapped[0]]
+            if any(of[i] != target for i in acts):
+                self.ask(call, acts, of)
                 return None
             divide = _op(call) == "relax.divide"
             if divide and 1 in acts:
@@ -443,33 +443,35 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
                 c = g.const(o)
                 s = _shape(o)
                 axis = len(s) - 3 if s is not None else -1
-                if i in acts or s is None or axis < 0 or s[axis] == 1:
-                    new_args.append(n)  # mapped, or nothing per channel in it: it broadcasts
+                if i in acts:
+                    new_args.append(n)
+                elif s is None or axis < 0 or s[axis] == 1:  # nothing per channel in it: it broadcasts
+                    new_args.append(self.real(n, o))  # (a one-channel slice of a mapped tensor: that channel)
                 elif c is not None and s[axis] == target.real:
                     new_args.append(relax.const(_scatter(c.value.numpy(), axis, target, 1.0 if divide and i == 1 else 0.0)))
                 else:
                     return None
             return self.emit(relax.Call(call.op, new_args, call.attrs, call.ty_args), call, target)
 
-        def ask(self, call: Any, acts: list[int], maps: dict[int, ChanMap | None]) -> None:
-            """Ask the convolution behind one operand of a sum for the other's map (next round)."""
-            order = sorted(acts, key=lambda i: maps[i] is not None and maps[i].at != tuple(range(maps[i].real)))
+        def ask(self, call: Any, acts: list[int], of: dict[int, ChanMap | None]) -> None:
+            """Ask the convolution behind one operand of a sum for the other's map (next round),
+            an operand whose channels are in order (as a convolution writes them) first."""
+            order = sorted(acts, key=lambda i: of[i] is not None and of[i].at != tuple(range(of[i].real)))
             for i in order:
                 conv = _chain_conv(call.args[i], g)
-                others = {maps[j] for j in acts if j != i and maps[j] is not None}
+                others = {of[j] for j in acts if j != i and of[j] is not None}
                 if conv is not None and len(others) == 1 and conv not in requests:
                     asked[conv] = others.pop()
                     return
 
         def concat(self, call: Any, args: list[Any]) -> Any:
             fields, new_fields = call.args[0].fields, args[0].fields
-            maps = [self.map_of(f) for f in fields]
-            if all(m is None for m in maps) or not all(_is_4d(f) for f in fields):
+            of = [self.map_of(f) for f in fields]
+            if all(m is None for m in of) or not all(_is_4d(f) for f in fields):
                 return None
-            at: list[int] = []
             parts = []
-            for f, n, m in zip(fields, new_fields, maps):
-                if m is None:
+            for f, n, m in zip(fields, new_fields, of):
+                if m is None:  # a part no map pads: padded to the block, so the ones after it stay aligned
                     c = _shape(f)[1]
                     to = -(-c // block) * block
                     m = ChanMap.plain(c, to)
@@ -490,8 +492,13 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
                 return None
             lo = min(sub) // block * block
             hi = min(m.width, -(-(max(sub) + 1) // block) * block)
-            if hi - lo > max(MAX_WASTE * len(sub), block) or list(sub) != sorted(sub):
+            if list(sub) != sorted(sub):
                 return None
+            if hi - lo > max(MAX_WASTE * len(sub), block):  # too wide a window: the real channels alone
+                if sub != tuple(range(sub[0], sub[0] + len(sub))):
+                    return None
+                result.slices += 1
+                return self.builder_.emit(relax.op.strided_slice(args[0], [1], [sub[0]], [sub[0] + len(sub)]))
             kept = ChanMap(tuple(p - lo for p in sub), hi - lo)
             if (lo, hi) == (0, m.width):
                 if call in g.var_of:
