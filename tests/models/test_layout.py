@@ -127,7 +127,11 @@ class FocalModulation(nn.Module):
         return x + q * self.ctx(ctx_all)
 
 
-def test_a_convolution_whose_graph_cannot_be_blocked_keeps_nchw_alone() -> None:
+def test_a_convolution_whose_graph_cannot_be_blocked_keeps_nchw_alone(monkeypatch) -> None:
+    from tensortune.models import canonical
+
+    # without the explicit broadcast, TVM cannot block the product of the conv and the gate
+    monkeypatch.setattr(canonical, "channel_broadcasts_explicit", lambda mod: mod)
     torch.manual_seed(0)
     model = load_model(FocalModulation().eval(), [torch.randn(1, 16, 12, 12)])
     tj = dict(host_target_json(), mcpu="znver3")
@@ -137,6 +141,18 @@ def test_a_convolution_whose_graph_cannot_be_blocked_keeps_nchw_alone() -> None:
     assert len(focal) == 1 and focal[0].layout == "NCHW" and "cannot take a blocked layout" in focal[0].reason
     assert sorted(c.layout for c in plan.convs if c.kind == "conv2d") == ["NCHW8c", "NCHW8c"]
     assert "NCHW kept for 1" in plan.summary()
+    cm = compile_model(model, target_json=tj)
+    check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs))
+    assert check.ok, check.message
+
+
+def test_one_channel_gates_broadcast_across_a_blocked_convolution_and_match() -> None:
+    torch.manual_seed(0)
+    model = load_model(FocalModulation().eval(), [torch.randn(1, 16, 12, 12)])
+    tj = dict(host_target_json(), mcpu="znver3")
+    plan = model.layout_plan(tj)
+    assert plan.block == 8 and plan.blocked_share == 1.0, plan.summary()
+    assert all(c.layout == "NCHW8c" for c in plan.convs), plan.convs
     cm = compile_model(model, target_json=tj)
     check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs))
     assert check.ok, check.message

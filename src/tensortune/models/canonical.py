@@ -19,6 +19,8 @@
   (:func:`row_chains_unsplit`): MobileViT's scores ``[16, 256, 256]`` went through ``[4, 4, 256, 256]``
   and back, and a fused attention's row blocks could not narrow what they compute through that
   index arithmetic (every block computed its whole head: 6% of the peak).
+* A one-channel operand an elementwise op broadcasts across a convolution's channels (FocalNet's
+  gates) broadcast explicitly (:func:`channel_broadcasts_explicit`), so the op follows the block.
 * GroupNorm as the reductions and elementwise ops it is made of (:func:`decompose_group_norm`):
   ``relax.nn.group_norm`` has a layout inference that fails on blocked layouts (TVM 0.27:
 ``ConvertLayout`` raises on it, and the whole model kept NCHW: a PoolFormer ran at 1/200 of
@@ -34,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .channels import ELEMENTWISE, POOLS
 from .prepack import static_shape
 from .relaxrewrite import conv_out_dtype, rewrite_calls
 
@@ -279,6 +282,65 @@ def drop_same_shape_broadcasts(mod: Any) -> Any:
     return relax.transform.CanonicalizeBindings()(rewrite_calls(mod, "relax.broadcast_to", _same_shape_broadcast))
 
 
+#: How far back through elementwise ops :func:`_from_conv` looks for a convolution.
+_CONV_DEPTH = 8
+#: The ops :func:`_from_conv` looks through: they keep a tensor's channels where they are.
+_PER_CHANNEL = ELEMENTWISE | POOLS | {"relax.mean", "relax.nn.adaptive_avg_pool2d", "relax.clip"}
+
+
+def _from_conv(m: Any, v: Any) -> bool:
+    """Whether ``v`` is a convolution's output through elementwise ops (so it will be blocked)."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    for _ in range(_CONV_DEPTH):
+        b = _bound(m, v)
+        if not isinstance(b, relax.Call) or not b.args:
+            return False
+        name = getattr(b.op, "name", "")
+        if name == "relax.nn.conv2d":
+            return True
+        if name not in _PER_CHANNEL:
+            return False
+        tensors = [a for a in b.args if static_shape(a) is not None and len(static_shape(a)) == 4
+                   and not isinstance(_bound(m, a), Constant)]
+        if not tensors:
+            return False
+        v = tensors[0]
+    return False
+
+
+def _channel_broadcast(call: Any, m: Any) -> Any:
+    """An elementwise op of a convolution's ``C``-channel output (or a reduction of it) and a
+    one-channel tensor with that tensor broadcast to ``C`` channels first (``call`` otherwise)."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    if len(call.args) != 2:
+        return call
+    shapes = [static_shape(a) for a in call.args]
+    out = static_shape(call)
+    if out is None or any(s is None or len(s) != 4 for s in shapes) or \
+            any(isinstance(_bound(m, a), Constant) for a in call.args):
+        return call
+    for i in (0, 1):
+        one, other = shapes[i], shapes[1 - i]
+        if one[1] == 1 < other[1] and _from_conv(m, call.args[1 - i]):
+            args = list(call.args)
+            args[i] = m.builder_.emit(relax.op.broadcast_to(args[i], (one[0], other[1], *one[2:])))
+            return relax.Call(call.op, args, call.attrs, call.ty_args)
+    return call
+
+
+def channel_broadcasts_explicit(mod: Any) -> Any:
+    """``mod`` with each one-channel operand that an elementwise op broadcasts across a
+    convolution's channels made ``C`` channels wide by ``broadcast_to``. ConvertLayout cannot
+    broadcast a 4-D operand against a blocked 5-D one (FocalNet multiplies its depthwise
+    convolutions' outputs by one-channel gates: its 24 depthwise convolutions kept NCHW); the
+    explicit broadcast fuses into the op and its layout transform."""
+    return rewrite_calls(mod, BINARY_OPS + ("relax.maximum", "relax.minimum"), _channel_broadcast)
+
+
 def _scalar_const(v: Any) -> bool:
     from tvm.ir.expr import Constant
 
@@ -336,4 +398,4 @@ def row_chains_unsplit(mod: Any) -> Any:
 def canonicalize(mod: Any) -> Any:
     """The rewrites of this module."""
     mod = row_chains_unsplit(drop_same_shape_broadcasts(fold_batch_norms(mod)))
-    return full_rank_constants(decompose_group_norm(conv1d_as_conv2d(mod)))
+    return channel_broadcasts_explicit(full_rank_constants(decompose_group_norm(conv1d_as_conv2d(mod))))
