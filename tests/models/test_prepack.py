@@ -105,6 +105,23 @@ def test_batched_rows_and_odd_widths_keep_matmul_with_a_reason() -> None:
     assert check.ok, check.message
 
 
+def test_a_few_columns_short_of_the_block_are_packed_with_zero_columns_and_cut_off() -> None:
+    from tensortune.models.prepack import MAX_PADDED_COLUMNS, padded_columns
+
+    tj = dict(host_target_json(), mcpu="znver3")  # 8 lanes
+    assert padded_columns(195, tj) == (8, 5) and padded_columns(96, tj) == (8, 0)
+    assert padded_columns(7, tj) == (0, 0)  # 8 columns for 7: more than MAX_PADDED_COLUMNS
+    assert all(n + extra <= MAX_PADDED_COLUMNS * n for n in range(1, 300) for _, extra in [padded_columns(n, tj)])
+    model = _mlp((1, 5), n_out=37)  # FocalNet's projections: 195, 387, 771, 1539 columns
+    plan = model.layout_plan(tj)
+    assert [(d.block, d.extra_cols) for d in plan.denses][:2] == [(8, 0), (8, 3)], plan.denses
+    assert "2/3 matmul weights packed at compile time, 1 with zero columns up to the block" in plan.summary()
+    assert any(t.task.op == "dense_pack" and t.task.args["N"] == 40 for t in model_tasks(model, tj))
+    cm = compile_model(model, target_json=tj)
+    check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs))
+    assert check.ok, check.message
+
+
 def test_nchw_mode_packs_nothing() -> None:
     model = _mlp((1, 5))
     plan = model.layout_plan(host_target_json(), "nchw")

@@ -106,6 +106,9 @@ class LayoutPlan:
         run_time = sum(d.at_run_time for d in self.denses)
         if run_time:
             text += f", {run_time} products of run-time operands in bf16"
+        widened = [d for d in packed if d.extra_cols]
+        if widened:
+            text += f", {len(widened)} with zero columns up to the block"
         reasons = sorted({d.reason for d in self.denses if d.reason})
         return text + (" (kept: " + "; ".join(reasons[:3]) + ")" if reasons else "")
 

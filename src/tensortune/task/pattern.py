@@ -26,7 +26,9 @@ Recognised anchors (a multiply-accumulate reduction block ``C += X * Y``):
 
 The blocks after the anchor form its epilogue only when each is elementwise over the anchor's
 output (as many points): a function that broadcasts the anchor's result into a larger tensor
-(squeeze-and-excitation's gate multiplied into the feature map) is generic.
+(squeeze-and-excitation's gate multiplied into the feature map) is generic. A product's first
+epilogue block may cut off its last columns (a packed weight's zero columns, :mod:`tensortune.models.prepack`);
+the blocks after it are elementwise over what it keeps.
 """
 from __future__ import annotations
 
@@ -265,7 +267,10 @@ def _classify(func: Any, blocks: list[_Block]) -> FuncPattern:
         from .pattern_bf16 import classify_bf16
 
         return classify_bf16(anchor, x, y, before, after)
-    for b in after:
+    for i, b in enumerate(after):
+        if i == 0 and len(anchor.reduction) == 1 and _cuts_columns(anchor, b):
+            out_elems = _prod(b.extents)  # a product's zero columns cut off (models.prepack)
+            continue
         # e.g. squeeze-and-excitation: a 1x1 conv's per-channel gate multiplied into the whole
         # feature map. The templates write the epilogue per tile of the anchor's output.
         if _prod(b.extents) != out_elems:
@@ -276,6 +281,19 @@ def _classify(func: Any, blocks: list[_Block]) -> FuncPattern:
     if len(anchor.reduction) == 1:
         return _gemm(anchor, x, y, before, common)
     return _conv(anchor, x, y, before, common)
+
+
+def _cuts_columns(anchor: _Block, b: _Block) -> bool:
+    """``b`` copies the anchor's output without its last columns: the same spatial extents but a
+    shorter last one, a plain load of the anchor's buffer (a packed weight's zero columns cut off)."""
+    spatial = [anchor.extent(v) for v in anchor.spatial]
+    if b.reduction or len(b.extents) != len(spatial) or b.extents[:-1] != spatial[:-1]:
+        return False
+    if not 0 < b.extents[-1] < spatial[-1] or type(b.store).__name__ != "BufferStore":
+        return False
+    value = _strip_cast(b.store.value)
+    return (_is_load(value) and _load_buffer(value).same_as(anchor.write_buffers[0])
+            and all(_plain_var(i) == v for i, v in zip(value.indices, b.vars)))
 
 
 def _moves_data(e: Any) -> bool:
