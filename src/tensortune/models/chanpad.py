@@ -89,6 +89,7 @@ class ChanMap:
 
     @property
     def real(self) -> int:
+        """The real channel count."""
         return len(self.at)
 
     @property
@@ -218,11 +219,11 @@ def _is_4d(e: Any) -> bool:
 
 
 def _plain_conv(call: Any, g: _Graph) -> bool:
-    """A conv2d in NCHW/OIHW with a constant float32 weight."""
+    """A conv2d in NCHW/OIHW with static shapes and a constant float32 weight."""
     a = call.attrs
     w = g.const(call.args[1])
     return ((str(a.data_layout), str(a.kernel_layout)) == ("NCHW", "OIHW") and str(a.out_layout) in ("NCHW", "")
-            and w is not None and str(w.value.dtype) == "float32")
+            and _is_4d(call.args[0]) and _is_4d(call) and w is not None and str(w.value.dtype) == "float32")
 
 
 def _channel_slice(call: Any) -> tuple[int, int] | None:
@@ -241,10 +242,19 @@ def _channel_slice(call: Any) -> tuple[int, int] | None:
 
 
 def _activations(call: Any, g: _Graph) -> list[int]:
-    """Indices of ``call``'s 4-D non-constant arguments with a channel axis of the output's size."""
+    """Indices of ``call``'s 4-D non-constant arguments with a channel axis of its 4-D output's size."""
     out = _shape(call)
-    return [i for i, a in enumerate(call.args) if _is_4d(a) and g.const(a) is None and out is not None
-            and _shape(a)[1] == out[1]]
+    if out is None or len(out) != 4:
+        return []
+    return [i for i, a in enumerate(call.args) if _is_4d(a) and g.const(a) is None and _shape(a)[1] == out[1]]
+
+
+def _per_channel_pool(call: Any) -> bool:
+    """A pooling or resizing op in NCHW (each channel alone)."""
+    if _op(call) not in _POOL:
+        return False
+    layouts = (getattr(call.attrs, "layout", "NCHW"), getattr(call.attrs, "out_layout", "") or "NCHW")
+    return all(str(x) == "NCHW" for x in layouts)
 
 
 def _cut_requests(g: _Graph, block: int) -> dict[Any, ChanMap]:
@@ -269,8 +279,9 @@ def _cut_requests(g: _Graph, block: int) -> dict[Any, ChanMap]:
                 if not m.is_plain and m.width <= MAX_WASTE * w[0]:
                     requests[call] = m
                 continue
-        depthwise = name == _CONV and int(call.attrs.groups) == _shape(call)[1] == _shape(call.args[0])[1]
-        if name in _UNARY or name in _POOL or depthwise:
+        depthwise = (name == _CONV and _is_4d(call) and _is_4d(call.args[0])
+                     and int(call.attrs.groups) == _shape(call)[1] == _shape(call.args[0])[1])
+        if (name in _UNARY and _is_4d(call)) or _per_channel_pool(call) or depthwise:
             sources = [0]
         elif name in _BINARY:
             sources = _activations(call, g)
@@ -295,7 +306,7 @@ def _chain_conv(v: Any, g: _Graph) -> Any:
         name = _op(call)
         if name == _CONV:
             return call if _plain_conv(call, g) and int(call.attrs.groups) == 1 else None
-        if name in _UNARY or name in _POOL:
+        if name in _UNARY or _per_channel_pool(call):
             v = call.args[0]
         elif name in _BINARY and len(_activations(call, g)) == 1:
             v = call.args[_activations(call, g)[0]]
@@ -369,6 +380,7 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
             return parts[0] if len(parts) == 1 else self.builder_.emit(relax.op.concat(parts, axis=1))
 
         def generic(self, call: Any, args: list[Any]) -> Any:
+            """``call`` on its arguments' real channels."""
             return relax.Call(call.op, [self.real(n, o) for n, o in zip(args, call.args)], call.attrs, call.ty_args)
 
         def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's visitor name
@@ -376,12 +388,13 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
             name = _op(call)
             if name == _CONV and _plain_conv(call, g):
                 out = self.conv(call, args)
-            elif (name in _UNARY or name in _POOL) and _is_4d(call.args[0]):
+            elif (name in _UNARY or _per_channel_pool(call)) and _is_4d(call.args[0]) and _is_4d(call):
                 m = self.map_of(call.args[0])
                 out = None if m is None else self.emit(relax.Call(call.op, args, call.attrs, call.ty_args), call, m)
             elif name in _BINARY:
                 out = self.binary(call, args)
-            elif name == "relax.concat" and int(call.attrs.axis) % 4 == 1 and _is_4d(call):
+            elif (name == "relax.concat" and _is_4d(call) and int(call.attrs.axis) % 4 == 1
+                  and isinstance(call.args[0], relax.Tuple)):
                 out = self.concat(call, args)
             elif _channel_slice(call) is not None:
                 out = self.slice(call, args)
@@ -390,9 +403,12 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
             return self.generic(call, args) if out is None else out
 
         def pad_to(self, x: Any, c: int, width: int) -> Any:
+            """``x`` (``c`` channels) with zero channels up to ``width``."""
             return self.builder_.emit(relax.op.nn.pad(x, [0, 0, 0, width - c, 0, 0, 0, 0]))
 
         def conv(self, call: Any, args: list[Any]) -> Any:
+            """A convolution reading its input through its map and writing its output's map (a
+            request, else its channels padded to the block); widened groups; None: as it was."""
             a = call.attrs
             wv = g.const(call.args[1]).value.numpy()
             x, ic = args[0], _shape(call.args[0])[1]
@@ -426,6 +442,9 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
             return self.emit(new, call, mo) if mo is not None else new
 
         def binary(self, call: Any, args: list[Any]) -> Any:
+            """An elementwise op whose tensor operands share one map, constants laid out by it and
+            broadcast operands given their real channels; None (and a request for the next round)
+            when the operands' maps differ."""
             acts = _activations(call, g)
             of = {i: self.map_of(call.args[i]) for i in acts}
             mapped = [i for i in acts if of[i] is not None]
@@ -465,6 +484,8 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
                     return
 
         def concat(self, call: Any, args: list[Any]) -> Any:
+            """A channel concat of mapped parts: their maps side by side (unmapped parts padded to
+            the block, so the parts after them stay aligned); None when no part has a map."""
             fields, new_fields = call.args[0].fields, args[0].fields
             of = [self.map_of(f) for f in fields]
             if all(m is None for m in of) or not all(_is_4d(f) for f in fields):
@@ -485,6 +506,8 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
             return self.emit(new, call, ChanMap(tuple(at), offset))
 
         def slice(self, call: Any, args: list[Any]) -> Any:
+            """A channel slice of a mapped tensor: the blocks holding its channels (no copy when
+            that is all of them), or its real channels alone when that window wastes too much."""
             m = self.map_of(call.args[0])
             begin, end = _channel_slice(call)
             sub = m.at[begin:end] if m is not None else ()

@@ -171,15 +171,8 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             if plan.reason:
                 return call
             plan.block, plan.extra_cols = padded_columns(ws[1], target_json)
-            if plan.extra_cols and precision != "bf16":
-                w_kn = np.pad(const.value.numpy().reshape(ws), ((0, 0), (0, plan.extra_cols)))
-                out = self.builder_.emit(self.builder_.call_te(dense_pack_te, x, relax.const(pack_weight(w_kn, plan.block)),
-                                                               out_dtype, primfunc_name_hint="dense_pack"))
-                return relax.op.strided_slice(out, axes=[len(xs) - 1], begin=[0], end=[ws[1]])
-            if plan.extra_cols:  # bf16 packs whole blocks only
-                plan.block, plan.extra_cols, plan.reason = 0, 0, f"N={ws[1]} not a multiple of a vector block"
-                return call
-            if precision == "bf16" and ws[0] % 2 == 0 and plan.block in (8, 16):
+            # bf16 packs whole blocks only: a weight with zero columns takes the float32 product
+            if precision == "bf16" and not plan.extra_cols and ws[0] % 2 == 0 and plan.block in (8, 16):
                 plan.precision = "bf16"
                 packed = relax.const(pack_dense_weight(const.value.numpy().reshape(ws), plan.block))
                 rows = xs[-2]
@@ -195,8 +188,12 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
                 out = self.builder_.emit(self.builder_.call_te(dense_pack_bf16_te, padded, packed,
                                                                primfunc_name_hint="dense_pack_bf16"))
                 return relax.op.strided_slice(out, axes=[len(xs) - 2], begin=[0], end=[rows])
-            packed = relax.const(pack_weight(const.value.numpy().reshape(ws), plan.block))
-            return self.builder_.call_te(dense_pack_te, x, packed, out_dtype, primfunc_name_hint="dense_pack")
+            w_kn = np.pad(const.value.numpy().reshape(ws), ((0, 0), (0, plan.extra_cols)))
+            out = self.builder_.call_te(dense_pack_te, x, relax.const(pack_weight(w_kn, plan.block)), out_dtype,
+                                        primfunc_name_hint="dense_pack")
+            if not plan.extra_cols:
+                return out
+            return relax.op.strided_slice(self.builder_.emit(out), axes=[len(xs) - 1], begin=[0], end=[ws[1]])
 
         def _runtime_product(self, x: Any, w: Any, xs: tuple[int, ...], ws: tuple[int, ...], nb: int,
                              extra_cols: int) -> Any:

@@ -292,8 +292,9 @@ def _cuts_columns(anchor: _Block, b: _Block) -> bool:
     if not 0 < b.extents[-1] < spatial[-1] or type(b.store).__name__ != "BufferStore":
         return False
     value = _strip_cast(b.store.value)
-    return (_is_load(value) and _load_buffer(value).same_as(anchor.write_buffers[0])
-            and all(_plain_var(i) == v for i, v in zip(value.indices, b.vars)))
+    plain = lambda idx: len(idx) == len(b.vars) and all(_plain_var(i) == v for i, v in zip(idx, b.vars))  # noqa: E731
+    return (_is_load(value) and _load_buffer(value).same_as(anchor.write_buffers[0]) and plain(value.indices)
+            and plain(b.store.indices))
 
 
 def _moves_data(e: Any) -> bool:
