@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .channels import slice_ints, splits_as_slices
+from .channels import POOLS, RESIZE, slice_ints, splits_as_slices
 from .prepack import static_shape as _shape
 from .relaxrewrite import conv_out_dtype
 
@@ -49,8 +49,7 @@ _BINARY = frozenset({"relax.add", "relax.subtract", "relax.multiply", "relax.max
                      "relax.divide"})
 #: Pooling and resizing over each channel alone (an HRNet's upsampled branches: unpadded, each
 #: fusion sum sliced its other branches back to the real channels and padded them again).
-_POOL = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d",
-                   "relax.image.resize2d"})
+_POOL = POOLS | {"relax.nn.adaptive_avg_pool2d", RESIZE}
 _CONV = "relax.nn.conv2d"
 
 
@@ -159,10 +158,9 @@ class _Graph:
     """``main``'s bindings: what each variable is bound to, who binds each call, how often each
     variable is read."""
 
-    value: dict[Any, Any] = field(default_factory=dict)
+    value: dict[Any, Any] = field(default_factory=dict)  # in binding order
     var_of: dict[Any, Any] = field(default_factory=dict)
     uses: dict[Any, int] = field(default_factory=dict)
-    order: list[Any] = field(default_factory=list)
 
     @classmethod
     def of(cls, main: Any) -> _Graph:
@@ -186,7 +184,6 @@ class _Graph:
             for b in block.bindings:
                 if isinstance(b, relax.VarBinding):
                     g.value[b.var], g.var_of[b.value] = b.value, b.var
-                    g.order.append(b.var)
                     count(b.value)
         count(main.body.body)
         return g
@@ -262,12 +259,12 @@ def _cut_requests(g: _Graph, block: int) -> dict[Any, ChanMap]:
     the map that puts each slice's channels on a block boundary, when that wastes at most
     :data:`MAX_WASTE`."""
     cuts: dict[Any, set[int]] = {}
-    for v in g.order:
-        se = _channel_slice(g.value[v]) if hasattr(g.value[v], "op") else None
+    for value in g.value.values():
+        se = _channel_slice(value) if hasattr(value, "op") else None
         if se is not None:
-            cuts.setdefault(g.value[v].args[0], set()).update(se)
+            cuts.setdefault(value.args[0], set()).update(se)
     requests: dict[Any, ChanMap] = {}
-    for v in reversed(g.order):
+    for v in reversed(list(g.value)):
         call = g.value[v]
         if v not in cuts or not hasattr(call, "op"):
             continue
@@ -308,8 +305,8 @@ def _chain_conv(v: Any, g: _Graph) -> Any:
             return call if _plain_conv(call, g) and int(call.attrs.groups) == 1 else None
         if name in _UNARY or _per_channel_pool(call):
             v = call.args[0]
-        elif name in _BINARY and len(_activations(call, g)) == 1:
-            v = call.args[_activations(call, g)[0]]
+        elif name in _BINARY and len(acts := _activations(call, g)) == 1:
+            v = call.args[acts[0]]
         else:
             return None
     return None

@@ -166,11 +166,12 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
                 plan.reason = "rows carry a batch"
             elif str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32" or out_dtype != "float32":
                 plan.reason = "not float32"
-            elif not padded_columns(ws[1], target_json)[0]:
-                plan.reason = f"N={ws[1]} not a multiple of a vector block"
+            else:
+                plan.block, plan.extra_cols = padded_columns(ws[1], target_json)
+                if not plan.block:
+                    plan.reason = f"N={ws[1]} not a multiple of a vector block"
             if plan.reason:
                 return call
-            plan.block, plan.extra_cols = padded_columns(ws[1], target_json)
             # bf16 packs whole blocks only: a weight with zero columns takes the float32 product
             if precision == "bf16" and not plan.extra_cols and ws[0] % 2 == 0 and plan.block in (8, 16):
                 plan.precision = "bf16"
