@@ -128,6 +128,7 @@ def test_a_record_of_metaschedules_own_search_is_skipped_not_guessed(tmp_path: P
             import_records(db, str(tmp_path))
 
 
+@pytest.mark.alone
 @pytest.mark.slow  # a model tuned, exported, built by TVM alone and by tensortune, timed side by side
 def test_plain_tvm_builds_a_tuned_model_from_the_records_as_fast_as_tensortune_compile(tmp_path: Path) -> None:
     from tensortune import app

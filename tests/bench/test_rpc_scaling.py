@@ -9,6 +9,7 @@ import pytest
 from bench import rpc_scaling
 
 
+@pytest.mark.alone
 @pytest.mark.slow  # a tracker and two servers
 @pytest.mark.timeout(600)
 def test_two_simulated_devices_measure_faster_than_one(tmp_path) -> None:

@@ -98,6 +98,7 @@ def first_and_second_batch(warmup_s: float) -> tuple[list[float], list[float]]:
     return first, second
 
 
+@pytest.mark.alone
 @pytest.mark.slow  # a timing comparison: it needs the host to itself (the fast suite runs two workers)
 def test_fresh_runner_first_batch_reads_as_its_later_ones():
     # A fresh process's first tenths of a second of parallel runs read slow (2x, at times 20x, on

@@ -85,6 +85,7 @@ def test_quiet_times_outrank_noisy_ones_of_the_same_config() -> None:
     assert confirmed_best(group).config_index == 0 and confirmed_best(group).cost == 2e-3
 
 
+@pytest.mark.alone
 @pytest.mark.slow  # waits for the quiet spell after the competitor leaves (15-20 s)
 @pytest.mark.timeout(300)
 def test_a_planted_competitor_flags_the_trials_and_the_finalists_wait_for_quiet(tmp_path) -> None:
