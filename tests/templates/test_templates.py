@@ -452,3 +452,54 @@ def test_generic_template_sums_lanes_as_vectors_and_keeps_per_channel_values(mea
     out = text.split('with T.sblock("out")')[1]
     assert "rsqrt" not in out, text  # the map reads the per-channel scale
     check_configs(measurer, task)
+
+
+def _tokens_to_nchw() -> tvm.tirx.PrimFunc:
+    """A transformer's tokens ``[H*W, C]`` scaled per channel, back to ``NCHW`` and added to a
+    residual (ConvNeXt's block end): the output's rows read the tokens with a stride of ``C``."""
+    h, w, c = 4, 16, 48
+    x, g = te.placeholder((h * w, c), name="x"), te.placeholder((c,), name="g")
+    res = te.placeholder((1, c, h, w), name="res")
+    out = te.compute((1, c, h, w), lambda n, k, i, j: x[i * w + j, k] * g[k] + res[n, k, i, j], name="out")
+    return te.create_prim_func([x, g, res, out])
+
+
+def _scatter_to_blocked() -> tvm.tirx.PrimFunc:
+    """TVM's ``layout_transform`` from ``NCHW`` to ``NCHW8c``: a loop nest over the input that
+    scatters each row into the blocked output."""
+    c, h, w = 32, 5, 16
+    text = f'''
+@T.prim_func(s_tir=True)
+def main(x: T.Buffer((1, {c}, {h}, {w}), "float32"), y: T.Buffer((1, {c // 8}, {h}, {w}, 8), "float32")):
+    for n, k, i, j in T.grid(1, {c}, {h}, {w}):
+        with T.sblock("t"):
+            vn, vk, vi, vj = T.axis.remap("SSSS", [n, k, i, j])
+            y[vn, vk // 8, vi, vj, vk % 8] = x[vn, vk, vi, vj]
+'''
+    return tvm.script.from_source(text)
+
+
+@pytest.mark.parametrize("make,axis,tiles", [(_tokens_to_nchw, 1, [16, 8, 0]), (_scatter_to_blocked, 1, [16, 8, 0])])
+def test_generic_template_walks_a_transposed_buffer_in_tiles(measurer: Measurer, make, axis: int, tiles: list[int]) -> None:
+    """A transpose (tokens back to NCHW) and a layout transform that scatters its input's rows run
+    in tiles along the strided buffer's contiguous axis (ConvNeXt's block end read its tokens a
+    column at a time: 5.9 GB/s); a map that walks every buffer in order gets no tile."""
+    from tensortune.templates.base import vector_lanes
+    from tensortune.templates.generic import _transposed_axis
+
+    task = Task.from_primfunc(make())
+    sch, block = task.template._inlined(task)
+    assert _transposed_axis(sch, block) == axis
+    assert task.space.knob("transpose_tile").entities == tiles
+    cfg = task.default_config()
+    assert cfg["transpose_tile"] == vector_lanes(task)
+    sch = task.template.schedule(task, cfg)
+    loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[-1])
+    extents = [int(sch.get(lp).extent) for lp in loops]
+    kinds = [sch.get(lp).kind for lp in loops]
+    tile = cfg["transpose_tile"]
+    assert extents[axis] == (48 if make is _tokens_to_nchw else 32) // tile, extents
+    assert extents[-2] == tile and kinds[-1] == tvm.tirx.ForKind.VECTORIZED, (extents, kinds)
+    check_configs(measurer, task)
+    plain = Task.from_primfunc(_softmax(4, 8))
+    assert plain.space.knob("transpose_tile").entities == [0]

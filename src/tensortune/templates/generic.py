@@ -12,7 +12,9 @@ layout's outer axes sums its contiguous lanes as vectors; a small per-channel va
 ``rsqrt(var + eps) * gamma``) is computed per channel, not inlined into every point of the map
 it scales; long rows are vectorised
 in whole vectors, and where the vectors do not divide a row its guarded last piece is peeled
-off (a guarded vector loop is scalarised into gathers and scatters).
+off (a guarded vector loop is scalarised into gathers and scatters). An output that reads an
+input transposed (a permute, ``NCHW -> NCHW8c``) walks it in tiles of ``transpose_tile`` along
+that input's contiguous axis, so each cache line loaded is used whole while it is in L1.
 """
 from __future__ import annotations
 
@@ -418,11 +420,57 @@ def _inner_block_width(sch: Any, block: Any) -> int:
     return width
 
 
+#: Tile widths along a transposed read's contiguous axis (:func:`_transposed_axis`), widest first:
+#: 16 float32 are one 64-byte cache line, so a tile's loads use every line they touch while
+#: the tile (16 lines read, its output written) stays in L1.
+TRANSPOSE_TILES = (16, 8)
+
+
+def _transposed_axis(sch: Any, block: Any) -> int | None:
+    """The axis of ``block``'s loops along which some buffer it reads or writes is contiguous while
+    the innermost loop walks that buffer with a stride: a transpose (``[HW, C] -> [C, H, W]``), a
+    layout transform written as a scatter (``NCHW -> NCHW8c``). Its index among the block's
+    iteration variables; None where every buffer is walked along its contiguous axis (an
+    elementwise map, a layout change in contiguous chunks)."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    br = sch.get(block)
+    ivs = br.iter_vars
+    if len(ivs) < 2 or any(int(iv.iter_type) == 2 for iv in ivs) or not isinstance(br.body, tirx.BufferStore):
+        return None
+    last = ivs[-1].var
+    accesses = [list(br.body.indices)]  # the store: a transform written as a scatter of its input's rows
+    accesses += [list(e.indices) for e in _subexprs(br.body.value) if type(e).__name__ in ("BufferLoad", "TensorLoad")]
+    bounds = Analyzer()  # a chain of reshapes leaves terms like ``c // 144`` that are 0 over c's range
+    for iv in ivs:
+        bounds.bind(iv.var, iv.dom)
+    for dims in ([bounds.simplify(d) for d in a] for a in accesses):
+        if len(dims) < 2 or _uses(dims[-1], last) or not any(_uses(d, last) for d in dims[:-1]):
+            continue
+        along = [i for i, iv in enumerate(ivs[:-1]) if _uses(dims[-1], iv.var)]  # the innermost is contiguous
+        if along and int(sch.get(sch.get_loops(block)[along[-1]]).extent) > min(TRANSPOSE_TILES):
+            return along[-1]
+    return None
+
+
+def _transpose_tiles(extent: int) -> list[int]:
+    """The tile widths of :data:`TRANSPOSE_TILES` shorter than ``extent`` (0: untiled); a tile that
+    does not divide it runs its last piece guarded (the guard is outside the vector loop)."""
+    return [t for t in TRANSPOSE_TILES if extent > t] + [0]
+
+
+def _default_tile(tiles: list[int], lanes: int) -> int:
+    """One vector wide where that tile exists (znver3, 8 lanes: a 96 x 3136 transpose at 34 GB/s
+    in tiles of 8 or 16, 15 GB/s untiled; an NCHW -> NCHW8c scatter 39 GB/s in 8, 33 in 16)."""
+    return lanes if lanes in tiles else tiles[0]
+
+
 class GenericTemplate(Template):
     """A space for PrimFuncs no op template knows."""
 
     name = "generic"
-    version = 5
+    version = 6
 
     @staticmethod
     def _inlined(task: Task) -> tuple[Any, Any]:
@@ -445,8 +493,17 @@ class GenericTemplate(Template):
         # powers of two: a guarded last piece is peeled off (_peel_guarded), the others vectorise whole
         s.define_split("tile_inner", inner, 2, policy="power2", max_innermost=64)
         s.define_choice("parallel_depth", list(range(0, min(len(spatial) - 1, 3) + 1)) if spatial else [0])
+        s.define_choice("transpose_tile", self._transpose_choices(task))
         s.define_unroll()
         return s
+
+    def _transpose_choices(self, task: Task) -> list[int]:
+        """Tile widths along a transposed read's contiguous axis; ``[0]`` where nothing is transposed."""
+        sch, block = self._inlined(task)
+        axis = _transposed_axis(sch, block)
+        if axis is None:
+            return [0]
+        return _transpose_tiles(int(sch.get(sch.get_loops(block)[axis]).extent))
 
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         knob = space.knob("tile_inner")
@@ -461,6 +518,7 @@ class GenericTemplate(Template):
         return {
             "tile_inner": inner,
             "parallel_depth": 0 if points < SERIAL_POINTS else max(depths),
+            "transpose_tile": _default_tile(space.knob("transpose_tile").entities, vector_lanes(task)),
             "auto_unroll_max_step": 16,
             "unroll_explicit": 1,
         }
@@ -482,8 +540,14 @@ class GenericTemplate(Template):
             _attach_producers(sch, producers, None, vector_lanes(task))
             return sch
         outer_sp, last = spatial[:-1], spatial[-1]
+        tile, axis = config["transpose_tile"], _transposed_axis(sch, block)
         lo, li = sch.split(last, list(config["tile_inner"]))
-        sch.reorder(*outer_sp, lo, *reduce, li)
+        if tile and axis is not None:  # the transposed input read in tiles that stay in L1
+            ko, ki = sch.split(outer_sp[axis], [None, tile])
+            outer_sp = [ko if i == axis else lp for i, lp in enumerate(outer_sp)]
+            sch.reorder(*outer_sp, lo, ki, li)
+        else:
+            sch.reorder(*outer_sp, lo, *reduce, li)
         depth = config["parallel_depth"]
         if reduce:
             acc = sch.cache_write(block, 0, "global")
