@@ -183,3 +183,44 @@ def test_one_channel_gates_of_a_padded_split_broadcast_exactly() -> None:
     check = compare_outputs(cm.run(m.example_inputs), TorchRunner(m.torch_module).run(m.example_inputs))
     assert check.ok, check.message
     assert "26->32" in m.layout_plan(tj).summary()
+
+
+class FocalGated(Gated):
+    """FocalNet's focal levels: the context goes through a depthwise convolution before each gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dw = nn.Conv2d(12, 12, 3, 1, 1, groups=12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, ctx, gates = torch.split(self.f(torch.relu(self.stem(x))), [12, 12, 2], dim=1)
+        ctx = torch.relu(self.dw(ctx))
+        mixed = ctx * gates[:, 0:1] + torch.relu(self.dw(ctx)) * gates[:, 1:2]
+        return self.h(q * mixed)
+
+
+def test_explicit_gate_broadcasts_keep_a_padded_context_padded() -> None:
+    """A gate broadcast to a depthwise convolution's channels (as canonicalisation writes it for
+    the blocked layout) is broadcast to the padded width instead: the 12-channel context stays 16
+    wide through both gates (it was cut back to 12 before each), and the output is exact."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from tensortune.models.canonical import canonicalize
+
+    torch.manual_seed(0)
+    m = load_model(FocalGated().eval(), [torch.randn(1, 3, 10, 10)])
+    mod = canonicalize(rewrite_clip(relax.transform.FoldConstant()(m.mod)))
+    assert "broadcast_to" in mod["main"].script()
+    padded, res = pad_channels(mod, 8)
+    assert res.padded.get(12) == 16, res
+    gated = [b.value for b in padded["main"].body.blocks[0].bindings
+             if getattr(b.value, "op", None) is not None and getattr(b.value.op, "name", "") == "relax.broadcast_to"]
+    assert len(gated) == 2 and all(int(v.ty.shape[1]) == 16 for v in gated), gated  # at the context's padded width
+    outs = []
+    for mm in (mod, padded):
+        vm = relax.VirtualMachine(tvm.compile(mm, target="llvm"), tvm.cpu())
+        r = vm["main"](*[tvm.runtime.tensor(x) for x in m.example_inputs])
+        outs.append((r if hasattr(r, "numpy") else r[0]).numpy())
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)

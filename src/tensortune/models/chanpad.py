@@ -246,6 +246,22 @@ def _activations(call: Any, g: _Graph) -> list[int]:
     return [i for i, a in enumerate(call.args) if _is_4d(a) and g.const(a) is None and _shape(a)[1] == out[1]]
 
 
+def _channel_operands(call: Any, g: _Graph) -> list[int]:
+    """:func:`_activations` but a one-channel tensor spread across the channels (:func:`_spread_channel`)."""
+    return [i for i in _activations(call, g) if _spread_channel(call.args[i], g) is None]
+
+
+def _spread_channel(v: Any, g: _Graph) -> Any:
+    """The one-channel tensor that ``v`` broadcasts across the channels (``broadcast_to`` of a
+    ``[N, 1, H, W]`` tensor, as :func:`~.canonical.channel_broadcasts_explicit` writes a gate);
+    None for anything else."""
+    b = g.bound(v)
+    if getattr(getattr(b, "op", None), "name", "") != "relax.broadcast_to" or not _is_4d(b.args[0]):
+        return None
+    s = _shape(b.args[0])
+    return b.args[0] if s is not None and s[1] == 1 else None
+
+
 def _per_channel_pool(call: Any) -> bool:
     """A pooling or resizing op in NCHW (each channel alone)."""
     if _op(call) not in _POOL:
@@ -281,7 +297,7 @@ def _cut_requests(g: _Graph, block: int) -> dict[Any, ChanMap]:
         if (name in _UNARY and _is_4d(call)) or _per_channel_pool(call) or depthwise:
             sources = [0]
         elif name in _BINARY:
-            sources = _activations(call, g)
+            sources = _channel_operands(call, g)
         else:
             continue
         for i in sources:
@@ -305,7 +321,7 @@ def _chain_conv(v: Any, g: _Graph) -> Any:
             return call if _plain_conv(call, g) and int(call.attrs.groups) == 1 else None
         if name in _UNARY or _per_channel_pool(call):
             v = call.args[0]
-        elif name in _BINARY and len(acts := _activations(call, g)) == 1:
+        elif name in _BINARY and len(acts := _channel_operands(call, g)) == 1:
             v = call.args[acts[0]]
         else:
             return None
@@ -442,7 +458,8 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
             """An elementwise op whose tensor operands share one map, constants laid out by it and
             broadcast operands given their real channels; None (and a request for the next round)
             when the operands' maps differ."""
-            acts = _activations(call, g)
+            acts = _channel_operands(call, g)
+            spread = [i for i in _activations(call, g) if i not in acts]
             of = {i: self.map_of(call.args[i]) for i in acts}
             mapped = [i for i in acts if of[i] is not None]
             if not mapped:
@@ -461,6 +478,9 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
                 axis = len(s) - 3 if s is not None else -1
                 if i in acts:
                     new_args.append(n)
+                elif i in spread:  # one channel made C wide: made as wide as the map instead
+                    one = self.real(self.visit_expr(x := _spread_channel(o, g)), x)  # a gate sliced off a map: its channel
+                    new_args.append(self.builder_.emit(relax.op.broadcast_to(one, [s[0], target.width, *s[2:]])))
                 elif s is None or axis < 0 or s[axis] == 1:  # nothing per channel in it: it broadcasts
                     new_args.append(self.real(n, o))  # (a one-channel slice of a mapped tensor: that channel)
                 elif c is not None and s[axis] == target.real:
