@@ -113,6 +113,20 @@ def test_a_split_convolution_output_puts_each_part_on_a_block_boundary() -> None
     assert ChanMap.segmented(160, {80}, 8) == ChanMap.plain(160)  # on the boundaries already
 
 
+def _same_outputs(before, after, inputs) -> None:
+    """The two modules, built by TVM as they are, give the same output on ``inputs``."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    outs = []
+    for mm in (before, after):
+        vm = relax.VirtualMachine(tvm.compile(mm, target="llvm"), tvm.cpu())
+        r = vm["main"](*[tvm.runtime.tensor(x) for x in inputs])
+        outs.append((r if hasattr(r, "numpy") else r[0]).numpy())
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+
+
 class GhostLike(nn.Module):
     """Two ghost halves of 12 channels (each padded to 16) concatenated, cut to 24, and summed with
     a strided shortcut convolution whose output must take the halves' map."""
@@ -135,8 +149,6 @@ class GhostLike(nn.Module):
 
 
 def test_ghost_halves_stay_in_the_block_and_a_shortcut_takes_their_map() -> None:
-    import numpy as np
-    import tvm
     from tvm import relax
 
     torch.manual_seed(0)
@@ -145,12 +157,7 @@ def test_ghost_halves_stay_in_the_block_and_a_shortcut_takes_their_map() -> None
     padded, res = pad_channels(mod, 8)
     assert res.padded.get(12) == 16 and res.padded.get(24) == 32 and res.rounds == 2, res
     assert res.slices == 0, res  # no op needed the real channels back
-    outs = []
-    for mm in (mod, padded):
-        vm = relax.VirtualMachine(tvm.compile(mm, target="llvm"), tvm.cpu())
-        r = vm["main"](*[tvm.runtime.tensor(x) for x in m.example_inputs])
-        outs.append((r if hasattr(r, "numpy") else r[0]).numpy())
-    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    _same_outputs(mod, padded, m.example_inputs)
     tj = dict(host_target_json(), mcpu="znver3")
     plan = m.layout_plan(tj)
     assert plan.block == 8 and plan.transforms == 2, plan.summary()
@@ -203,8 +210,6 @@ def test_explicit_gate_broadcasts_keep_a_padded_context_padded() -> None:
     """A gate broadcast to a depthwise convolution's channels (as canonicalisation writes it for
     the blocked layout) is broadcast to the padded width instead: the 12-channel context stays 16
     wide through both gates (it was cut back to 12 before each), and the output is exact."""
-    import numpy as np
-    import tvm
     from tvm import relax
 
     from tensortune.models.canonical import canonicalize
@@ -218,9 +223,4 @@ def test_explicit_gate_broadcasts_keep_a_padded_context_padded() -> None:
     gated = [b.value for b in padded["main"].body.blocks[0].bindings
              if getattr(b.value, "op", None) is not None and getattr(b.value.op, "name", "") == "relax.broadcast_to"]
     assert len(gated) == 2 and all(int(v.ty.shape[1]) == 16 for v in gated), gated  # at the context's padded width
-    outs = []
-    for mm in (mod, padded):
-        vm = relax.VirtualMachine(tvm.compile(mm, target="llvm"), tvm.cpu())
-        r = vm["main"](*[tvm.runtime.tensor(x) for x in m.example_inputs])
-        outs.append((r if hasattr(r, "numpy") else r[0]).numpy())
-    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    _same_outputs(mod, padded, m.example_inputs)
