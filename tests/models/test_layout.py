@@ -246,6 +246,35 @@ def test_group_norm_and_conv1d_run_blocked_and_match() -> None:
     assert compare_outputs(cm.run([x.numpy()]), want).ok
 
 
+class _Conv1dStack(nn.Module):
+    """wav2vec2's feature encoder in small: strided conv1d layers with a GELU between them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv1d(1, 16, 10, 5)] + [nn.Conv1d(16, 16, 3, 2) for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv in self.convs:
+            x = nn.functional.gelu(conv(x))
+        return x
+
+
+def test_a_conv1d_stack_stays_blocked_between_its_layers() -> None:
+    """The reshapes back to 3-D that each conv1d-as-conv2d leaves cancel across the GELUs between
+    layers (a GELU works on any shape): the stack runs blocked with each GELU fused into its
+    convolution, transforms only at its two edges (there were two per layer)."""
+    torch.manual_seed(0)
+    m = _Conv1dStack().eval()
+    x = torch.randn(1, 1, 400)
+    cm = compile_model(load_model(m, [x]))
+    assert all(c.layout != "NCHW" for c in cm.layout.convs) and cm.layout.transforms <= 2, cm.layout.summary()
+    fused = [c.kernel_class for c in cm.choices if c.kernel_class.startswith("conv2d") and "erf" in c.kernel_class]
+    assert len(fused) >= 3, [c.kernel_class for c in cm.choices]  # the GELU in the convolution's epilogue
+    with torch.no_grad():
+        want = [m(x).numpy()]
+    assert compare_outputs(cm.run([x.numpy()]), want).ok
+
+
 class _LinearBn(nn.Module):
     """LeViT's ``MLPLayerWithBN`` on tokens: a linear layer without bias, then ``BatchNorm1d`` over
     its features (the tokens flattened around it), twice, the second with a bias."""

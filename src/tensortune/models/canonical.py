@@ -341,26 +341,54 @@ def channel_broadcasts_explicit(mod: Any) -> Any:
     return rewrite_calls(mod, BINARY_OPS + ("relax.maximum", "relax.minimum"), _channel_broadcast)
 
 
-def _scalar_const(v: Any) -> bool:
-    from tvm.ir.expr import Constant
-
-    return isinstance(v, Constant) and hasattr(v.value, "numpy") and v.value.numpy().size == 1
-
-
 def _row_op(call: Any) -> bool:
     """An op that works row by row whatever the leading axes: a softmax over the last axis, an
-    elementwise op with one number."""
+    elementwise op of one tensor (a GELU between two convolutions of a conv1d stack), an
+    elementwise op with a constant (one number; per channel only where :func:`_unsplit` finds the
+    reshapes insert unit axes)."""
     from tvm import relax
 
     name = getattr(call.op, "name", "")
     if name == "relax.nn.softmax":
         return int(call.attrs.axis) in (-1, len(call.ty.shape) - 1)
-    return name in BINARY_OPS and isinstance(call.args[0], relax.Var) and _scalar_const(call.args[1])
+    if name in ELEMENTWISE and len(call.args) == 1:
+        return True
+    return name in BINARY_OPS and isinstance(call.args[0], relax.Var) and _const_array(call.args[1]) is not None
+
+
+def _const_array(v: Any) -> np.ndarray | None:
+    from tvm.ir.expr import Constant
+
+    return v.value.numpy() if isinstance(v, Constant) and hasattr(v.value, "numpy") else None
+
+
+def _unit_axes_added(inner: tuple[int, ...], outer: tuple[int, ...]) -> list[int] | None:
+    """The axes of ``outer`` that are ``inner``'s with unit axes inserted (``[N, C, L]`` ->
+    ``[N, C, 1, L]``: ``[2]``); None for any other reshape."""
+    i, added = 0, []
+    for j, d in enumerate(outer):
+        if i < len(inner) and inner[i] == d:
+            i += 1
+        elif d == 1:
+            added.append(j)
+        else:
+            return None
+    return added if i == len(inner) else None
+
+
+def _lifted(c: np.ndarray, inner: tuple[int, ...], added: list[int]) -> np.ndarray:
+    """Constant ``c``, broadcast against ``inner``, shaped for the tensor with the unit axes ``added``
+    (a conv1d's bias ``[C, 1]`` against ``[N, C, L]`` -> ``[1, C, 1, 1]`` against ``[N, C, 1, L]``)."""
+    shape = [1] * (len(inner) - c.ndim) + list(c.shape)
+    for j in added:
+        shape.insert(j, 1)
+    return c.reshape(shape)
 
 
 def _unsplit(call: Any, m: Any) -> Any:
-    """A ``reshape`` that joins back the leading axes another reshape split, with the row ops between
-    them (each used once) applied to the unsplit tensor (``call`` unchanged for any other form)."""
+    """A ``reshape`` that undoes another (joins back the leading axes it split, or puts back the unit
+    axis it dropped: a conv1d computed as a conv2d), with the row ops between them applied to the
+    tensor before the first (``call`` unchanged for any other form)."""
     from tvm import relax
 
     target = static_shape(call)
@@ -375,9 +403,15 @@ def _unsplit(call: Any, m: Any) -> Any:
             inner = static_shape(v)
             if not chain or target is None or inner is None or static_shape(x) != target or inner[-1] != target[-1]:
                 return call
+            consts = [_const_array(op.args[1]) for op in chain if len(op.args) > 1]
+            added = _unit_axes_added(inner, target)
+            if added is None and any(c is not None and c.size > 1 for c in consts):
+                return call  # a per-channel constant: only across inserted unit axes is its place known
             for op in reversed(chain):
-                args = [x, *op.args[1:]]
-                x = m.builder_.emit(relax.Call(op.op, args, op.attrs))
+                rest = list(op.args[1:])
+                if added is not None and rest and (c := _const_array(rest[0])) is not None and c.size > 1:
+                    rest[0] = relax.const(_lifted(c, inner, added))
+                x = m.builder_.emit(relax.Call(op.op, [x, *rest], op.attrs))
             return x
         if not _row_op(b):
             return call
@@ -396,6 +430,7 @@ def row_chains_unsplit(mod: Any) -> Any:
 
 
 def canonicalize(mod: Any) -> Any:
-    """The rewrites of this module."""
-    mod = row_chains_unsplit(drop_same_shape_broadcasts(fold_batch_norms(mod)))
-    return channel_broadcasts_explicit(full_rank_constants(decompose_group_norm(conv1d_as_conv2d(mod))))
+    """The rewrites of this module (the row chains after conv1d became conv2d: the reshapes back to
+    3-D between two convolutions then cancel, and the stack stays 4-D and blocked)."""
+    mod = decompose_group_norm(conv1d_as_conv2d(drop_same_shape_broadcasts(fold_batch_norms(mod))))
+    return channel_broadcasts_explicit(full_rank_constants(row_chains_unsplit(mod)))
