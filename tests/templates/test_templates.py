@@ -503,3 +503,18 @@ def test_generic_template_walks_a_transposed_buffer_in_tiles(measurer: Measurer,
     check_configs(measurer, task)
     plain = Task.from_primfunc(_softmax(4, 8))
     assert plain.space.knob("transpose_tile").entities == [0]
+
+
+def test_generic_template_parallelises_past_unit_loops(measurer: Measurer) -> None:
+    """A per-channel sum over H and W of a channels-last map (ConvNeXtV2's response norm): its
+    leading output loops are all of extent 1, so the parallel loop takes the channels' outer loop
+    (it ran on one thread, at 17-25 GB/s)."""
+    h, w, c = 28, 28, 96
+    x = te.placeholder((1, h, w, c), name="x")
+    i, j = te.reduce_axis((0, h), name="i"), te.reduce_axis((0, w), name="j")
+    y = te.compute((1, 1, 1, c), lambda n, a, b, k: te.sum(x[n, i, j, k] * x[n, i, j, k], axis=[i, j]), name="y")
+    task = Task.from_primfunc(te.create_prim_func([x, y]))
+    cfg = task.default_config()
+    assert cfg["parallel_depth"] > 0
+    assert "T.parallel" in task.template.apply(task, cfg).script()
+    check_configs(measurer, task)

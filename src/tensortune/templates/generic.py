@@ -554,7 +554,10 @@ class GenericTemplate(Template):
             sch.reverse_compute_at(acc, lo)
             vectorize_own_loop(sch, acc, lo)
         sch.vectorize(li)
-        par_loops = (outer_sp + [lo])[:depth] if depth else []
+        outer = outer_sp + [lo]
+        par_loops = outer[:depth] if depth else []
+        while par_loops and len(par_loops) < len(outer) and _iterations(sch, par_loops) == 1:
+            par_loops = outer[:len(par_loops) + 1]  # unit loops only (a per-channel sum over H, W): one more
         top = sch.fuse(*par_loops) if len(par_loops) > 1 else (par_loops[0] if par_loops else sch.get_loops(block)[0])
         if par_loops and _iterations(sch, [top]) > 1:  # a parallel loop of one: only the pool's cost
             sch.parallel(top)
