@@ -38,6 +38,7 @@ def options(port: int | None) -> MeasureOptions:
                           run_timeout=60.0)
 
 
+@pytest.mark.alone  # compares local and remote timings of the same kernels
 @pytest.mark.slow  # end to end: a tracker and its servers
 def test_records_match_local_measurement(tmp_path) -> None:
     # 256^3: a tenth of a millisecond or more per run, so that timing noise (a 64^3 kernel's 7-30 us

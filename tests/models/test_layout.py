@@ -275,6 +275,28 @@ def test_a_conv1d_stack_stays_blocked_between_its_layers() -> None:
     assert compare_outputs(cm.run([x.numpy()]), want).ok
 
 
+class _Conv1dSoftmax(nn.Module):
+    """A softmax over the length between two conv1d layers: a row op whose axis must stay the last
+    when the reshapes around it cancel (over the inserted unit axis every output would be 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv1d(4, 8, 3), nn.Conv1d(8, 8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.softmax(self.a(x), dim=2) * 3.0)
+
+
+def test_a_softmax_between_conv1d_layers_keeps_its_axis() -> None:
+    torch.manual_seed(0)
+    m = _Conv1dSoftmax().eval()
+    x = torch.randn(1, 4, 40)
+    cm = compile_model(load_model(m, [x]))
+    with torch.no_grad():
+        want = [m(x).numpy()]
+    assert compare_outputs(cm.run([x.numpy()]), want).ok
+
+
 class _LinearBn(nn.Module):
     """LeViT's ``MLPLayerWithBN`` on tokens: a linear layer without bias, then ``BatchNorm1d`` over
     its features (the tokens flattened around it), twice, the second with a bias."""

@@ -404,20 +404,34 @@ def _unsplit(call: Any, m: Any) -> Any:
             if not chain or target is None or inner is None or static_shape(x) != target or inner[-1] != target[-1]:
                 return call
             consts = [_const_array(op.args[1]) for op in chain if len(op.args) > 1]
+            if any(static_shape(op) != inner for op in chain) or any(c is not None and c.ndim > len(inner) for c in consts):
+                return call  # an op that broadcasts the rows to another shape
             added = _unit_axes_added(inner, target)
             if added is None and any(c is not None and c.size > 1 for c in consts):
                 return call  # a per-channel constant: only across inserted unit axes is its place known
             for op in reversed(chain):
-                rest = list(op.args[1:])
-                if added is not None and rest and (c := _const_array(rest[0])) is not None and c.size > 1:
-                    rest[0] = relax.const(_lifted(c, inner, added))
-                x = m.builder_.emit(relax.Call(op.op, [x, *rest], op.attrs))
+                x = m.builder_.emit(_on(op, x, inner, added))
             return x
         if not _row_op(b):
             return call
         chain.append(b)
         v = b.args[0]
     return call
+
+
+def _on(op: Any, x: Any, inner: tuple[int, ...], added: list[int] | None) -> Any:
+    """Row op ``op`` (of a tensor shaped ``inner``) applied to ``x`` instead: a softmax over the last
+    axis whatever ``x``'s rank, a number as a 0-d constant, a per-channel constant lifted across the
+    unit axes ``added``."""
+    from tvm import relax
+
+    if getattr(op.op, "name", "") == "relax.nn.softmax":
+        return relax.op.nn.softmax(x, axis=-1)
+    rest = list(op.args[1:])
+    c = _const_array(rest[0]) if rest else None
+    if c is not None:
+        rest[0] = relax.const(c.reshape(()) if c.size == 1 else _lifted(c, inner, added or []))
+    return relax.Call(op.op, [x, *rest], op.attrs)
 
 
 def row_chains_unsplit(mod: Any) -> Any:
