@@ -556,7 +556,8 @@ class GenericTemplate(Template):
         sch.vectorize(li)
         outer = outer_sp + [lo]
         par_loops = outer[:depth] if depth else []
-        while par_loops and len(par_loops) < len(outer) and _iterations(sch, par_loops) == 1:
+        big = _iterations(sch, sch.get_loops(block)) >= SERIAL_POINTS  # worth waking the pool for
+        while big and par_loops and len(par_loops) < len(outer) and _iterations(sch, par_loops) == 1:
             par_loops = outer[:len(par_loops) + 1]  # unit loops only (a per-channel sum over H, W): one more
         top = sch.fuse(*par_loops) if len(par_loops) > 1 else (par_loops[0] if par_loops else sch.get_loops(block)[0])
         if par_loops and _iterations(sch, [top]) > 1:  # a parallel loop of one: only the pool's cost
