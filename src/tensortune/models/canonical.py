@@ -348,12 +348,14 @@ def _row_op(call: Any) -> bool:
     reshapes insert unit axes)."""
     from tvm import relax
 
+    from tvm.ir.expr import Constant
+
     name = getattr(call.op, "name", "")
     if name == "relax.nn.softmax":
         return int(call.attrs.axis) in (-1, len(call.ty.shape) - 1)
     if name in ELEMENTWISE and len(call.args) == 1:
         return True
-    return name in BINARY_OPS and isinstance(call.args[0], relax.Var) and _const_array(call.args[1]) is not None
+    return name in BINARY_OPS and isinstance(call.args[0], relax.Var) and isinstance(call.args[1], Constant)
 
 
 def _const_array(v: Any) -> np.ndarray | None:

@@ -458,8 +458,9 @@ def _rewrite(mod: Any, g: _Graph, block: int, requests: dict[Any, ChanMap]) -> t
             """An elementwise op whose tensor operands share one map, constants laid out by it and
             broadcast operands given their real channels; None (and a request for the next round)
             when the operands' maps differ."""
-            acts = _channel_operands(call, g)
-            spread = [i for i in _activations(call, g) if i not in acts]
+            spread, acts = [], []
+            for i in _activations(call, g):
+                (acts if _spread_channel(call.args[i], g) is None else spread).append(i)
             of = {i: self.map_of(call.args[i]) for i in acts}
             mapped = [i for i in acts if of[i] is not None]
             if not mapped:
