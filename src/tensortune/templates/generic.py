@@ -479,27 +479,28 @@ class GenericTemplate(Template):
         _inline_all(sch)
         return sch, _main_block(sch)
 
-    def _shape(self, task: Task) -> list[tuple[int, bool]]:
-        sch, block = self._inlined(task)
+    @staticmethod
+    def _shape(sch: Any, block: Any) -> list[tuple[int, bool]]:
         if len(sch.get_loops(block)) != len(sch.get(block).iter_vars):
             raise TemplateError("the output block's loops do not match its iteration variables")
         return [(e, r) for _, e, r in _loop_kinds(sch, block)]
 
     def space(self, task: Task) -> ConfigSpace:
-        shape = self._shape(task)
+        sch, block = self._inlined(task)  # once: the loop shape and the transposed axis read it
+        shape = self._shape(sch, block)
         spatial = [e for e, r in shape if not r]
         s = ConfigSpace()
         inner = spatial[-1] if spatial else 1
         # powers of two: a guarded last piece is peeled off (_peel_guarded), the others vectorise whole
         s.define_split("tile_inner", inner, 2, policy="power2", max_innermost=64)
         s.define_choice("parallel_depth", list(range(0, min(len(spatial) - 1, 3) + 1)) if spatial else [0])
-        s.define_choice("transpose_tile", self._transpose_choices(task))
+        s.define_choice("transpose_tile", self._transpose_choices(sch, block))
         s.define_unroll()
         return s
 
-    def _transpose_choices(self, task: Task) -> list[int]:
+    @staticmethod
+    def _transpose_choices(sch: Any, block: Any) -> list[int]:
         """Tile widths along a transposed read's contiguous axis; ``[0]`` where nothing is transposed."""
-        sch, block = self._inlined(task)
         axis = _transposed_axis(sch, block)
         if axis is None:
             return [0]
