@@ -92,6 +92,21 @@ def test_bf16_conv_default_takes_seven_columns_where_seven_and_eight_divide() ->
     assert f32.default_config()["tile_x"][1] == 8
 
 
+def test_bf16_products_write_whole_rows_by_default() -> None:
+    """The default packed bf16 product walks every column tile inside its row tile (each parallel
+    chunk writes whole rows); columns are split only where whole rows give too few chunks."""
+    from tensortune.templates.bf16 import MIN_PARALLEL_CHUNKS
+
+    for op, shape in (("dense_pack_bf16", [3136, 256, 32, 16]), ("batch_matmul_bf16", [12, 200, 208, 64, 16])):
+        config = Task.from_op(op, shape, target=ZNVER4).default_config()
+        assert config["tile_x"][0] == 1, (op, config)
+    few = Task.from_op("dense_pack_bf16", [49, 256, 256, 16], target=ZNVER4).default_config()
+    rows = 49 // few["tile_y"][2]
+    assert rows < MIN_PARALLEL_CHUNKS <= rows * few["tile_x"][0]
+    f32 = Task.from_op("dense_pack", [3136, 256, 32, 16], target=ZNVER4).default_config()
+    assert f32["tile_x"][0] > 1  # float32 keeps its order
+
+
 @needs_bf16
 @pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [7, 7, 32, 16, 3, 2, 1, 16, 16]),
                                       ("conv2d_nchwc_bf16", [5, 5, 16, 8, 1, 1, 0, 8, 8]),
