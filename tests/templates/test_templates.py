@@ -11,6 +11,7 @@ are there to keep impossible configs out; none is known to be rejected today).
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -521,3 +522,16 @@ def test_generic_template_parallelises_past_unit_loops(measurer: Measurer) -> No
     assert cfg["parallel_depth"] > 0
     assert "T.parallel" in task.template.apply(task, cfg).script()
     check_configs(measurer, task)
+
+
+def test_generic_unrolls_at_most_64_steps_of_16_lane_vectors() -> None:
+    """A config of 512 unrolled steps unrolls 64 for an AVX-512 target (LLVM's x86 back end ran for
+    minutes on such a softmax) and 512 for an AVX2 one; the space is the same for both."""
+    base = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "num-cores": 2}
+    steps = {}
+    for cpu in ("znver4", "znver3"):
+        task = Task.from_primfunc(_softmax(40, 96), target={**base, "mcpu": cpu})
+        knobs = {**task.default_config().knobs, "auto_unroll_max_step": 512, "parallel_depth": 1}
+        text = task.template.apply(task, task.space.get(task.space.index_of(knobs))).script()
+        steps[cpu] = re.findall(r'"pragma_auto_unroll_max_step": (\d+)', text)
+    assert steps == {"znver4": ["64"], "znver3": ["512"]}

@@ -64,9 +64,12 @@ def unroll_knobs(step: int) -> dict[str, int]:
     return {"auto_unroll_max_step": step, "unroll_explicit": 1}
 
 
-def annotate_unroll(sch: Any, loop: Any, config: Config) -> None:
-    """Apply the ``auto_unroll_max_step`` / ``unroll_explicit`` knobs to ``loop``."""
+def annotate_unroll(sch: Any, loop: Any, config: Config, max_step: int | None = None) -> None:
+    """Apply the ``auto_unroll_max_step`` / ``unroll_explicit`` knobs to ``loop`` (the steps capped
+    at ``max_step`` where given)."""
     step = config.knobs.get("auto_unroll_max_step", 0)
+    if max_step is not None:
+        step = min(step, max_step)
     if step:
         sch.annotate(loop, "pragma_auto_unroll_max_step", int(step))
         sch.annotate(loop, "pragma_unroll_explicit", int(config.knobs.get("unroll_explicit", 1)))
