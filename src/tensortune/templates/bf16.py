@@ -20,6 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..space import Config, ConfigSpace
+from ..space.knobs import divisors
 from .base import Template, TemplateError, anchored_schedule, largest_divisor_le, target_lanes, unroll_knobs
 from .conv2d_nchwc import (Conv2dNCHWcGeneralTemplate, Conv2dNCHWcTemplate, max_accumulators, tile_blocked_conv,
                            vector_registers)
@@ -200,10 +201,9 @@ class DensePackBf16Template(Template):
         yi, xb = dense_register_tile(M, blocks, 1, max_accumulators(tj), vector_registers(tj), row_bytes=2 * a["K"])
         yi = max(d for d in range(1, yi + 1) if M % d == 0)
         ki = largest_divisor_le(K2, 4)
-        row_chunks = a.get("B", 1) * (M // yi)
-        xo = next(d for d in range(1, blocks // xb + 1)
-                  if (blocks // xb) % d == 0 and (row_chunks * d >= MIN_PARALLEL_CHUNKS or d == blocks // xb))
-        return {"tile_y": (M // yi, 1, yi), "tile_x": (xo, blocks // xb // xo, xb), "tile_k": (K2 // ki, ki),
+        row_chunks, col_tiles = a.get("B", 1) * (M // yi), blocks // xb
+        xo = next((d for d in divisors(col_tiles) if row_chunks * d >= MIN_PARALLEL_CHUNKS), col_tiles)
+        return {"tile_y": (M // yi, 1, yi), "tile_x": (xo, col_tiles // xo, xb), "tile_k": (K2 // ki, ki),
                 **unroll_knobs(64)}
 
     def schedule(self, task: Task, config: Config) -> Any:

@@ -534,6 +534,7 @@ class GenericTemplate(Template):
         return _fresh_vars(self.schedule(task, config).mod)  # the copies a peeled loop made, renamed
 
     def schedule(self, task: Task, config: Config) -> Any:
+        lanes = vector_lanes(task)
         sch = schedule_of(task)
         _inline_all(sch)
         block = _main_block(sch)
@@ -542,9 +543,9 @@ class GenericTemplate(Template):
         spatial = [lp for lp, _, r in kinds if not r]
         reduce = [lp for lp, _, r in kinds if r]
         if spatial and config["parallel_depth"]:  # partial results only where they go under a parallel loop
-            producers = _split_reductions(sch, producers, vector_lanes(task))
+            producers = _split_reductions(sch, producers, lanes)
         if not spatial:
-            _attach_producers(sch, producers, None, vector_lanes(task))
+            _attach_producers(sch, producers, None, lanes)
             return sch
         outer_sp, last = spatial[:-1], spatial[-1]
         tile, axis = config["transpose_tile"], _transposed_axis(sch, block)
@@ -569,8 +570,8 @@ class GenericTemplate(Template):
         top = sch.fuse(*par_loops) if len(par_loops) > 1 else (par_loops[0] if par_loops else sch.get_loops(block)[0])
         if par_loops and _iterations(sch, [top]) > 1:  # a parallel loop of one: only the pool's cost
             sch.parallel(top)
-        annotate_unroll(sch, top, config, MAX_WIDE_UNROLL if vector_lanes(task) >= 16 else None)
-        _attach_producers(sch, producers, top if par_loops else None, vector_lanes(task))
+        annotate_unroll(sch, top, config, MAX_WIDE_UNROLL if lanes >= 16 else None)
+        _attach_producers(sch, producers, top if par_loops else None, lanes)
         if reduce:  # last: vectorize/parallel need the block whole
             sch.decompose_reduction(block, reduce[0])
         elif lo not in par_loops:
