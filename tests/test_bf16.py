@@ -159,6 +159,29 @@ def test_f32_and_bf16_records_of_one_workload_stay_apart(tmp_path, capfd) -> Non
 
 
 @needs_bf16
+def test_a_weight_padded_with_zero_columns_runs_in_bf16() -> None:
+    """FocalNet's projections to 2C+4 columns (196 for C=96, 208 packed), on ViT's 197 tokens
+    (rows padded to the register tile): one bf16 product, both paddings cut off after it."""
+    import torch
+
+    from tensortune import app
+    from tensortune.target import host_target_json
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 196), torch.nn.GELU()).eval()
+    x = torch.randn(1, 197, 32)
+    model = app.load(net, (x,), precision="bf16")
+    plan = model.layout_plan(host_target_json())
+    assert [(d.precision, d.block, d.extra_cols) for d in plan.denses] == [("bf16", 16, 12)], plan.denses
+    cm = app.compile(model)
+    assert [c.task for c in cm.choices if "dense_pack_bf16" in c.kernel_class], cm.choices
+    got = cm.run([x.numpy()])[0]
+    assert got.shape == (1, 197, 196)
+    a = prec.agreement(got, net(x).detach().numpy())
+    assert a.ok, a
+
+
+@needs_bf16
 def test_a_model_built_in_bf16_matches_its_f32_reference() -> None:
     """Convolutions and the classifier in bf16 (the RGB stem's 3 channels read as 4: pairs),
     within the tolerance of the float32 build, top-5 agreeing."""

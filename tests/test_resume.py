@@ -88,8 +88,10 @@ def test_sigkill_loses_at_most_the_batch_and_rerun_resumes(tmp_path):
     assert summary["trials_measured"] == trials - len(after_kill)
     assert len(rows) == trials
     assert len({i for i, _ in rows}) == trials, "a config stored before the kill was measured again"
-    # the rerun confirmed its top 3 (and the default when not among them), 3 rounds each
-    assert list(confirmation_groups(db).values()) in ([9], [12])
+    # the rerun confirmed its top 3 (and the default when not among them), 3 rounds each; a
+    # confirmation timed while the machine was busy (measure.noise) is measured once more
+    groups = list(confirmation_groups(db).values())
+    assert 1 <= len(groups) <= 2 and all(n in (9, 12) for n in groups), groups
 
 
 @pytest.mark.slow  # end to end: processes killed and run at once

@@ -81,7 +81,7 @@ def test_small_soak_records_every_fault_and_loses_nothing(tmp_path: Path) -> Non
     t = r["targets"]
     for name in ("0 trials lost", "faults recorded", "0 wrong kernels reported", "best verified", "faults contained",
                  "no leaked processes"):
-        assert t[name]["pass"] is True, (name, t[name]["detail"])
+        assert t[name]["pass"] is True, (name, t[name]["detail"], r["faults"]["clean_errors"])
     assert r["trials"] == {"requested": TRIALS, "committed": TRIALS, "new": TRIALS, "lost": 0, "measured_twice": 0}
     assert r["faults"]["by_class"] == dict(planned)
     rec = r["faults"]["recorded"]

@@ -7,6 +7,7 @@ wrong answer).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -15,6 +16,7 @@ import tvm
 from tvm import tirx
 
 from tensortune.space import Config, ConfigSpace
+from tensortune.task.ops import OPS
 from tensortune.templates import Template, register_template
 
 FAULTS = ["none", "raise", "compile_error", "build_hang", "build_crash", "segfault", "abort", "run_hang", "wrong"]
@@ -63,3 +65,15 @@ class FaultTemplate(Template):
 
 
 register_template(FaultTemplate())
+
+#: Seconds the ``slow_reference`` op takes to compute its reference output (a task whose setup in a
+#: fresh runner process is slow, as an unscheduled build of a model's function can be).
+SLOW_REFERENCE_S = 2.0
+
+
+def _slow_reference(args: dict[str, int], inputs: Any) -> Any:
+    time.sleep(SLOW_REFERENCE_S)
+    return OPS["matmul"].reference(args, inputs)
+
+
+OPS["slow_reference"] = dataclasses.replace(OPS["matmul"], name="slow_reference", reference=_slow_reference)

@@ -217,19 +217,40 @@ def test_the_runner_process_is_replaced_every_runner_restart_candidates():
         assert m.runner.restarts == 2  # candidates 3 and 5 ran in fresh processes
 
 
+def test_a_tasks_setup_is_not_charged_to_its_first_candidates_run_timeout(measurer):
+    """A new task's inputs and reference are made before its first candidate's timer starts: a
+    candidate that runs in a fraction of the run timeout is not recorded as timed out because its
+    reference took longer (an unscheduled build of a model's function can take seconds)."""
+    import fault_plugin
+
+    task = Task("slow_reference", {"M": 16, "N": 24, "K": 8}, template="faulty")
+    inp = MeasureInput(task, task.space.config_from_json({"knobs": {"fault": "none"}}))
+    before = measurer.options.run_timeout
+    measurer.options.run_timeout = fault_plugin.SLOW_REFERENCE_S / 2
+    try:
+        r = measurer.measure([inp])[0]
+    finally:
+        measurer.options.run_timeout = before
+    assert r.ok, (r.error, r.error_msg)
+
+
 def test_a_load_that_fails_for_lack_of_memory_maps_is_run_again_in_a_fresh_process(tmp_path):
     """The process's fault, not the candidate's: the candidate is loaded again once, by a new process."""
     from tensortune.measure.measure import LocalRunner
     from tensortune.measure.pool import CallOutcome
     from tensortune.measure.result import BuildResult
+    from tensortune.measure.worker import prepare_task
 
     class Exhausted:
         """A runner process whose memory maps ran out, until it is replaced."""
 
         def __init__(self) -> None:
-            self.full, self.calls, self.runs = True, 0, 0
+            self.full, self.calls, self.runs, self.prepared, self.setups = True, 0, 0, None, 0
 
         def call(self, fn, args, timeout):
+            if fn is prepare_task:  # the task set up in a new process, outside the candidate's timeout
+                self.setups += 1
+                return CallOutcome("ok", None, cpu_s=0.01)
             self.calls += 1
             if self.full:
                 msg = ("Check failed: (lib_handle_ != nullptr) is false: Failed to load dynamic shared library "
@@ -239,7 +260,7 @@ def test_a_load_that_fails_for_lack_of_memory_maps_is_run_again_in_a_fresh_proce
             return CallOutcome("ok", ("none", [1e-3, 1e-3], "", 2, 0.01), cpu_s=0.02)
 
         def close(self) -> None:
-            self.full = False
+            self.full, self.prepared = False, None
 
         def start(self) -> None:
             pass
@@ -251,7 +272,7 @@ def test_a_load_that_fails_for_lack_of_memory_maps_is_run_again_in_a_fresh_proce
     art = tmp_path / "k.so"
     art.write_bytes(b"")
     r = runner.run([MeasureInput(task, task.default_config())], [BuildResult(str(art))])[0]
-    assert r.ok and r.cost == 1e-3 and runner.restarts == 1 and worker.calls == 2
+    assert r.ok and r.cost == 1e-3 and runner.restarts == 1 and worker.calls == 2 and worker.setups == 2
     # when the fresh process fails the same way, the error is recorded: one retry only
     worker.full = True
     worker.close = lambda: None

@@ -23,7 +23,7 @@ from .noise import QUIET_LOOK_S, QUIET_LOOKS, RECENT_S, NoiseLog, Sample
 from .options import MeasureOptions
 from .pool import WORKERS, Worker
 from .result import BuildResult, ErrorKind, MeasureInput, MeasureResult
-from .worker import SESSION_SPAN, build_candidate, init_worker, probe_state, rpc_run_candidate, run_candidate
+from .worker import SESSION_SPAN, build_candidate, init_worker, prepare_task, probe_state, rpc_run_candidate, run_candidate
 
 
 def with_variant(inp: MeasureInput, opts: dict[str, Any]) -> dict[str, Any]:
@@ -191,10 +191,12 @@ class LocalRunner:
             return MeasureResult([], b.error, b.error_msg, b.build_time, 0.0, now, threads, build_cpu=b.build_cpu)
         if worker.runs >= max(1, self.options.runner_restart):
             self._restart(worker)
+        self._prepare(inp, opts, worker)
         self._energy.start()
         for attempt in range(2):  # a load that failed for the process's fault is run again, once
             if attempt:
                 self._restart(worker)
+                self._prepare(inp, opts, worker)
             t0 = time.perf_counter()
             res = worker.call(*self._call(inp, b, opts), self.options.run_timeout)
             worker.runs += 1
@@ -225,6 +227,17 @@ class LocalRunner:
         }.get(res.status, (ErrorKind.UNKNOWN, res.message))
         return MeasureResult([], kind, msg, b.build_time, dt, now, threads, joules, build_cpu=b.build_cpu,
                              run_cpu=res.cpu_s)
+
+    def _prepare(self, inp: MeasureInput, opts: dict[str, Any], worker: Worker) -> None:
+        """Set the task up in ``worker``'s process when it has not (a new or restarted process, or a
+        new task), under the build timeout: a restarted runner on a loaded machine spent seconds of
+        the next candidate's run timeout on it, and a clean candidate was recorded as timed out.
+        A setup that fails is left to the candidate's own call, which records the error."""
+        key = (inp.task.json_text, int(opts.get("seed", 0)), with_variant(inp, opts).get("variant", ""))
+        if worker.prepared == key:
+            return
+        out = worker.call(prepare_task, key, self.options.build_timeout)
+        worker.prepared = key if out.status == "ok" else None
 
     def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
         """The worker function that runs one candidate, and its arguments."""
@@ -328,6 +341,10 @@ class RPCRunner(LocalRunner):
         for w in self._more:
             w.close()
         super().close()
+
+    def _prepare(self, inp: MeasureInput, opts: dict[str, Any], worker: Worker) -> None:
+        """Nothing: the reference is made at the first candidate, and the device session's own
+        timeout (``session_opts``) spans it."""
 
     def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
         return rpc_run_candidate, (inp.task.json_text, b.artifact, self.session_opts(with_variant(inp, opts)), self.device)

@@ -76,6 +76,7 @@ class Worker:
         self._lock = threading.Lock()
         self.key: tuple | None = None  # (initializer, initargs) when it came from a WorkerCache
         self.runs = 0  # candidate libraries the current child process has loaded (the runner counts them)
+        self.prepared: object = None  # what the current child process has set up (the runner's key)
 
     def start(self) -> None:
         """Start the process now (and run the initializer) instead of at the first call.
@@ -115,14 +116,17 @@ class Worker:
                     with guard:
                         answered.set()
                     if fired.is_set():  # killed (maybe just after it answered): restart it next call
+                        self.prepared = None
                         self._w.kill()
                 after = self.cpu_seconds()
                 # a child started by this call: its start-up is this call's cost too
                 spent = None if after is None else after - (before or 0.0)
                 return CallOutcome("ok", value, cpu_s=spent)
             except TimeoutError:
+                self.prepared = None
                 return CallOutcome("timeout", message=f"exceeded {timeout:g} s")
             except ChildProcessError:
+                self.prepared = None  # a new child process starts at the next call
                 if fired.is_set():
                     return CallOutcome("timeout", message=f"exceeded {timeout:g} s (killed)")
                 return CallOutcome("crash", message="the worker process died (segfault, abort or exit)")
@@ -147,6 +151,7 @@ class Worker:
 
     def close(self) -> None:
         """Stop the child process."""
+        self.prepared = None
         self._w.kill()
 
     @property

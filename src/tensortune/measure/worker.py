@@ -139,6 +139,12 @@ def probe_state(window_s: float) -> tuple[float | None, float | None, float]:
 
 
 @pinned_calls
+def prepare_task(task_json: str, seed: int, variant: str = "") -> None:
+    """Set up a task in this process (template, inputs, reference output) before its first
+    candidate, so that a fresh runner's setup is not charged to that candidate's run timeout."""
+    _data(_task(task_json), seed, variant)
+
+
 def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]
                   ) -> tuple[str, list[float], str, int, float, tuple[float | None, float | None, float] | None]:
     """Load, check and time one built candidate.

@@ -172,29 +172,32 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
                     plan.reason = f"N={ws[1]} not a multiple of a vector block"
             if plan.reason:
                 return call
-            # bf16 packs whole blocks only: a weight with zero columns takes the float32 product
-            if precision == "bf16" and not plan.extra_cols and ws[0] % 2 == 0 and plan.block in (8, 16):
-                plan.precision = "bf16"
-                packed = relax.const(pack_dense_weight(const.value.numpy().reshape(ws), plan.block))
-                rows = xs[-2]
-                extra = row_padding(rows)
-                if not extra:
-                    if bf16act.STORE_BF16:
-                        x = bf16act.rounded(self.builder_, x)
-                    return self.builder_.call_te(dense_pack_bf16_te, x, packed, primfunc_name_hint="dense_pack_bf16")
-                # rows no register tile divides (a ViT's 197 tokens): zero rows added (the pad fuses
-                # into the kernel's rounding stage), the product's extra rows cut off after it
-                width = [0, 0] * (len(xs) - 2) + [0, extra, 0, 0]
-                padded = self.builder_.emit(relax.op.nn.pad(x, width))
-                out = self.builder_.emit(self.builder_.call_te(dense_pack_bf16_te, padded, packed,
-                                                               primfunc_name_hint="dense_pack_bf16"))
-                return relax.op.strided_slice(out, axes=[len(xs) - 2], begin=[0], end=[rows])
             w_kn = np.pad(const.value.numpy().reshape(ws), ((0, 0), (0, plan.extra_cols)))
+            if precision == "bf16" and ws[0] % 2 == 0 and plan.block in (8, 16):
+                plan.precision = "bf16"
+                return self._bf16_product(x, xs, ws[1], relax.const(pack_dense_weight(w_kn, plan.block)), w_kn.shape[1])
             out = self.builder_.call_te(dense_pack_te, x, relax.const(pack_weight(w_kn, plan.block)), out_dtype,
                                         primfunc_name_hint="dense_pack")
             if not plan.extra_cols:
                 return out
             return relax.op.strided_slice(self.builder_.emit(out), axes=[len(xs) - 1], begin=[0], end=[ws[1]])
+
+        def _bf16_product(self, x: Any, xs: tuple[int, ...], cols: int, packed: Any, packed_cols: int) -> Any:
+            """``x`` times a packed bf16 weight. Rows no register tile divides (a ViT's 197 tokens)
+            get zero rows (the pad fuses into the kernel's rounding stage); a weight padded with zero
+            columns (FocalNet's 2C+4 outputs) gives extra columns; both are cut off after it."""
+            rows, extra = xs[-2], row_padding(xs[-2])
+            if extra:
+                x = self.builder_.emit(relax.op.nn.pad(x, [0, 0] * (len(xs) - 2) + [0, extra, 0, 0]))
+            elif bf16act.STORE_BF16:
+                x = bf16act.rounded(self.builder_, x)
+            out = self.builder_.call_te(dense_pack_bf16_te, x, packed, primfunc_name_hint="dense_pack_bf16")
+            cut = [(len(xs) - 2, rows)] if extra else []
+            cut += [(len(xs) - 1, cols)] if packed_cols != cols else []
+            if not cut:
+                return out
+            out = self.builder_.emit(out)
+            return relax.op.strided_slice(out, axes=[a for a, _ in cut], begin=[0] * len(cut), end=[e for _, e in cut])
 
         def _runtime_product(self, x: Any, w: Any, xs: tuple[int, ...], ws: tuple[int, ...], nb: int,
                              extra_cols: int) -> Any:
