@@ -150,10 +150,9 @@ def _kinds(model) -> list[str]:
     return [mt.task.template_name for mt in model_tasks(model, ZNVER4 if model.precision == "bf16" else None)]
 
 
-def test_bf16_attention_needs_keys_in_pairs(fuse_small: None) -> None:
-    """In bf16, a head whose keys come in pairs is one ``attention_bf16`` task (its products on
-    bf16 operands, their rounding and packing stages in it); 23 keys cannot pair for ``P V`` and
-    keep the float32 fused attention."""
+def test_bf16_attention_is_one_task_with_its_rounding_stages(fuse_small: None) -> None:
+    """In bf16, a head is one ``attention_bf16`` task (its products on bf16 operands, their
+    rounding and packing stages in it), 23 keys too (a zero key makes the pairs of ``P V``)."""
     kinds = _kinds(_model(24).with_precision("bf16"))
     assert kinds.count("attention_bf16") == 1 and "attention" not in kinds
     (task,) = [mt.task for mt in model_tasks(_model(24).with_precision("bf16"), ZNVER4)
@@ -163,7 +162,7 @@ def test_bf16_attention_needs_keys_in_pairs(fuse_small: None) -> None:
     assert pat.args == {"B": 2, "M": 24, "N": 24, "K": 16, "D": 16} and len(pat.rounds) == 4
     assert pat.between[0] == "scores_cut"  # 24 keys padded to two vectors of 16 for the scores
     kinds = _kinds(_model(23).with_precision("bf16"))
-    assert "attention" in kinds and "attention_bf16" not in kinds
+    assert "attention_bf16" in kinds and "attention" not in kinds
 
 
 def test_bf16_attention_codegen_has_the_dot_product(fuse_small: None) -> None:
@@ -180,6 +179,22 @@ def test_bf16_attention_codegen_has_the_dot_product(fuse_small: None) -> None:
     assert asm.count("vdpbf16ps") >= 2
 
 
+def test_bf16_attention_takes_an_odd_number_of_keys(fuse_small: None) -> None:
+    """49 keys (PVT's and SegFormer's spatially reduced attention): ``P V`` reduces over 50, the
+    zero key making the pairs ``vdpbf16ps`` takes, and compiles to it (codegen only)."""
+    import tvm
+
+    from tensortune.target import make_target
+    from tensortune.task import Task
+
+    (task,) = [mt.task for mt in model_tasks(_model(49).with_precision("bf16"), ZNVER4)
+               if mt.task.template_name == "attention_bf16"]
+    assert task.attention.args["N"] == 49
+    task = Task.from_fused(task.prim_func(), ZNVER4, "fused_attention")
+    asm = tvm.compile(task.instantiate(task.default_config()), target=make_target(ZNVER4)).mod.inspect_source("asm")
+    assert asm.count("vdpbf16ps") >= 2
+
+
 def test_bf16_attention_pads_values_to_vectors(fuse_small: None) -> None:
     """Heads 36 wide (MobileViT's): in bf16 the values' columns are padded to three vectors and cut
     off after the product; in float32 the head stays three functions (values not in whole vectors)."""
@@ -190,11 +205,11 @@ def test_bf16_attention_pads_values_to_vectors(fuse_small: None) -> None:
 
 
 @pytest.mark.skipif(CPU_FLAG not in host_flags(), reason="this CPU has no avx512_bf16: the bf16 kernels cannot run here")
-@pytest.mark.parametrize(("tokens", "dim"), [(24, 32), (60, 32), (24, 72)])
+@pytest.mark.parametrize(("tokens", "dim"), [(24, 32), (60, 32), (24, 72), (49, 32)])
 def test_bf16_attention_configs_and_model_match(fuse_small: None, measurer: Measurer, tokens: int, dim: int) -> None:
     """The bf16 attention's default and sampled configs match the unscheduled function (the bf16
     tolerance), and the model built in bf16 matches PyTorch's float32 within it (values 16 and 36
-    wide, the latter padded)."""
+    wide, the latter padded; 49 keys, an odd number)."""
     model = _model(tokens, dim=dim).with_precision("bf16")
     (task,) = [mt.task for mt in model_tasks(model) if mt.task.template_name == "attention_bf16"]
     check_configs(measurer, task, n_samples=4)

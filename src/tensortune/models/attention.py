@@ -9,8 +9,8 @@ makes one PrimFunc, so that the attention template (:mod:`tensortune.templates.a
 computes a block of rows at a time with ``S`` and ``P`` kept in cache. It runs between
 ``FuseOps`` and ``FuseTIR``; a group it does not recognise is left as it is, and so are small heads
 and, in float32, values not in whole vectors (:func:`fused_head`). In bf16 the two matmuls are
-replaced by ``batch_matmul_bf16`` calls inside the fused function where the keys and the head width
-come in pairs, the keys and the values' width padded to vectors
+replaced by ``batch_matmul_bf16`` calls inside the fused function where the head width comes in
+pairs, the keys and the values' width padded to vectors (and an odd number of keys to pairs)
 (:mod:`tensortune.templates.attention_bf16` schedules it); otherwise the fused attention stays
 float32.
 """
@@ -268,12 +268,13 @@ def _static(e: Any) -> list[int] | None:
 
 def _bf16_products(mod: Any, chain: _Chain) -> bool:
     """Whether the chain's two products can run on ``vdpbf16ps``: the scores' reduction (the head
-    width) and the keys in pairs, no broadcast (the values' columns are padded to vectors)."""
+    width) in pairs, no broadcast (the values' columns are padded to vectors, an odd number of keys
+    gets a zero one in ``P V``)."""
     shapes = [[_static(a) for a in _group_calls(mod, b.value)[0].args[1].fields] for b in (chain.s, chain.o)]
     if any(s is None or len(s) < 2 for pair in shapes for s in pair):
         return False
     (q, kt), (p, v) = shapes
-    return q[:-2] == kt[:-2] and p[:-2] == v[:-2] and q[-1] % 2 == 0 and p[-1] % 2 == 0
+    return q[:-2] == kt[:-2] and p[:-2] == v[:-2] and q[-1] % 2 == 0
 
 
 def _bf16_product(bb: Any, fb: Any, cols_to: int, cut: str) -> Any:

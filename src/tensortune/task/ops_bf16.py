@@ -181,23 +181,34 @@ def batch_matmul_bf16_te(a: "te.Tensor", b: "te.Tensor", nb: int, cols_to: int =
     leading dimensions): ``a`` rounded by the ``data_bf16`` stage, ``b`` rounded and packed by
     the ``b_bf16`` stage as ``[..., N'/nb, K/2, nb, 2]``; float32 out ``[..., M, N']``. ``N'`` is
     ``N``, or with ``cols_to`` ``N`` rounded up to a multiple of it, the packed columns past ``N``
-    zero (a fused attention's scores: their keys need not divide into vectors)."""
+    zero (a fused attention's scores: their keys need not divide into vectors). An odd ``K`` (the
+    49 keys of PVT's and SegFormer's reduced attention, in ``P V``) is read as ``K + 1``: a zero
+    column of ``a`` times a zero row of ``b``, the pairs the instruction takes."""
     from tvm import te, tirx
 
     lead = [int(d) for d in a.shape[:-2]]
     K, N = (int(d) for d in b.shape[-2:])
     cols = -(-N // cols_to) * cols_to if cols_to else N
-    conv = te.compute(tuple(int(d) for d in a.shape), lambda *i: bf16_bits_expr(a[i]), name=CONVERT_STAGE)
+    pairs = -(-K // 2)
+    zero = tirx.const(0, BF16_STORAGE)
+
+    def convert(*i: Any) -> Any:
+        if K % 2 == 0:
+            return bf16_bits_expr(a[i])
+        inside = bf16_bits_expr(a[(*i[:-1], tirx.min(i[-1], K - 1))])
+        return tirx.if_then_else(i[-1] < K, inside, zero)
+
+    conv = te.compute((*(int(d) for d in a.shape[:-1]), 2 * pairs), convert, name=CONVERT_STAGE)
 
     def pack(*i: Any) -> Any:
-        j = i[-4] * nb + i[-2]
-        if cols == N:
-            return bf16_bits_expr(b[(*i[:-4], i[-3] * 2 + i[-1], j)])
-        inside = bf16_bits_expr(b[(*i[:-4], i[-3] * 2 + i[-1], tirx.min(j, N - 1))])
-        return tirx.if_then_else(j < N, inside, tirx.const(0, BF16_STORAGE))
+        j, k = i[-4] * nb + i[-2], i[-3] * 2 + i[-1]
+        if cols == N and K % 2 == 0:
+            return bf16_bits_expr(b[(*i[:-4], k, j)])
+        inside = bf16_bits_expr(b[(*i[:-4], tirx.min(k, K - 1), tirx.min(j, N - 1))])
+        return tirx.if_then_else(tirx.all(j < N, k < K), inside, zero)
 
-    packed = te.compute((*lead, cols // nb, K // 2, nb, 2), pack, name=PACK_STAGE)
-    kp = te.reduce_axis((0, K // 2), name="kp")
+    packed = te.compute((*lead, cols // nb, pairs, nb, 2), pack, name=PACK_STAGE)
+    kp = te.reduce_axis((0, pairs), name="kp")
     ke = te.reduce_axis((0, 2), name="ke")
     return te.compute(
         (*lead, int(a.shape[-2]), cols),

@@ -726,12 +726,15 @@ def attention_pattern(func: Any) -> AttentionPattern | None:
         return None
     a, z = macs
     batch = s.get("B", 1)
+    rows = batch * s["M"]
+    between = [b for b in blocks[a + 1:z] if b.name not in rounds]
     keys = o["K"]
+    if rounds and between and keys % 2 == 0 and _prod(between[0].extents) == rows * (keys - 1):
+        keys -= 1  # bf16: an odd number of keys, ``P V`` reducing over one zero key more (pairs)
     padded = bool(rounds) and 0 < s["N"] - keys < SCORES_COLUMNS  # bf16 scores over keys padded to vectors
     if o.get("B", 1) != batch or o["M"] != s["M"] or not (s["N"] == keys or padded):
         return None
-    scores, rows = batch * s["M"] * keys, batch * s["M"]
-    between = [b for b in blocks[a + 1:z] if b.name not in rounds]
+    scores = rows * keys
     for b in between[int(s["N"] != keys):]:
         size = _prod(b.extents)
         if not ((not b.reduction and size == scores) or (len(b.reduction) == 1 and size == scores
