@@ -230,13 +230,14 @@ class LocalRunner:
 
     def _prepare(self, inp: MeasureInput, opts: dict[str, Any], worker: Worker) -> None:
         """Set the task up in ``worker``'s process when it has not (a new or restarted process, or a
-        new task), under the build timeout: a restarted runner on a loaded machine spent seconds of
-        the next candidate's run timeout on it, and a clean candidate was recorded as timed out.
-        A setup that fails is left to the candidate's own call, which records the error."""
+        new task), under the longer of the build and run timeouts: a restarted runner on a loaded
+        machine spent seconds of the next candidate's run timeout on it, and a clean candidate was
+        recorded as timed out. A setup that fails is left to the candidate's own call, which
+        records the error."""
         key = (inp.task.json_text, int(opts.get("seed", 0)), with_variant(inp, opts).get("variant", ""))
         if worker.prepared == key:
             return
-        out = worker.call(prepare_task, key, self.options.build_timeout)
+        out = worker.call(prepare_task, key, max(self.options.build_timeout, self.options.run_timeout))
         worker.prepared = key if out.status == "ok" else None
 
     def _call(self, inp: MeasureInput, b: BuildResult, opts: dict[str, Any]) -> tuple[Callable[..., Any], tuple]:
