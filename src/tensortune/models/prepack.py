@@ -175,46 +175,48 @@ def pack_dense_weights(mod: Any, target_json: dict[str, Any],
             w_kn = np.pad(const.value.numpy().reshape(ws), ((0, 0), (0, plan.extra_cols)))
             if precision == "bf16" and ws[0] % 2 == 0 and plan.block in (8, 16):
                 plan.precision = "bf16"
-                return self._bf16_product(x, xs, ws[1], relax.const(pack_dense_weight(w_kn, plan.block)), w_kn.shape[1])
+                return self._bf16_product(x, xs, ws[1], relax.const(pack_dense_weight(w_kn, plan.block)),
+                                          plan.extra_cols)
             out = self.builder_.call_te(dense_pack_te, x, relax.const(pack_weight(w_kn, plan.block)), out_dtype,
                                         primfunc_name_hint="dense_pack")
-            if not plan.extra_cols:
-                return out
-            return relax.op.strided_slice(self.builder_.emit(out), axes=[len(xs) - 1], begin=[0], end=[ws[1]])
+            return self._cut(out, xs[-2], ws[1], 0, plan.extra_cols)
 
-        def _bf16_product(self, x: Any, xs: tuple[int, ...], cols: int, packed: Any, packed_cols: int) -> Any:
+        def _bf16_product(self, x: Any, xs: tuple[int, ...], cols: int, packed: Any, extra_cols: int) -> Any:
             """``x`` times a packed bf16 weight. Rows no register tile divides (a ViT's 197 tokens)
             get zero rows (the pad fuses into the kernel's rounding stage); a weight padded with zero
             columns (FocalNet's 2C+4 outputs) gives extra columns; both are cut off after it."""
-            rows, extra = xs[-2], row_padding(xs[-2])
-            if extra:
-                x = self.builder_.emit(relax.op.nn.pad(x, [0, 0] * (len(xs) - 2) + [0, extra, 0, 0]))
+            extra_rows = row_padding(xs[-2])
+            if extra_rows:
+                x = self.builder_.emit(relax.op.nn.pad(x, [0, 0] * (len(xs) - 2) + [0, extra_rows, 0, 0]))
             elif bf16act.STORE_BF16:
                 x = bf16act.rounded(self.builder_, x)
             out = self.builder_.call_te(dense_pack_bf16_te, x, packed, primfunc_name_hint="dense_pack_bf16")
-            cut = [(len(xs) - 2, rows)] if extra else []
-            cut += [(len(xs) - 1, cols)] if packed_cols != cols else []
+            return self._cut(out, xs[-2], cols, extra_rows, extra_cols)
+
+        def _cut(self, out: Any, rows: int, cols: int, extra_rows: int, extra_cols: int) -> Any:
+            """``out`` (a product's call) without its padded rows and columns: its first ``rows`` x
+            ``cols`` (one slice, fused into the product's epilogue)."""
+            cut = ([(-2, rows)] if extra_rows else []) + ([(-1, cols)] if extra_cols else [])
             if not cut:
                 return out
             out = self.builder_.emit(out)
-            return relax.op.strided_slice(out, axes=[a for a, _ in cut], begin=[0] * len(cut), end=[e for _, e in cut])
+            ndim = len(out.ty.shape)
+            return relax.op.strided_slice(out, axes=[ndim + a for a, _ in cut], begin=[0] * len(cut),
+                                          end=[e for _, e in cut])
 
         def _runtime_product(self, x: Any, w: Any, xs: tuple[int, ...], ws: tuple[int, ...], nb: int,
                              extra_cols: int) -> Any:
             """``batch_matmul_bf16`` of ``x`` and ``w``, rows and columns padded to its tiles and an
-            odd reduction to pairs (the pads fuse into its rounding and packing stages), the extra
-            rows and columns cut off after it."""
-            extra_rows, odd = row_padding(xs[-2]), xs[-1] % 2  # an odd reduction gets a zero step: pairs
+            odd reduction read as pairs (``batch_matmul_bf16_te`` adds the zero step; the pads fuse
+            into its rounding and packing stages), the extra rows and columns cut off after it."""
+            extra_rows = row_padding(xs[-2])
             lead = [0, 0] * (len(xs) - 2)
-            if extra_rows or odd:
-                x = self.builder_.emit(relax.op.nn.pad(x, lead + [0, extra_rows, 0, odd]))
-            if extra_cols or odd:
-                w = self.builder_.emit(relax.op.nn.pad(w, lead + [0, odd, 0, extra_cols]))
+            if extra_rows:
+                x = self.builder_.emit(relax.op.nn.pad(x, lead + [0, extra_rows, 0, 0]))
+            if extra_cols:
+                w = self.builder_.emit(relax.op.nn.pad(w, lead + [0, 0, 0, extra_cols]))
             out = self.builder_.call_te(batch_matmul_bf16_te, x, w, nb, primfunc_name_hint="batch_matmul_bf16")
-            if not (extra_rows or extra_cols):
-                return out
-            return relax.op.strided_slice(self.builder_.emit(out), axes=[len(xs) - 2, len(xs) - 1], begin=[0, 0],
-                                          end=[xs[-2], ws[-1]])
+            return self._cut(out, xs[-2], ws[-1], extra_rows, extra_cols)
 
     out = mod.clone() if hasattr(mod, "clone") else mod
     packer = _Pack(out)
