@@ -61,7 +61,9 @@ def _in_model(db, model, wk):
 def test_confirm_records_an_in_model_group_that_compile_prefers(model, tuned_db):
     db = tuned_db
     counts = {t.task.workload_key: db.count(t.task.workload_key) for t in model_tasks(model)}
-    rep = check_in_model(model, db, rounds=2, runs=2, alternatives=1, tolerance=10.0)  # no whole-variant fallback
+    rep = check_in_model(model, db, rounds=2, runs=2, alternatives=1, tolerance=float("inf"))
+    # no whole-variant fallback: under load a parallel config of a microsecond function can read 10x slower
+    # (a thread waits for a busy core); the fallback has its own tests below, on planted timings
     assert rep.tasks and all(v["ok"] for v in rep.variants), rep.variants
     assert [v["label"] for v in rep.variants][:2] == ["tuned", "untuned"]
     assert set(rep.latency_ms) == {"tuned", "untuned", "confirmed"} and all(x > 0 for x in rep.latency_ms.values())
@@ -76,7 +78,8 @@ def test_confirm_records_an_in_model_group_that_compile_prefers(model, tuned_db)
         labels = {c.label for c in t.candidates}
         assert labels >= {"best"} and labels <= {"best", "default", "runner-up 1"}
         assert {s.config_index for s in stored} == {c.config.index for c in t.candidates}
-        assert all(s.confirmation["group"] == rep.group and s.tuner == "in-model" and s.verified for s in stored)
+        assert all(s.tuner == "in-model" and s.verified for s in stored), [(s.error, s.error_msg) for s in stored]
+        assert {s.confirmation["group"] for s in stored} == {rep.group}, (rep.kept, rep.paired_ratio)
         assert all(len(s.costs) >= 2 for s in stored)  # the round's inferences of every variant using it
         assert describe_timing(stored[0].timing) == f"in-model (inside {model.name})"
         # the chosen config is the one with the lowest median over its rounds (Database.best)
