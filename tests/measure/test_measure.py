@@ -279,3 +279,19 @@ def test_a_load_that_fails_for_lack_of_memory_maps_is_run_again_in_a_fresh_proce
     r = runner.run([MeasureInput(task, task.default_config())], [BuildResult(str(art))])[0]
     assert r.error is ErrorKind.RUNTIME and "Cannot allocate memory" in r.error_msg and worker.calls == 4
     runner._log.close()
+
+
+def test_a_measuring_worker_keeps_numpys_blas_on_its_own_thread() -> None:
+    """A worker computes a task's numpy reference right before timing its candidates: BLAS threads
+    left spinning after it took the cores from the first candidates (4-8 ms read for 0.3 ms)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from tensortune.measure import worker
+
+    before = {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+    try:
+        worker.init_worker()
+        blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
+        assert blas and all(i["num_threads"] == 1 for i in blas), blas
+    finally:
+        threadpool_limits({i["prefix"]: before.get(i["filepath"], i["num_threads"]) for i in threadpool_info()})

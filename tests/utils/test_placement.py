@@ -173,3 +173,35 @@ def test_a_runtime_that_cannot_place_its_pool_runs_unplaced_with_a_warning(
         p, mask, held = _in_fresh_thread(run, threads=2)
     assert not p.pinned and held == mask and "could not be configured: not in this runtime" in p.note
     assert "second line" not in caplog.text and "not pinned" in caplog.text
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_a_measuring_worker_times_every_candidate_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each entry point a measuring worker runs TVM code in (a candidate's check and timing, a
+    task's setup, the contention probe) holds the calling thread on its pool's first core: an
+    unplaced pool put both threads on one core, and candidates read 4 ms where they take 0.3."""
+    from tensortune.measure import worker
+
+    held: dict[str, set[int]] = {}
+
+    def spy(name: str) -> Callable[..., Any]:
+        def record(*_: Any, **__: Any) -> Any:
+            held[name] = _affinity(0)
+            raise RuntimeError("recorded")
+        return record
+
+    def run() -> dict[str, Any]:
+        mask = _affinity(0)
+        monkeypatch.setattr(worker, "_task", spy("run_candidate"))
+        assert worker.run_candidate("{}", "none.so", {})[0] == "runtime"
+        monkeypatch.setattr(worker, "_task", spy("prepare_task"))
+        with pytest.raises(RuntimeError):
+            worker.prepare_task("{}", 0)
+        monkeypatch.setattr(worker, "_probe", spy("probe_state"))
+        with pytest.raises(RuntimeError):
+            worker.probe_state(0.01)
+        return {"mask": mask, "after": _affinity(0), "pool": tvm_pool()}
+
+    r = _in_fresh_thread(run, threads=2)
+    assert r["pool"].pinned and r["after"] == r["mask"]
+    assert held == {name: {r["pool"].cores[0]} for name in ("run_candidate", "prepare_task", "probe_state")}

@@ -28,10 +28,17 @@ _PROBE: list[Any] = []  # this process's contention probe (measure.noise.make_pr
 
 
 def init_worker(imports: tuple[str, ...] = (), threads: int | None = None) -> None:
-    """Worker start-up: pin the thread count, import TVM and the plug-in modules."""
+    """Worker start-up: pin the thread count, import TVM and the plug-in modules, and keep numpy's
+    BLAS on the calling thread. A task's numpy reference (an ``einsum`` of a convolution, a
+    matmul) run on BLAS's own threads left them spinning for a while after it, beside the first
+    candidate timed: it read 4-8 ms where it takes 0.3 (each time slice of a core they held)."""
     if threads:
         os.environ["TVM_NUM_THREADS"] = str(threads)
+    import numpy  # noqa: F401 - loaded before its BLAS is limited
     import tvm  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
 
     for name in imports:  # plug-ins (their templates register themselves); built-ins load on first use
         importlib.import_module(name)
@@ -145,6 +152,7 @@ def prepare_task(task_json: str, seed: int, variant: str = "") -> None:
     _data(_task(task_json), seed, variant)
 
 
+@pinned_calls
 def run_candidate(task_json: str, artifact: str, opts: dict[str, Any]
                   ) -> tuple[str, list[float], str, int, float, tuple[float | None, float | None, float] | None]:
     """Load, check and time one built candidate.
