@@ -92,6 +92,39 @@ def test_bf16_conv_default_takes_seven_columns_where_seven_and_eight_divide() ->
     assert f32.default_config()["tile_x"][1] == 8
 
 
+def test_bf16_convs_run_rows_first_where_the_input_outweighs_the_weights() -> None:
+    """``rows_first`` is a knob of the bf16 conv spaces (their key's version is 2, so records of the
+    space before it keep their own key); untuned, rows first where the input has at least half the
+    weights' bytes, channel blocks first elsewhere. The float32 space has no such knob."""
+    big_input = Task.from_op("conv2d_nchwc_bf16", [56, 56, 256, 64, 1, 1, 0, 16, 16], target=ZNVER4)
+    big_weights = Task.from_op("conv2d_nchwc_bf16", [7, 7, 512, 512, 3, 1, 1, 16, 16], target=ZNVER4)
+    assert big_input.default_config()["rows_first"] == 1 and big_weights.default_config()["rows_first"] == 0
+    assert big_input.space.knob("rows_first").entities == [0, 1]
+    assert big_input.template.key_version(big_input) == 2
+    grouped = Task.from_op("conv2d_nchwc_general_bf16", [28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 8, 16, 16],
+                           target=ZNVER4)  # 8 groups: weights 1/8 of a dense conv's
+    assert grouped.default_config()["rows_first"] == 1
+    f32 = Task.from_op("conv2d_nchwc", [56, 56, 256, 64, 1, 1, 0, 16, 16], target=ZNVER4)
+    assert "rows_first" not in f32.default_config().knobs
+
+
+@needs_bf16
+def test_both_parallel_orders_of_a_bf16_conv_match() -> None:
+    import tvm
+
+    from tensortune.target import make_target
+
+    task = Task.from_op("conv2d_nchwc_bf16", [8, 8, 32, 32, 1, 1, 0, 16, 16])
+    inputs = task.make_inputs(seed=1)
+    ref = task.reference(inputs)
+    for order in (0, 1):
+        config = task.space.get(task.space.index_of({**task.default_config().knobs, "rows_first": order}))
+        lib = tvm.compile(task.instantiate(config), target=make_target(task.target_json))
+        out = tvm.runtime.tensor(task.output_buffer())
+        lib.mod["main"](*[tvm.runtime.tensor(x) for x in inputs], out)
+        assert task.outputs_match(out.numpy(), ref), order
+
+
 def test_bf16_products_write_whole_rows_by_default() -> None:
     """The default packed bf16 product walks every column tile inside its row tile (each parallel
     chunk writes whole rows); columns are split only where whole rows give too few chunks."""

@@ -134,6 +134,20 @@ def schedule_convert(sch: Any, name: str, lanes: int) -> None:
     sch.vectorize(inner)
 
 
+def rows_first(task: Task) -> bool:
+    """Whether an untuned bf16 conv runs its parallel loop over rows first: where its input (bf16
+    bytes) is at least half its weights'. Each thread then reads half the larger operand and
+    all of the smaller, and the rows its producer's thread wrote. Channel blocks first, each
+    thread read the whole input, half of it written by the other core: ResNet-50's 1x1 convs
+    on 56x56 and 28x28 inputs ran 1.2-1.4x faster rows first, its 3x3s on 14x14 and 7x7
+    (weights 12-100x the input) 1.04-1.13x slower (znver4, in the model)."""
+    a = task.args
+    groups = a.get("G", 1)
+    inputs = a["IC"] * a["H"] * a["W"]
+    weights = a["OC"] * a["IC"] // groups * a.get("KH", a.get("K", 1)) * a.get("KW", a.get("K", 1))
+    return 2 * inputs >= weights
+
+
 class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
     """conv2d ``NCHW{IB}c`` x bf16 ``OIHW{IB/2}i{OB}o2i`` -> ``NCHW{OB}c`` float32 on ``vdpbf16ps``:
     the f32 template's space (column tiles that divide the width) and register tile, the lane
@@ -143,19 +157,33 @@ class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
     exact_columns = True
     winograd = False
 
+    def key_version(self, task: Task) -> int:
+        """2: the space gained the ``rows_first`` knob (bf16 records of before keep their own key)."""
+        return 2
+
+    def space(self, task: Task) -> ConfigSpace:
+        """The float32 template's, and ``rows_first``: the parallel loop over rows then channel
+        blocks (1) or channel blocks then rows (0)."""
+        s = super().space(task)
+        s.define_choice("rows_first", [0, 1])
+        return s
+
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         """The float32 template's, but a tile of 7 columns rather than 8 where both divide the
         width: on ``vdpbf16ps`` 8 x 2 vectors ran 1.02-1.7x slower than 7 x 2 on every 56- and
-        112-wide convolution of ResNet-50 and MobileNetV2 (znver5; a 3x3 of 64 channels 1.7x)."""
+        112-wide convolution of ResNet-50 and MobileNetV2 (znver5; a 3x3 of 64 channels 1.7x).
+        Rows first where the input is at least half the weights' bytes (:func:`rows_first`)."""
         knobs = super().default_knobs(task, space)
         width = task.out_shape[3]
         if knobs["tile_x"][1] == 8 and width % 7 == 0:
             knobs["tile_x"] = (width // 7, 7)
+        knobs["rows_first"] = int(rows_first(task))
         return knobs
 
     def schedule(self, task: Task, config: Config) -> Any:
         sch, block = anchored_schedule(task)
-        fi = tile_blocked_conv(sch, block, task.pattern, config, sch.get_loops(block))
+        fi = tile_blocked_conv(sch, block, task.pattern, config, sch.get_loops(block),
+                               rows_first=bool(config["rows_first"]))
         schedule_convert(sch, task.pattern.pad, task.args["IB"])
         sch.tensorize(fi, intrinsic(task.args["OB"]))
         return sch

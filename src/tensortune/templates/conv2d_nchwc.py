@@ -252,22 +252,26 @@ class Conv2dNCHWcTemplate(Template):
         return sch
 
 
-def tile_blocked_conv(sch: Any, block: Any, pat: Any, config: Config, loops: list[Any]) -> Any:
+def tile_blocked_conv(sch: Any, block: Any, pat: Any, config: Config, loops: list[Any],
+                      rows_first: bool = False) -> Any:
     """The blocked conv's register tile (the module doc) over the anchor's ``loops``
     ``n, f, y, x, fi, rc, ry, rx, rci, *inner``: the ``inner`` reduction loops (a bf16 conv's
     pair) kept innermost; the output block loop ``fi`` (returned) vectorised, or, with ``inner``
-    loops, left to be tensorized."""
+    loops, left to be tensorized. The parallel loop runs over channel blocks then rows, or with
+    ``rows_first`` over rows then channel blocks (each thread then reads its share of the input
+    rows and every weight, rather than all the input and its share of the weights)."""
     n, f, y, x, fi, rc, ry, rx, rci, *inner = loops
     fo, fm = sch.split(f, list(config["tile_f"]))
     yo, yi = sch.split(y, list(config["tile_y"]))
     xo, xi = sch.split(x, [None, config["tile_x"][1]])
     rco, rcm = sch.split(rc, list(config["tile_rc"]))
+    outer = [n, yo, fo] if rows_first else [n, fo, yo]
     if config["unroll_kw"]:
-        sch.reorder(n, fo, yo, yi, xo, rco, ry, rcm, rci, rx, xi, fm, fi, *inner)
+        sch.reorder(*outer, yi, xo, rco, ry, rcm, rci, rx, xi, fm, fi, *inner)
         sch.unroll(rx)
     else:
-        sch.reorder(n, fo, yo, yi, xo, rco, ry, rx, rcm, rci, xi, fm, fi, *inner)
-    par = write_tile_and_parallelise(sch, block, pat, xo, [n, fo, yo])
+        sch.reorder(*outer, yi, xo, rco, ry, rx, rcm, rci, xi, fm, fi, *inner)
+    par = write_tile_and_parallelise(sch, block, pat, xo, outer)
     sch.unroll(xi)
     sch.unroll(fm)
     if not inner:
