@@ -288,10 +288,10 @@ def test_a_measuring_worker_keeps_numpys_blas_on_its_own_thread() -> None:
 
     from tensortune.measure import worker
 
-    before = {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+    before = {i["prefix"]: i["num_threads"] for i in threadpool_info()}
     try:
         worker.init_worker()
         blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
         assert blas and all(i["num_threads"] == 1 for i in blas), blas
     finally:
-        threadpool_limits({i["prefix"]: before.get(i["filepath"], i["num_threads"]) for i in threadpool_info()})
+        threadpool_limits(before)  # this test process's pools as they were

@@ -142,10 +142,9 @@ def rows_first(task: Task) -> bool:
     on 56x56 and 28x28 inputs ran 1.2-1.4x faster rows first, its 3x3s on 14x14 and 7x7
     (weights 12-100x the input) 1.04-1.13x slower (znver4, in the model)."""
     a = task.args
-    groups = a.get("G", 1)
-    inputs = a["IC"] * a["H"] * a["W"]
-    weights = a["OC"] * a["IC"] // groups * a.get("KH", a.get("K", 1)) * a.get("KW", a.get("K", 1))
-    return 2 * inputs >= weights
+    kernel = a["KH"] * a["KW"] if "KH" in a else a["K"] ** 2  # conv2d_nchwc_general_bf16's args, or square
+    weights = a["OC"] * a["IC"] // a.get("G", 1) * kernel
+    return 2 * a["IC"] * a["H"] * a["W"] >= weights
 
 
 class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
