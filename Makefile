@@ -41,14 +41,14 @@ demo: setup
 # Two workers (pytest-xdist), each test whole on one: 10m50 -> 8m44 on 2 Zen 3 cores.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 # The end-to-end runs of minutes each (Ray races, the suite's tiny-budget runs); CI runs them too.
 # Two workers as above, then serially the few marked `alone` (timings against a planted competitor,
 # the host's quiet spells, a speed-up of two devices): they need the host to themselves.
 test-slow: setup
-	$(PY) -m pytest -q -m "slow and not alone" -n $(TEST_WORKERS) --dist worksteal
-	$(PY) -m pytest -q -m "slow and alone"
+	$(PY) -m pytest -q -m "slow and not alone" -n $(TEST_WORKERS) --dist worksteal --durations=15
+	$(PY) -m pytest -q -m "slow and alone" --durations=10
 
 bench: setup
 	$(PY) -m bench run
