@@ -140,6 +140,22 @@ def test_bf16_products_write_whole_rows_by_default() -> None:
     assert f32["tile_x"][0] > 1  # float32 keeps its order
 
 
+def test_short_bf16_products_take_a_smaller_tile_in_grouped_rows() -> None:
+    """A packed bf16 product of a short reduction (``K`` up to ``SHORT_REDUCTION``) defaults to at
+    most ``SHORT_ACCUMULATORS`` accumulators and row tiles grouped into about ``SHORT_CHUNKS``
+    parallel chunks; a long one keeps the float32 register tile, one row tile a chunk."""
+    from tensortune.templates.bf16 import SHORT_ACCUMULATORS, SHORT_CHUNKS, SHORT_REDUCTION
+
+    for op, shape in (("dense_pack_bf16", [3136, 256, 32, 16]), ("batch_matmul_bf16", [12, 128, 128, 64, 16]),
+                      ("dense_pack_bf16", [3136, 32, SHORT_REDUCTION, 16])):
+        c = Task.from_op(op, shape, target=ZNVER4).default_config()
+        chunks = (shape[0] if op == "batch_matmul_bf16" else 1) * c["tile_y"][0] * c["tile_x"][0]
+        assert c["tile_y"][2] * c["tile_x"][2] <= SHORT_ACCUMULATORS and c["tile_y"][1] > 1, (op, shape, c)
+        assert SHORT_CHUNKS <= chunks < 2 * SHORT_CHUNKS, (op, shape, c)
+    long = Task.from_op("dense_pack_bf16", [200, 768, 768, 16], target=ZNVER4).default_config()
+    assert long["tile_y"][1] == 1 and long["tile_y"][2] * long["tile_x"][2] > SHORT_ACCUMULATORS
+
+
 @needs_bf16
 @pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [7, 7, 32, 16, 3, 2, 1, 16, 16]),
                                       ("conv2d_nchwc_bf16", [5, 5, 16, 8, 1, 1, 0, 8, 8]),
