@@ -259,7 +259,7 @@ def test_a_model_built_in_bf16_matches_its_f32_reference() -> None:
 def test_register_tiles_of_exact_columns_serve_awkward_widths() -> None:
     """A tensorized tile cannot be guarded, so its columns divide the output width: 13 columns
     take one tile of 13 (not 13 tiles of one); a width with no divisor from 4 to 16 (109, the
-    SqueezeNet stem's) keeps the f32 kernel, whose tiles have guarded tails."""
+    SqueezeNet stem's) has no exact tile (the conv is widened, or keeps the f32 kernel)."""
     from tensortune.templates.conv2d_nchwc import exact_columns_fit, exact_register_tile
 
     assert exact_register_tile(13, 7, 2, 1, 24) == (13, 1)
@@ -269,19 +269,26 @@ def test_register_tiles_of_exact_columns_serve_awkward_widths() -> None:
 
 
 @needs_bf16
-def test_a_convolution_no_exact_tile_serves_stays_f32() -> None:
+def test_a_convolution_no_exact_tile_serves_is_widened_and_cut(monkeypatch) -> None:
+    """An output width no exact column tile divides (17) is widened by zero input columns to one
+    that a tile divides (18) and the extra column cut off in the conv's epilogue; with no widening
+    allowed such a conv keeps the float32 kernel. Both match the f32 reference."""
     import torch
 
     from tensortune import app
+    from tensortune.models import layout
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
                               torch.nn.Conv2d(16, 16, 3, padding=1)).eval()
-    for width, bf16 in ((17, 0), (16, 2)):
+    for width, extra, bf16, cut in ((17, layout.MAX_EXTRA_COLUMNS, 2, 2), (16, layout.MAX_EXTRA_COLUMNS, 2, 0),
+                                    (17, 0, 0, 0)):
+        monkeypatch.setattr(layout, "MAX_EXTRA_COLUMNS", extra)
         x = torch.randn(1, 16, 8, width)
         cm = app.compile(app.load(net, (x,), precision="bf16"))
         convs = [c.kernel_class for c in cm.choices if c.kernel_class.startswith("conv2d")]
-        assert len(convs) == 2 and sum(k.startswith("conv2d_nchwc_bf16") for k in convs) == bf16, convs
+        assert len(convs) == 2 and sum("_bf16" in k for k in convs) == bf16, convs
+        assert sum("strided_slice" in k for k in convs) == cut, convs
         assert prec.agreement(cm.run([x.numpy()])[0], net(x).detach().numpy()).ok
 
 

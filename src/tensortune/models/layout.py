@@ -582,6 +582,11 @@ def is_average(w: np.ndarray) -> bool:
     return bool(nz.size) and bool(np.all(nz == nz[0]))
 
 
+#: Columns a bf16 conv's output may be widened by (zero input columns on the right, cut off after
+#: it, in its epilogue) to a width its exact column tiles divide: SqueezeNet's 7x7 stem gives 109.
+MAX_EXTRA_COLUMNS = 3
+
+
 def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...],
                groups: int, plain: bool) -> Any | None:
     """The bf16 call of a blocked conv2d on its activation rounded to bfloat16 bits by an
@@ -600,16 +605,23 @@ def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int,
     w = weight.value.numpy()
     if w.ndim != 6 or w.shape[5] not in (8, 16) or (w.shape[4] % 2 and w.shape[1] != 1):
         return None  # an odd input block is padded to pairs only where it is the whole input (the stem)
-    if not exact_columns_fit(int(call.ty.shape[3])):
+    width = int(call.ty.shape[3])
+    extra = next((e for e in range(MAX_EXTRA_COLUMNS + 1) if exact_columns_fit(width + e)), None)
+    if extra is None:
         return None  # its tensorized tiles would be one column wide; f32's tiles have guarded tails
     if is_average(w):
         return None  # a mean over channels (a GroupNorm's statistics): norms compute in float32
     packed = relax.const(pack_conv_weight(w))
     if bf16act.STORE_BF16:
         data = bf16act.rounded(bb, data)
-    if plain and groups == 1:
+    if plain and groups == 1 and not extra:
         return bb.call_te(conv2d_nchwc_bf16_te, data, packed, strides[0], padding[0],
                           primfunc_name_hint="conv2d_nchwc_bf16")
-    pads = padding * 4 if len(padding) == 1 else padding * 2 if len(padding) == 2 else padding
-    return bb.call_te(conv2d_nchwc_general_bf16_te, data, packed, strides, pads, dilation, groups,
-                      primfunc_name_hint="conv2d_nchwc_bf16")
+    top, left, bottom, right = padding * 4 if len(padding) == 1 else padding * 2 if len(padding) == 2 else padding
+    out = bb.call_te(conv2d_nchwc_general_bf16_te, data, packed, strides, (top, left, bottom, right + extra * strides[-1]),
+                     dilation, groups, primfunc_name_hint="conv2d_nchwc_bf16")
+    if not extra:
+        return out
+    from tvm import topi
+
+    return bb.call_te(topi.strided_slice, bb.emit(out), [0], [width], [1], axes=[3], primfunc_name_hint="strided_slice")

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
 from .base import Template, TemplateError, anchored_schedule, largest_divisor_le, target_lanes, unroll_knobs
-from .conv2d_nchwc import (Conv2dNCHWcGeneralTemplate, Conv2dNCHWcTemplate, max_accumulators, tile_blocked_conv,
-                           vector_registers)
+from .conv2d_nchwc import (Conv2dNCHWcGeneralTemplate, Conv2dNCHWcTemplate, conv_out_hw, max_accumulators,
+                           tile_blocked_conv, vector_registers)
 from .dense_pack import default_register_tile as dense_register_tile, tile_packed_product
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -179,7 +179,7 @@ class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
         112-wide convolution of ResNet-50 and MobileNetV2 (znver5; a 3x3 of 64 channels 1.7x).
         Rows first where the input is at least half the weights' bytes (:func:`rows_first`)."""
         knobs = super().default_knobs(task, space)
-        width = task.out_shape[3]
+        width = conv_out_hw(task)[1]
         if knobs["tile_x"][1] == 8 and width % 7 == 0:
             knobs["tile_x"] = (width // 7, 7)
         knobs["rows_first"] = int(rows_first(task))

@@ -89,6 +89,18 @@ def exact_register_tile(width: int, xi: int, fm: int, vec: int, acc: int) -> tup
     return exact, fm
 
 
+def conv_out_hw(task: Task) -> tuple[int, int]:
+    """The anchor convolution's output rows and columns, from the task's args (its function's own
+    output can be narrower: a bf16 conv widened to a width its column tiles divide is cut after
+    it, :func:`tensortune.models.layout.legalize_conv2d`)."""
+    from ..task.ops import general_conv_out
+
+    a = task.args
+    if "KH" in a:
+        return general_conv_out(a)
+    return (a["H"] + 2 * a["P"] - a["K"]) // a["S"] + 1, (a["W"] + 2 * a["P"] - a["K"]) // a["S"] + 1
+
+
 def exact_columns_fit(width: int) -> bool:
     """Whether a register tile of exact columns serves ``width``: a width of at most 3, or one
     with a divisor from 4 to :data:`MAX_EXACT_COLUMNS` (a width of 109 has none: one column a
@@ -155,7 +167,7 @@ class Conv2dNCHWcTemplate(Template):
 
     def space(self, task: Task) -> ConfigSpace:
         a = task.args
-        OCo, ICo, OH, OW = a["OC"] // a["OB"], self.in_blocks(task), task.out_shape[2], task.out_shape[3]
+        OCo, ICo, (OH, OW) = a["OC"] // a["OB"], self.in_blocks(task), conv_out_hw(task)
         vec = block_vectors(task, a["OB"])
         acc = max_accumulators(task.target_json)
         s = ConfigSpace()
@@ -183,7 +195,7 @@ class Conv2dNCHWcTemplate(Template):
     def _direct_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         """The untuned direct convolution (without the ``algorithm`` knobs)."""
         a = task.args
-        OW, OCo, ICo = task.out_shape[3], a["OC"] // a["OB"], self.in_blocks(task)
+        OW, OCo, ICo = conv_out_hw(task)[1], a["OC"] // a["OB"], self.in_blocks(task)
         vec, acc = block_vectors(task, a["OB"]), max_accumulators(task.target_json)
         xi, fm = default_register_tile(OW, OCo, vec, acc)
         if self.exact_columns:
@@ -204,7 +216,7 @@ class Conv2dNCHWcTemplate(Template):
             return {**direct, "algorithm": 0, "wino_input": 0}
         a = task.args
         vec, acc = block_vectors(task, a["OB"]), max_accumulators(task.target_json)
-        row_tiles = tiles(task.out_shape[2], task.out_shape[3], m)[1]
+        row_tiles = tiles(*conv_out_hw(task), m)[1]
         return {**direct, **winograd_knobs(space, m, row_tiles, a["OC"] // a["OB"], vec, acc), "algorithm": m}
 
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
@@ -212,7 +224,7 @@ class Conv2dNCHWcTemplate(Template):
         if not self.offers_winograd(task):
             return direct
         a = task.args
-        return self._with_algorithm(task, space, direct, default_winograd(a["IC"], a["OC"], task.out_shape[3]))
+        return self._with_algorithm(task, space, direct, default_winograd(a["IC"], a["OC"], conv_out_hw(task)[1]))
 
     def other_algorithm_knobs(self, task: Task, space: ConfigSpace) -> list[dict[str, Any]]:
         """The direct convolution and each Winograd F(m, 3), untuned: ``default_winograd``'s rule
