@@ -239,14 +239,17 @@ class DensePackBf16Template(Template):
         M, K2, blocks = a["M"], a["K"] // 2, a["N"] // a["NB"]
         tj = task.target_json
         short = a["K"] <= SHORT_REDUCTION
-        acc = min(max_accumulators(tj), SHORT_ACCUMULATORS) if short else max_accumulators(tj)
+        acc = max_accumulators(tj)
+        if short:
+            acc = min(acc, SHORT_ACCUMULATORS)
         yi, xb = dense_register_tile(M, blocks, 1, acc, vector_registers(tj), row_bytes=2 * a["K"])
         yi = max(d for d in range(1, yi + 1) if M % d == 0)
         ki = largest_divisor_le(K2, 4)
         row_chunks, col_tiles = a.get("B", 1) * (M // yi), blocks // xb
         xo = next((d for d in divisors(col_tiles) if row_chunks * d >= MIN_PARALLEL_CHUNKS), col_tiles)
-        ym = max(d for d in divisors(M // yi) if row_chunks // d * xo >= SHORT_CHUNKS) if short and \
-            row_chunks * xo >= SHORT_CHUNKS else 1
+        ym = 1  # row tiles a parallel chunk
+        if short and row_chunks * xo >= SHORT_CHUNKS:
+            ym = max(d for d in divisors(M // yi) if row_chunks // d * xo >= SHORT_CHUNKS)
         return {"tile_y": (M // yi // ym, ym, yi), "tile_x": (xo, col_tiles // xo, xb), "tile_k": (K2 // ki, ki),
                 **unroll_knobs(64)}
 

@@ -93,12 +93,12 @@ def conv_out_hw(task: Task) -> tuple[int, int]:
     """The anchor convolution's output rows and columns, from the task's args (its function's own
     output can be narrower: a bf16 conv widened to a width its column tiles divide is cut after
     it, :func:`tensortune.models.layout.legalize_conv2d`)."""
-    from ..task.ops import general_conv_out
+    from ..task.ops import conv_out, general_conv_out
 
     a = task.args
     if "KH" in a:
         return general_conv_out(a)
-    return (a["H"] + 2 * a["P"] - a["K"]) // a["S"] + 1, (a["W"] + 2 * a["P"] - a["K"]) // a["S"] + 1
+    return conv_out(a["H"], a["K"], a["S"], a["P"]), conv_out(a["W"], a["K"], a["S"], a["P"])
 
 
 def exact_columns_fit(width: int) -> bool:
