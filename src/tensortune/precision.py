@@ -28,6 +28,9 @@ from .errors import TensortuneError
 #: AVX512-BF16 has it), and the keys of its scores padded to a multiple of two such vectors.
 ATTENTION_LANES = 16
 SCORES_COLUMNS = 2 * ATTENTION_LANES
+#: A head whose rows no row block divides is computed on rows padded to a multiple of this, its
+#: output's padded rows cut off after it (:mod:`tensortune.models.attention_rows`).
+ATTENTION_ROW_MULTIPLE = 8
 
 PRECISIONS = ("f32", "bf16")
 DEFAULT_PRECISION = "f32"

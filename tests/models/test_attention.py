@@ -27,27 +27,30 @@ from test_templates import check_configs  # noqa: E402 - the templates' own corr
 class _Attention(nn.Module):
     """Multi-head self-attention as the Hugging Face models write it, with a residual and a norm."""
 
-    def __init__(self, dim: int = 32, heads: int = 2) -> None:
+    def __init__(self, dim: int = 32, heads: int = 2, bias_tokens: int = 0) -> None:
         super().__init__()
         self.heads, self.dim = heads, dim
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.norm = nn.LayerNorm(dim)
+        # a relative-position bias per head (BEiT's): added to the scores, rows and keys
+        self.bias = nn.Parameter(torch.randn(heads, bias_tokens, bias_tokens)) if bias_tokens else None
         self.eval()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
         d = c // self.heads
         q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, d).permute(2, 0, 3, 1, 4)
-        p = ((q @ k.transpose(-2, -1)) * d ** -0.5).softmax(dim=-1)
+        s = (q @ k.transpose(-2, -1)) * d ** -0.5
+        p = (s if self.bias is None else s + self.bias).softmax(dim=-1)
         o = (p @ v).transpose(1, 2).reshape(b, t, c)
         return self.norm(x + self.proj(o))
 
 
-def _model(tokens: int, batch: int = 1, dim: int = 32):
+def _model(tokens: int, batch: int = 1, dim: int = 32, bias: bool = False):
     torch.manual_seed(0)
     x = torch.randn(batch, tokens, dim, generator=torch.Generator().manual_seed(1))
-    return load_model(_Attention(dim), [x])
+    return load_model(_Attention(dim, bias_tokens=tokens if bias else 0), [x])
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +125,30 @@ def test_heads_of_a_batch_fuse_without_the_reshapes_between(measurer: Measurer) 
     script = task.instantiate(task.default_config()).script()
     assert "T.vectorized(48)" not in script.replace("T.int64(48)", "48") and "T.vectorized(16)" in script.replace("T.int64(16)", "16")
     check_configs(measurer, task, n_samples=6)
+    cm = compile_model(model)
+    assert [c.source for c in cm.choices if c.kernel_class == "attention"] == ["default"]  # no fallback
+    check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs))
+    assert check.ok, check.message
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_head_of_prime_rows_is_computed_on_padded_rows_and_fused(bias: bool) -> None:
+    """67 tokens (prime, as ViT's 197): no row block divides the rows, so the head is computed on
+    72 rows (Q and a per-head bias padded with zero rows), fused, and the padded rows cut off its
+    output; 64 tokens are left as they are; the model matches PyTorch."""
+    from tensortune.models.attention_rows import pad_attention_rows, padded_rows
+
+    assert padded_rows(67, 67) == 72 and padded_rows(197, 197) == 200 and padded_rows(64, 64) == 64
+    assert padded_rows(23, 23) == 23  # too small to fuse, padded or not
+    plain = _model(64)
+    assert pad_attention_rows(plain.mod) is plain.mod
+    model = _model(67, bias=bias)
+    padded = pad_attention_rows(model.mod)["main"].script()
+    assert padded.count("R.nn.pad(") == 1 + bias and "R.strided_slice(" in padded
+    (task,) = [mt.task for mt in model_tasks(model) if mt.task.template_name == "attention"]
+    pat = attention_pattern(task.prim_func())
+    assert pat is not None and pat.args == {"B": 2, "M": 72, "N": 67, "K": 16, "D": 16}
+    assert len(pat.after) == 1  # the cut of the padded rows, fused as the epilogue
     cm = compile_model(model)
     assert [c.source for c in cm.choices if c.kernel_class == "attention"] == ["default"]  # no fallback
     check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs))
@@ -204,13 +231,22 @@ def test_bf16_attention_pads_values_to_vectors(fuse_small: None) -> None:
     assert "attention" not in _kinds(_model(24, dim=72))
 
 
+def test_bf16_head_of_prime_rows_is_padded_and_fused() -> None:
+    """In bf16 too: 67 tokens make one ``attention_bf16`` task on 72 rows (codegen target)."""
+    (task,) = [mt.task for mt in model_tasks(_model(67, bias=True).with_precision("bf16"), ZNVER4)
+               if mt.task.template_name == "attention_bf16"]
+    assert task.attention.args["M"] == 72 and task.attention.args["N"] == 67
+
+
 @pytest.mark.skipif(CPU_FLAG not in host_flags(), reason="this CPU has no avx512_bf16: the bf16 kernels cannot run here")
-@pytest.mark.parametrize(("tokens", "dim"), [(24, 32), (60, 32), (24, 72), (49, 32)])
-def test_bf16_attention_configs_and_model_match(fuse_small: None, measurer: Measurer, tokens: int, dim: int) -> None:
+@pytest.mark.parametrize(("tokens", "dim", "bias"), [(24, 32, False), (60, 32, False), (24, 72, False), (49, 32, False),
+                                                     (67, 32, True)])
+def test_bf16_attention_configs_and_model_match(fuse_small: None, measurer: Measurer, tokens: int, dim: int,
+                                               bias: bool) -> None:
     """The bf16 attention's default and sampled configs match the unscheduled function (the bf16
     tolerance), and the model built in bf16 matches PyTorch's float32 within it (values 16 and 36
-    wide, the latter padded; 49 keys, an odd number)."""
-    model = _model(tokens, dim=dim).with_precision("bf16")
+    wide, the latter padded; 49 keys, an odd number; 67 rows padded to 72, with a bias)."""
+    model = _model(tokens, dim=dim, bias=bias).with_precision("bf16")
     (task,) = [mt.task for mt in model_tasks(model) if mt.task.template_name == "attention_bf16"]
     check_configs(measurer, task, n_samples=4)
     cm = compile_model(model)

@@ -704,7 +704,7 @@ def attention_pattern(func: Any) -> AttentionPattern | None:
     with B as ``[..., K, N]`` (or two ``batch_matmul_bf16``, their operands' rounding and packing
     stages aside), the second reducing over the first's columns, only row reductions and
     elementwise stages over ``S`` between them, an elementwise epilogue after, static extents."""
-    from ..precision import ATTENTION_LANES, SCORES_COLUMNS
+    from ..precision import ATTENTION_LANES, ATTENTION_ROW_MULTIPLE, SCORES_COLUMNS
     from .ops_bf16 import CONVERT_STAGE, PACK_STAGE, is_stage
 
     def stage(b: _Block) -> bool:
@@ -744,7 +744,8 @@ def attention_pattern(func: Any) -> AttentionPattern | None:
         return None
     after = blocks[z + 1:]
     widths = {o["N"]} | (set(range(o["N"] - ATTENTION_LANES + 1, o["N"])) if rounds else set())  # bf16: values padded
-    if any(b.reduction or _prod(b.extents) not in {batch * s["M"] * w for w in widths} for b in after):
+    heights = range(max(1, s["M"] - ATTENTION_ROW_MULTIPLE + 1), s["M"] + 1)  # padded rows cut off
+    if any(b.reduction or _prod(b.extents) not in {batch * m * w for m in heights for w in widths} for b in after):
         return None
     return AttentionPattern(blocks[a].name, blocks[z].name, tuple(b.name for b in between), tuple(b.name for b in after),
                             {"B": batch, "M": s["M"], "N": keys, "K": s["K"], "D": o["N"]}, rounds)

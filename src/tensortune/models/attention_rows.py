@@ -1,0 +1,192 @@
+"""Attention heads whose rows no row block divides, computed on padded rows so that they fuse.
+
+The fused attention (:mod:`.attention`) computes a head a block of rows at a time, and the block
+must divide the rows: the 197 tokens of a ViT at 224 px (DeiT, BEiT; DINOv2's 257) are prime, so
+their heads ran as three functions, ``S`` and ``P`` written to memory and read back.
+:func:`pad_attention_rows` rewrites such a chain, from ``Q K^T`` through its scale, mask and
+softmax to ``P V``, on ``Q``'s rows padded with zero rows to a multiple of :data:`ROW_MULTIPLE`
+(a row-wise operand with a row axis padded alike), and cuts the padded rows off the output. A
+padded row is computed and dropped: no real row reads it, since the softmax reduces along the
+keys, which keep their number. The chain is rebuilt on 3-D operands (its heads one batch axis):
+its own reshapes between the two products dropped, which TVM could not narrow to a row block's
+region once the keys are read in pairs. It runs on the Relax graph before the layout plan chooses
+the matrix products, so that they see the padded heads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..precision import ATTENTION_ROW_MULTIPLE as ROW_MULTIPLE
+from .attention import _ROW_OPS, _static, fused_scores
+
+
+def padded_rows(rows: int, keys: int) -> int:
+    """The rows a head of ``rows`` x ``keys`` scores is computed on: ``rows`` itself when it fuses
+    as it is or would not fuse padded either (too small), else the next multiple of
+    :data:`ROW_MULTIPLE`."""
+    if fused_scores(rows, keys):
+        return rows
+    padded = -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE
+    return padded if fused_scores(padded, keys) else rows
+
+
+def _name(call: Any) -> str:
+    return str(getattr(getattr(call, "op", None), "name", ""))
+
+
+#: Ops of a chain that only regroup its leading axes: dropped from the 3-D chain.
+_VIEWS = frozenset({"relax.reshape", "relax.broadcast_to"})
+
+
+@dataclass
+class _Head:
+    """An attention chain to pad: ``q`` and ``kt`` of the scores, the row-wise ops between the
+    products (scores first), ``v``, and the head's batch (its leading axes flattened), rows, keys."""
+
+    q: Any
+    kt: Any
+    mids: list[Any]
+    v: Any
+    inner: list[Any]
+    batch: int
+    rows: int
+    keys: int
+
+
+def _head(bound: dict[Any, Any], uses: dict[Any, int], o: Any) -> _Head | None:
+    """The chain that ends in ``o`` (a binding ``P V``) when :func:`padded_rows` pads it and every
+    op between the products is a softmax over the keys, an elementwise op whose other operands
+    broadcast along the head, or a regrouping of leading axes (None otherwise)."""
+    call = bound[o]
+    if _name(call) != "relax.matmul":
+        return None
+    p_shape, v_shape = _static(call.args[0]), _static(call.args[1])
+    if not p_shape or not v_shape or len(p_shape) < 2 or len(v_shape) < 2:
+        return None
+    rows, keys = p_shape[-2:]
+    batch = int(np.prod(p_shape[:-2]))
+    mids: list[Any] = []
+    inner: list[Any] = []
+    softmaxes, x = 0, call.args[0]
+    while True:
+        value = bound.get(x)
+        shape = _static(x)
+        if value is None or uses.get(x, 0) != 1 or not shape or shape[-2:] != [rows, keys] \
+                or int(np.prod(shape[:-2])) != batch:
+            return None
+        inner.insert(0, x)
+        name = _name(value)
+        if name == "relax.matmul":
+            q, kt = (_static(a) for a in value.args)
+            if not q or not kt or int(np.prod(q[:-2])) != batch or int(np.prod(kt[:-2])) != batch:
+                return None
+            if softmaxes != 1 or padded_rows(rows, keys) == rows or int(np.prod(v_shape[:-2])) != batch:
+                return None
+            return _Head(value.args[0], value.args[1], mids, call.args[1], inner, batch, rows, keys)
+        if name == "relax.nn.softmax":
+            if int(value.attrs.axis) not in (-1, len(shape) - 1):
+                return None
+            softmaxes += 1
+        elif name not in _ROW_OPS:
+            return None
+        chained = [a for a in value.args if a in bound and _static(a) and _static(a)[-2:] == [rows, keys]
+                   and int(np.prod(_static(a)[:-2])) == batch and _name(bound[a]) in _ROW_OPS | {"relax.matmul", "relax.nn.softmax"}]
+        if not chained:
+            return None
+        x = chained[0]
+        if name not in _VIEWS:
+            for a in value.args:
+                if not a.same_as(x) and not _broadcasts(a, batch, rows, keys):
+                    return None
+            mids.insert(0, value)
+
+
+def _broadcasts(a: Any, batch: int, rows: int, keys: int) -> bool:
+    """Whether an elementwise operand ``a`` of a chain broadcasts along a 3-D head once its
+    leading axes are flattened (a scalar, a row of keys, a mask per head or for all heads)."""
+    shape = _static(a)
+    if shape is None:
+        return False
+    if len(shape) < 2:
+        return not shape or shape[-1] in (1, keys)
+    if len(shape) > 2 and int(np.prod(shape[:-2])) not in (1, batch):
+        return False
+    return shape[-2] in (1, rows) and shape[-1] in (1, keys)
+
+
+def pad_attention_rows(mod: Any) -> Any:
+    """``mod`` with each attention chain of ``main`` whose rows no row block divides computed on
+    padded rows (see the module doc); ``mod`` itself when there is none."""
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    main = mod["main"]
+    bound = {b.var: b.value for block in main.body.blocks if isinstance(block, relax.DataflowBlock)
+             for b in block.bindings}
+    uses: dict[Any, int] = {}
+    for block in main.body.blocks:
+        if isinstance(block, relax.DataflowBlock):
+            for var, users in relax.analysis.udchain(block).items():
+                uses[var] = len(users) + (0 if isinstance(var, relax.DataflowVar) else 1)
+    heads = {o: h for o in bound if (h := _head(bound, uses, o)) is not None}
+    if not heads:
+        return mod
+    inner = {v for h in heads.values() for v in h.inner}
+
+    @mutator
+    class _Pad(PyExprMutator):  # type: ignore[misc]
+        def __init__(self, mod: Any) -> None:
+            super().__init__(mod)
+            self.operands: dict[Any, Any] = {}  # a mask every layer adds: padded once
+
+        def visit_var_binding_(self, binding: Any) -> None:  # noqa: N802 - TVM's visitor name
+            if binding.var in inner:
+                return  # emitted padded, with the chain's output
+            if binding.var not in heads:
+                super().visit_var_binding_(binding)
+                return
+            h = heads[binding.var]
+            padded = padded_rows(h.rows, h.keys)
+            emit = self.builder_.emit
+            x = emit(relax.op.nn.pad(self._flat(h.q, h.batch), [0, 0, 0, padded - h.rows, 0, 0]))
+            x = emit(relax.op.matmul(x, self._flat(h.kt, h.batch), out_dtype="float32"))
+            for call in h.mids:
+                if _name(call) == "relax.nn.softmax":
+                    x = emit(relax.op.nn.softmax(x, axis=-1))
+                    continue
+                args = [x if a in h.inner else self._operand(a, h, padded) for a in call.args]
+                x = emit(relax.Call(call.op, args, call.attrs))
+            x = emit(relax.op.matmul(x, self._flat(h.v, h.batch), out_dtype="float32"))
+            x = emit(relax.op.strided_slice(x, axes=[1], begin=[0], end=[h.rows]))
+            if _static(binding.var) != _static(x):
+                x = emit(relax.op.reshape(x, _static(binding.var)))
+            self.set_var_remap(binding.var, x)
+
+        def _flat(self, a: Any, batch: int) -> Any:
+            """``a`` (a product's operand) with its leading axes flattened into one."""
+            a = self.visit_expr(a)
+            shape = _static(a)
+            return a if len(shape) == 3 else self.builder_.emit(relax.op.reshape(a, [batch, *shape[-2:]]))
+
+        def _operand(self, a: Any, h: _Head, padded: int) -> Any:
+            """An elementwise operand of the chain in 3-D, its rows padded when it has them."""
+            if a in self.operands:
+                return self.operands[a]
+            x = self.visit_expr(a)
+            shape = _static(x)
+            if not shape or len(shape) < 2:
+                return x
+            if len(shape) != 3:
+                x = self.builder_.emit(relax.op.reshape(x, [int(np.prod(shape[:-2])), *shape[-2:]]))
+            if shape[-2] == h.rows:
+                x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, 0, padded - h.rows, 0, 0]))
+            self.operands[a] = x
+            return x
+
+    out = mod.clone() if hasattr(mod, "clone") else mod
+    padder = _Pad(out)
+    padder.builder_.update_func(out.get_global_var("main"), padder.visit_expr(main))
+    return padder.builder_.get()
