@@ -29,7 +29,7 @@ from .errors import TensortuneError
 ATTENTION_LANES = 16
 SCORES_COLUMNS = 2 * ATTENTION_LANES
 #: A head whose rows no row block divides is computed on rows padded to a multiple of this, its
-#: output's padded rows cut off after it (:mod:`tensortune.models.attention_rows`).
+#: output's padded rows cut off after it (:mod:`tensortune.models.attention_pad`).
 ATTENTION_ROW_MULTIPLE = 8
 
 PRECISIONS = ("f32", "bf16")

@@ -132,27 +132,25 @@ def test_heads_of_a_batch_fuse_without_the_reshapes_between(measurer: Measurer) 
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_head_of_prime_rows_is_computed_on_padded_rows_and_fused(bias: bool) -> None:
-    """67 tokens (prime, as ViT's 197): no row block divides the rows, so the rewrite computes the
-    head on 72 rows (Q and a per-head bias padded with zero rows) and cuts the padded rows off its
-    output; 64 tokens are left as they are. The rewritten model fuses the head (in float32 here,
-    which any CPU runs; the layout plan applies it in bf16) and matches PyTorch."""
-    from dataclasses import replace
+def test_a_head_of_prime_rows_and_keys_is_computed_padded_and_fused(bias: bool) -> None:
+    """67 tokens (prime, as ViT's 197): no row block divides the rows and no vector piece the
+    keys, so the rewrite computes the head on 72 rows and 80 keys (Q, K, V and a per-head bias
+    padded with zeros, the padded keys masked before the softmax) and cuts the padded rows off
+    its output; 64 tokens are left as they are. The layout plan applies it: the model fuses the
+    head and matches PyTorch."""
+    from tensortune.models.attention_pad import pad_attention_heads, padded_head
 
-    from tensortune.models.attention_rows import pad_attention_rows, padded_rows
-
-    assert padded_rows(67, 67) == 72 and padded_rows(197, 197) == 200 and padded_rows(64, 64) == 64
-    assert padded_rows(23, 23) == 23  # too small to fuse, padded or not
+    assert padded_head(67, 67) == (72, 80) and padded_head(197, 197) == (200, 208)
+    assert padded_head(64, 64) == (64, 64) and padded_head(200, 200) == (200, 200)  # a piece of 50 keys
+    assert padded_head(23, 23) == (23, 23)  # too small to fuse, padded or not
     plain = _model(64)
-    assert pad_attention_rows(plain.mod) is plain.mod
+    assert pad_attention_heads(plain.mod) is plain.mod
     model = _model(67, bias=bias)
-    assert "attention" not in [mt.task.template_name for mt in model_tasks(model)]  # float32: not padded
-    model = replace(model, mod=pad_attention_rows(model.mod), _fused={})  # not the float32 plan cached above
-    script = model.mod["main"].script()
-    assert script.count("R.nn.pad(") == 1 + bias and "R.strided_slice(" in script
+    script = pad_attention_heads(model.mod)["main"].script()
+    assert script.count("R.nn.pad(") == 3 + bias and "R.strided_slice(" in script  # Q, K, V (and the bias)
     (task,) = [mt.task for mt in model_tasks(model) if mt.task.template_name == "attention"]
     pat = attention_pattern(task.prim_func())
-    assert pat is not None and pat.args == {"B": 2, "M": 72, "N": 67, "K": 16, "D": 16}
+    assert pat is not None and pat.args == {"B": 2, "M": 72, "N": 80, "K": 16, "D": 16}
     assert len(pat.after) == 1  # the cut of the padded rows, fused as the epilogue
     cm = compile_model(model)
     assert [c.source for c in cm.choices if c.kernel_class == "attention"] == ["default"]  # no fallback
@@ -240,7 +238,7 @@ def test_bf16_head_of_prime_rows_is_padded_and_fused() -> None:
     """In bf16 too: 67 tokens make one ``attention_bf16`` task on 72 rows (codegen target)."""
     (task,) = [mt.task for mt in model_tasks(_model(67, bias=True).with_precision("bf16"), ZNVER4)
                if mt.task.template_name == "attention_bf16"]
-    assert task.attention.args["M"] == 72 and task.attention.args["N"] == 67
+    assert task.attention.args["M"] == 72 and task.attention.args["N"] == 80
 
 
 @pytest.mark.skipif(CPU_FLAG not in host_flags(), reason="this CPU has no avx512_bf16: the bf16 kernels cannot run here")

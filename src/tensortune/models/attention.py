@@ -54,7 +54,7 @@ MIN_ROW_BLOCK = 7
 def fused_scores(rows: int, keys: int) -> bool:
     """Whether a head of ``rows`` x ``keys`` scores is fused: :data:`MIN_SCORES_BYTES` at least, and
     a row block the template runs well with (ViT's 197 rows have none: they are padded first,
-    :mod:`.attention_rows`)."""
+    :mod:`.attention_pad`)."""
     from ..templates.attention import MAX_ROW_BLOCK
 
     return rows * keys * 4 >= MIN_SCORES_BYTES and any(rows % d == 0 for d in range(MIN_ROW_BLOCK, MAX_ROW_BLOCK + 1))

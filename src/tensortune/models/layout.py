@@ -39,7 +39,7 @@ from ..precision import DEFAULT_PRECISION
 from .channels import sink_transforms, splits_as_slices
 from .chanpad import PadResult, pad_channels, padded_count, widened_groups
 from .canonical import canonicalize
-from .attention_rows import PADDED_HEADS, pad_attention_rows
+from .attention_pad import pad_attention_heads
 from .constfold import fold_constant_transforms
 from .prepack import DensePlan, pack_dense_weights
 from .relaxrewrite import conv_out_dtype, rewrite_calls, rewrite_functions
@@ -433,11 +433,10 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
     out = _block_convs(mod, plan, unpadded) if b else mod
     if not b:
         plan.note = "no convolution can be blocked" if convs else "no convolution"
-    if precision in PADDED_HEADS:
-        try:
-            out = pad_attention_rows(out)
-        except Exception as e:  # noqa: BLE001 - an optimisation: those heads stay unfused
-            log.warning("attention heads with prime rows kept as imported: %s", _last_line(e))
+    try:
+        out = pad_attention_heads(out)
+    except Exception as e:  # noqa: BLE001 - an optimisation: those heads stay unfused
+        log.warning("attention heads with prime rows kept as imported: %s", _last_line(e))
     try:
         out, plan.denses = pack_dense_weights(out, target_json, precision)  # every path above folded the constants
     except Exception as e:  # noqa: BLE001 - TVM cannot rewrite this graph: matmuls keep TVM's form

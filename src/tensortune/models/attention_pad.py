@@ -1,13 +1,17 @@
-"""Attention heads whose rows no row block divides, computed on padded rows so that they fuse.
+"""Attention heads whose rows no row block divides, computed on padded rows (and keys) so that they fuse.
 
 The fused attention (:mod:`.attention`) computes a head a block of rows at a time, and the block
 must divide the rows: the 197 tokens of a ViT at 224 px (DeiT, BEiT; DINOv2's 257) are prime, so
 their heads ran as three functions, ``S`` and ``P`` written to memory and read back.
-:func:`pad_attention_rows` rewrites such a chain, from ``Q K^T`` through its scale, mask and
+:func:`pad_attention_heads` rewrites such a chain, from ``Q K^T`` through its scale, mask and
 softmax to ``P V``, on ``Q``'s rows padded with zero rows to a multiple of :data:`ROW_MULTIPLE`
 (a row-wise operand with a row axis padded alike), and cuts the padded rows off the output. A
 padded row is computed and dropped: no real row reads it, since the softmax reduces along the
-keys, which keep their number. The chain is rebuilt on 3-D operands (its heads one batch axis):
+keys. Keys that no vector piece divides (197 again) are padded too, to whole vectors, so that the
+softmax's maximum and sum run as vectors of partials rather than a scalar chain a row (the fused
+head of 197 keys took 1.23x the time of one of 200 on znver4): ``K`` and ``V`` get zero keys
+and the scores of the padded keys a large negative mask before the softmax, so their
+probabilities are zero. The chain is rebuilt on 3-D operands (its heads one batch axis):
 its own reshapes between the two products dropped, which TVM could not narrow to a row block's
 region once the keys are read in pairs. It runs on the Relax graph before the layout plan chooses
 the matrix products, so that they see the padded heads.
@@ -19,23 +23,24 @@ from typing import Any
 
 import numpy as np
 
-from ..precision import ATTENTION_ROW_MULTIPLE as ROW_MULTIPLE
+from ..precision import ATTENTION_LANES, ATTENTION_ROW_MULTIPLE as ROW_MULTIPLE
+from ..templates.generic import _vector_piece
 from .attention import _ROW_OPS, _static, fused_scores
 
-#: Precisions whose layout plan pads such heads. In bf16 the fused head measured 0.94-0.99x the
-#: three functions (DeiT, DINOv2, BEiT, ViT; znver4); in float32 0.91x (DINOv2) to 1.08x (DeiT), so
-#: float32 heads stay as they were.
-PADDED_HEADS = ("bf16",)
+#: The score a padded key gets before the softmax (its probability underflows to zero).
+MASKED_SCORE = -1e30
 
-
-def padded_rows(rows: int, keys: int) -> int:
-    """The rows a head of ``rows`` x ``keys`` scores is computed on: ``rows`` itself when it fuses
-    as it is or would not fuse padded either (too small), else the next multiple of
-    :data:`ROW_MULTIPLE`."""
-    if fused_scores(rows, keys):
-        return rows
-    padded = -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE
-    return padded if fused_scores(padded, keys) else rows
+def padded_head(rows: int, keys: int) -> tuple[int, int]:
+    """The rows and keys a head of ``rows`` x ``keys`` scores is computed on: its own when it
+    would not fuse padded either (too small); else rows up to a multiple of :data:`ROW_MULTIPLE`
+    where no row block divides them, and keys (two vectors or more) up to whole vectors where no
+    vector piece does."""
+    padded = rows if fused_scores(rows, keys) else -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE
+    if not fused_scores(padded, keys):
+        return rows, keys
+    if keys < 2 * ATTENTION_LANES or _vector_piece(keys, ATTENTION_LANES):  # too few for a piece, or one divides
+        return padded, keys
+    return padded, -(-keys // ATTENTION_LANES) * ATTENTION_LANES
 
 
 def _name(call: Any) -> str:
@@ -62,7 +67,7 @@ class _Head:
 
 
 def _head(bound: dict[Any, Any], uses: dict[Any, int], o: Any) -> _Head | None:
-    """The chain that ends in ``o`` (a binding ``P V``) when :func:`padded_rows` pads it and every
+    """The chain that ends in ``o`` (a binding ``P V``) when :func:`padded_head` pads it and every
     op between the products is a softmax over the keys, an elementwise op whose other operands
     broadcast along the head, or a regrouping of leading axes (None otherwise)."""
     call = bound[o]
@@ -88,7 +93,7 @@ def _head(bound: dict[Any, Any], uses: dict[Any, int], o: Any) -> _Head | None:
             q, kt = (_static(a) for a in value.args)
             if not q or not kt or int(np.prod(q[:-2])) != batch or int(np.prod(kt[:-2])) != batch:
                 return None
-            if softmaxes != 1 or padded_rows(rows, keys) == rows or int(np.prod(v_shape[:-2])) != batch:
+            if softmaxes != 1 or padded_head(rows, keys) == (rows, keys) or int(np.prod(v_shape[:-2])) != batch:
                 return None
             return _Head(value.args[0], value.args[1], mids, call.args[1], inner, batch, rows, keys)
         if name == "relax.nn.softmax":
@@ -122,7 +127,7 @@ def _broadcasts(a: Any, batch: int, rows: int, keys: int) -> bool:
     return shape[-2] in (1, rows) and shape[-1] in (1, keys)
 
 
-def pad_attention_rows(mod: Any) -> Any:
+def pad_attention_heads(mod: Any) -> Any:
     """``mod`` with each attention chain of ``main`` whose rows no row block divides computed on
     padded rows (see the module doc); ``mod`` itself when there is none."""
     from tvm import relax
@@ -154,18 +159,29 @@ def pad_attention_rows(mod: Any) -> Any:
                 super().visit_var_binding_(binding)
                 return
             h = heads[binding.var]
-            padded = padded_rows(h.rows, h.keys)
+            rows, keys = padded_head(h.rows, h.keys)
             emit = self.builder_.emit
-            x = emit(relax.op.nn.pad(self._flat(h.q, h.batch), [0, 0, 0, padded - h.rows, 0, 0]))
-            x = emit(relax.op.matmul(x, self._flat(h.kt, h.batch), out_dtype="float32"))
+            x = emit(relax.op.nn.pad(self._flat(h.q, h.batch), [0, 0, 0, rows - h.rows, 0, 0]))
+            kt = self._flat(h.kt, h.batch)
+            if keys > h.keys:
+                kt = emit(relax.op.nn.pad(kt, [0, 0, 0, 0, 0, keys - h.keys]))
+            x = emit(relax.op.matmul(x, kt, out_dtype="float32"))
             for call in h.mids:
                 if _name(call) == "relax.nn.softmax":
+                    if keys > h.keys:
+                        mask = np.zeros((1, 1, keys), "float32")
+                        mask[..., h.keys:] = MASKED_SCORE
+                        x = emit(relax.op.add(x, relax.const(mask)))
                     x = emit(relax.op.nn.softmax(x, axis=-1))
                     continue
-                args = [x if a in h.inner else self._operand(a, h, padded) for a in call.args]
+                args = [x if a in h.inner else self._operand(a, h, rows, keys) for a in call.args]
                 x = emit(relax.Call(call.op, args, call.attrs))
-            x = emit(relax.op.matmul(x, self._flat(h.v, h.batch), out_dtype="float32"))
-            x = emit(relax.op.strided_slice(x, axes=[1], begin=[0], end=[h.rows]))
+            v = self._flat(h.v, h.batch)
+            if keys > h.keys:
+                v = emit(relax.op.nn.pad(v, [0, 0, 0, keys - h.keys, 0, 0]))
+            x = emit(relax.op.matmul(x, v, out_dtype="float32"))
+            if rows > h.rows:
+                x = emit(relax.op.strided_slice(x, axes=[1], begin=[0], end=[h.rows]))
             if _static(binding.var) != _static(x):
                 x = emit(relax.op.reshape(x, _static(binding.var)))
             self.set_var_remap(binding.var, x)
@@ -176,19 +192,26 @@ def pad_attention_rows(mod: Any) -> Any:
             shape = _static(a)
             return a if len(shape) == 3 else self.builder_.emit(relax.op.reshape(a, [batch, *shape[-2:]]))
 
-        def _operand(self, a: Any, h: _Head, padded: int) -> Any:
-            """An elementwise operand of the chain in 3-D, its rows padded when it has them."""
-            if a in self.operands:
-                return self.operands[a]
+        def _operand(self, a: Any, h: _Head, rows: int, keys: int) -> Any:
+            """An elementwise operand of the chain in 3-D, its rows and keys padded (with zeros)
+            where it has them."""
+            key = (a, h.rows, h.keys)
+            if key in self.operands:
+                return self.operands[key]
             x = self.visit_expr(a)
             shape = _static(x)
-            if not shape or len(shape) < 2:
+            if not shape:
                 return x
-            if len(shape) != 3:
+            if len(shape) > 3:
                 x = self.builder_.emit(relax.op.reshape(x, [int(np.prod(shape[:-2])), *shape[-2:]]))
-            if shape[-2] == h.rows:
-                x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, 0, padded - h.rows, 0, 0]))
-            self.operands[a] = x
+            pad = [[0, 0] for _ in range(min(len(shape), 3))]
+            if len(shape) >= 2 and shape[-2] == h.rows:
+                pad[-2][1] = rows - h.rows
+            if shape[-1] == h.keys:
+                pad[-1][1] = keys - h.keys
+            if any(after for _, after in pad):
+                x = self.builder_.emit(relax.op.nn.pad(x, [w for p in pad for w in p]))
+            self.operands[key] = x
             return x
 
     out = mod.clone() if hasattr(mod, "clone") else mod
