@@ -152,8 +152,9 @@ def test_short_bf16_products_take_a_smaller_tile_in_grouped_rows() -> None:
         chunks = (shape[0] if op == "batch_matmul_bf16" else 1) * c["tile_y"][0] * c["tile_x"][0]
         assert c["tile_y"][2] * c["tile_x"][2] <= SHORT_ACCUMULATORS and c["tile_y"][1] > 1, (op, shape, c)
         assert SHORT_CHUNKS <= chunks < 2 * SHORT_CHUNKS, (op, shape, c)
-    long = Task.from_op("dense_pack_bf16", [200, 768, 768, 16], target=ZNVER4).default_config()
-    assert long["tile_y"][1] == 1 and long["tile_y"][2] * long["tile_x"][2] > SHORT_ACCUMULATORS
+    for shape in ([200, 768, 768, 16], [1024, 288, 144, 16]):  # ViT's, MobileViT's (K = 144)
+        long = Task.from_op("dense_pack_bf16", shape, target=ZNVER4).default_config()
+        assert long["tile_y"][1] == 1 and long["tile_y"][2] * long["tile_x"][2] > SHORT_ACCUMULATORS, (shape, long)
 
 
 @needs_bf16

@@ -47,7 +47,7 @@ MIN_PARALLEL_CHUNKS = 8
 #: A packed bf16 product reducing over at most this many elements (``K``) is "short": its untuned
 #: register tile holds at most :data:`SHORT_ACCUMULATORS` accumulators, and its row tiles are
 #: grouped into :data:`SHORT_CHUNKS` parallel chunks (see ``DensePackBf16Template.default_knobs``).
-SHORT_REDUCTION = 256
+SHORT_REDUCTION = 128
 SHORT_ACCUMULATORS = 14
 SHORT_CHUNKS = 16
 _LOCK = threading.Lock()
@@ -232,9 +232,10 @@ class DensePackBf16Template(Template):
         A short reduction (``K`` at most :data:`SHORT_REDUCTION`) takes a smaller register tile and
         row tiles grouped into about :data:`SHORT_CHUNKS` chunks: its few steps per tile do not
         pay for filling and storing 24-28 accumulators. Against the tile above (znver4, alone):
-        0.70x PVT's ``K = 32`` MLP layer, 0.81-0.97x attention products with ``K = 64`` and
-        198, 0.85-0.95x at ``K`` 128-256; at ``K`` 384-640 within 4%, and the smaller tile ran
-        3.7x slower at ``K = 768``."""
+        0.70x PVT's ``K = 32`` MLP layer, 0.81-0.97x attention products with ``K = 64``, 0.85x
+        at ``K = 128``; at ``K`` 384-640 within 4%, and the smaller tile ran 3.7x slower at
+        ``K = 768``. In the model, MobileViT's products of ``K`` 144-240 (a 4 x 3 tile instead of
+        8 x 3) made it 1.47x slower, so the rule stops at 128 (PVTv2 0.94x, SegFormer 0.96x)."""
         a = task.args
         M, K2, blocks = a["M"], a["K"] // 2, a["N"] // a["NB"]
         tj = task.target_json
