@@ -1,4 +1,4 @@
-"""Attention heads whose rows no row block divides, computed on padded rows (and keys) so that they fuse.
+"""Attention heads of prime size computed on padded rows and keys, so that they fuse.
 
 The fused attention (:mod:`.attention`) computes a head a block of rows at a time, and the block
 must divide the rows: the 197 tokens of a ViT at 224 px (DeiT, BEiT; DINOv2's 257) are prime, so
@@ -29,6 +29,7 @@ from .attention import _ROW_OPS, _static, fused_scores
 
 #: The score a padded key gets before the softmax (its probability underflows to zero).
 MASKED_SCORE = -1e30
+
 
 def padded_head(rows: int, keys: int) -> tuple[int, int]:
     """The rows and keys a head of ``rows`` x ``keys`` scores is computed on: its own when it
