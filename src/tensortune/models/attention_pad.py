@@ -25,7 +25,7 @@ import numpy as np
 
 from ..precision import ATTENTION_LANES, ATTENTION_ROW_MULTIPLE as ROW_MULTIPLE
 from ..templates.generic import _vector_piece
-from .attention import _ROW_OPS, _static, fused_scores
+from .attention import _ROW_OPS, _static, _used_once, fused_scores
 
 #: The score a padded key gets before the softmax (its probability underflows to zero).
 MASKED_SCORE = -1e30
@@ -67,7 +67,12 @@ class _Head:
     keys: int
 
 
-def _head(bound: dict[Any, Any], uses: dict[Any, int], o: Any) -> _Head | None:
+def _lead(shape: list[int]) -> int:
+    """The product of a shape's leading axes (all but the last two)."""
+    return int(np.prod(shape[:-2]))
+
+
+def _head(bound: dict[Any, Any], once: set[Any], o: Any) -> _Head | None:
     """The chain that ends in ``o`` (a binding ``P V``) when :func:`padded_head` pads it and every
     op between the products is a softmax over the keys, an elementwise op whose other operands
     broadcast along the head, or a regrouping of leading axes (None otherwise)."""
@@ -78,40 +83,42 @@ def _head(bound: dict[Any, Any], uses: dict[Any, int], o: Any) -> _Head | None:
     if not p_shape or not v_shape or len(p_shape) < 2 or len(v_shape) < 2:
         return None
     rows, keys = p_shape[-2:]
-    batch = int(np.prod(p_shape[:-2]))
+    batch = _lead(p_shape)
+
+    def in_head(a: Any) -> bool:
+        shape = _static(a)
+        return bool(shape) and shape[-2:] == [rows, keys] and _lead(shape) == batch
+
     mids: list[Any] = []
     inner: list[Any] = []
     softmaxes, x = 0, call.args[0]
     while True:
         value = bound.get(x)
-        shape = _static(x)
-        if value is None or uses.get(x, 0) != 1 or not shape or shape[-2:] != [rows, keys] \
-                or int(np.prod(shape[:-2])) != batch:
+        if value is None or x not in once or not in_head(x):
             return None
         inner.insert(0, x)
         name = _name(value)
         if name == "relax.matmul":
             q, kt = (_static(a) for a in value.args)
-            if not q or not kt or int(np.prod(q[:-2])) != batch or int(np.prod(kt[:-2])) != batch:
+            if not q or not kt or _lead(q) != batch or _lead(kt) != batch or _lead(v_shape) != batch:
                 return None
-            if softmaxes != 1 or padded_head(rows, keys) == (rows, keys) or int(np.prod(v_shape[:-2])) != batch:
+            if softmaxes != 1 or padded_head(rows, keys) == (rows, keys):
                 return None
             return _Head(value.args[0], value.args[1], mids, call.args[1], inner, batch, rows, keys)
         if name == "relax.nn.softmax":
-            if int(value.attrs.axis) not in (-1, len(shape) - 1):
+            if int(value.attrs.axis) not in (-1, len(_static(x)) - 1):
                 return None
             softmaxes += 1
         elif name not in _ROW_OPS:
             return None
-        chained = [a for a in value.args if a in bound and _static(a) and _static(a)[-2:] == [rows, keys]
-                   and int(np.prod(_static(a)[:-2])) == batch and _name(bound[a]) in _ROW_OPS | {"relax.matmul", "relax.nn.softmax"}]
+        chained = [a for a in value.args if a in bound and in_head(a)
+                   and _name(bound[a]) in _ROW_OPS | {"relax.matmul", "relax.nn.softmax"}]
         if not chained:
             return None
         x = chained[0]
         if name not in _VIEWS:
-            for a in value.args:
-                if not a.same_as(x) and not _broadcasts(a, batch, rows, keys):
-                    return None
+            if not all(a.same_as(x) or _broadcasts(a, batch, rows, keys) for a in value.args):
+                return None
             mids.insert(0, value)
 
 
@@ -123,26 +130,22 @@ def _broadcasts(a: Any, batch: int, rows: int, keys: int) -> bool:
         return False
     if len(shape) < 2:
         return not shape or shape[-1] in (1, keys)
-    if len(shape) > 2 and int(np.prod(shape[:-2])) not in (1, batch):
+    if len(shape) > 2 and _lead(shape) not in (1, batch):
         return False
     return shape[-2] in (1, rows) and shape[-1] in (1, keys)
 
 
 def pad_attention_heads(mod: Any) -> Any:
-    """``mod`` with each attention chain of ``main`` whose rows no row block divides computed on
-    padded rows (see the module doc); ``mod`` itself when there is none."""
+    """``mod`` with each attention chain of ``main`` that :func:`padded_head` pads computed on its
+    padded rows and keys (see the module doc); ``mod`` itself when there is none."""
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     main = mod["main"]
     bound = {b.var: b.value for block in main.body.blocks if isinstance(block, relax.DataflowBlock)
              for b in block.bindings}
-    uses: dict[Any, int] = {}
-    for block in main.body.blocks:
-        if isinstance(block, relax.DataflowBlock):
-            for var, users in relax.analysis.udchain(block).items():
-                uses[var] = len(users) + (0 if isinstance(var, relax.DataflowVar) else 1)
-    heads = {o: h for o in bound if (h := _head(bound, uses, o)) is not None}
+    once = _used_once(main)
+    heads = {o: h for o in bound if (h := _head(bound, once, o)) is not None}
     if not heads:
         return mod
     inner = {v for h in heads.values() for v in h.inner}
@@ -204,7 +207,7 @@ def pad_attention_heads(mod: Any) -> Any:
             if not shape:
                 return x
             if len(shape) > 3:
-                x = self.builder_.emit(relax.op.reshape(x, [int(np.prod(shape[:-2])), *shape[-2:]]))
+                x = self.builder_.emit(relax.op.reshape(x, [_lead(shape), *shape[-2:]]))
             pad = [[0, 0] for _ in range(min(len(shape), 3))]
             if len(shape) >= 2 and shape[-2] == h.rows:
                 pad[-2][1] = rows - h.rows
