@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from .common import geomean, machine_info, machine_line, write_text
+from .hoststate import TRIES, WAIT_S, HostWait, build_probe
 
 #: The corpus: each family of the issue at its default config (EfficientNet at B0's width, depth
 #: and resolution: its default config is B7 at 600x600).
@@ -93,9 +95,11 @@ def source(spec: str, out: Path) -> str:
     return str(path) if path.is_file() else export_pattern(name, str(out / "models"))
 
 
-def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f32") -> dict[str, Any]:
-    """Compile ``spec`` untuned in ``precision``, check and time it against the runtimes, profile it
-    against the machine's ``peak`` (:func:`tensortune.measure.peak.measure_peak`); one JSON entry."""
+def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f32",
+              host: HostWait | None = None) -> dict[str, Any]:
+    """Compile ``spec`` untuned in ``precision``, check and time it against the runtimes on near
+    cores (``host``), profile it against the machine's ``peak``
+    (:func:`tensortune.measure.peak.measure_peak`); one JSON entry."""
     from tensortune.models.comparison import bench_model
     from tensortune.models.compile import compile_model
     from tensortune.models.importer import load_model
@@ -106,7 +110,9 @@ def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f3
     t1 = time.perf_counter()
     cm = compile_model(model)
     t2 = time.perf_counter()
-    report = bench_model(model, rounds=rounds, tuned=cm, extra=_f32_untuned(model))
+    copy, extra = compile_model(model), _f32_untuned(model)  # compiled once, whatever the timings tried
+    report, state = (host or HostWait()).timed(
+        lambda: bench_model(model, rounds=rounds, tuned=cm, untuned=copy, extra=extra))
     rows, ms, fastest = _medians(report, SYSTEMS)
     untuned = rows.get("tensortune untuned")
     prof = profile_compiled(cm, threads=peak.get("threads", 0), peak_gflops=peak.get("peak_gflops"),
@@ -131,7 +137,7 @@ def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f3
                       for c in cm.choices if c.source not in ("tuned", "default")],
         "generic": [{"task": c.task, "flops": c.flops, "weight": c.weight} for c in cm.choices
                     if c.kernel_class == "generic" or c.task.startswith(("conv2d-", "depthwise_conv2d-"))],
-        "notes": report.notes,
+        "notes": report.notes, **state,
     }
 
 
@@ -148,7 +154,7 @@ def tuning_seconds(budget: float, compile_s: float) -> float:
 
 
 def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Path, rounds: int,
-               precision: str = "f32") -> dict[str, Any]:
+               precision: str = "f32", host: HostWait | None = None) -> dict[str, Any]:
     """Tune ``spec`` with ``tuner`` within ``budget`` seconds of ``tune`` wall time, the in-model check
     included (:func:`tuning_seconds`; kept: a rerun reads the tuning run back), then check and
     time it tuned and untuned against the runtimes; one JSON entry."""
@@ -177,7 +183,9 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
     run = run_json(cmd, kept, fresh=[db])
     with Database(str(db)) as database:
         cm = compile_model(model, database)
-    report = bench_model(model, rounds=rounds, tuned=cm, untuned=untuned, extra=_f32_untuned(model))
+    untuned, extra = untuned or compile_model(model), _f32_untuned(model)
+    report, state = (host or HostWait()).timed(
+        lambda: bench_model(model, rounds=rounds, tuned=cm, untuned=untuned, extra=extra))
     rows, ms, fastest = _medians(report, ("tensortune tuned",) + SYSTEMS)
     return {
         "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9, "ms": ms,
@@ -187,7 +195,7 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
         "max_rel_err": rows["tensortune tuned"].max_rel_err if "tensortune tuned" in rows else None,
         "fastest": fastest[0] if fastest else None,
         "ratio": _over(ms["tensortune tuned"], fastest), "untuned_ratio": _over(ms["tensortune untuned"], fastest),
-        "notes": report.notes,
+        "notes": report.notes, **state,
     }
 
 
@@ -244,9 +252,27 @@ def _at_peak(data: dict[str, Any]) -> Column:
 
 
 def _geomean_line(data: dict[str, Any], key: str, what: str) -> str:
+    """The geomean of ``key`` over the models, and over those timed on near cores where some were not."""
     rs = [e[key] for e in data["models"].values() if e.get(key)]
-    return (f"Geomean of {what} tensortune ({data.get('precision', 'f32')}) over {_anchor_words(data)}: "
-            f"{geomean(rs):.2f}x over {len(rs)} models." if rs else "")
+    near = [e[key] for e in data["models"].values() if e.get(key) and e.get("cores") == "near"]
+    line = (f"Geomean of {what} tensortune ({data.get('precision', 'f32')}) over {_anchor_words(data)}: "
+            f"{geomean(rs):.2f}x over {len(rs)} models" if rs else "")
+    if rs and near and len(near) < len(rs):
+        line += f"; {geomean(near):.2f}x over the {len(near)} timed on near cores"
+    return line + "." if line else ""
+
+
+def _cores(e: dict[str, Any]) -> str:
+    """Where the host had the two threads while the model was timed (bench/hoststate.py)."""
+    trips = [f"{t:.0f}" for t in e.get("round_trip_ns", []) if t is not None]
+    return f"{e.get('cores', '-')} ({'/'.join(trips)} ns)" if trips else e.get("cores", "-")
+
+
+#: The column of the host's cores, and the sentence under a table that has it.
+CORES: Column = ("cores", "---", _cores)
+CORES_LINE = ("Cores: where the host had the two threads while the model was timed, from a cross-core round trip "
+              "before and after the timing (near: one L3, about 80 ns; far: about 330 ns, every runtime slower; "
+              "bench/hoststate.py). A timing on far cores was tried again after a wait for near ones.")
 
 
 #: The library rows a corpus ratio is taken against (the anchor of either precision).
@@ -274,7 +300,7 @@ def tuned_md(data: dict[str, Any]) -> str:
         ("tuned / fastest", "---:", lambda e: f"{_num(e['ratio'])}x"),
         ("untuned / fastest", "---:", lambda e: f"{_num(e['untuned_ratio'])}x"), _at_peak(data),
         ("outputs", "---", lambda e: "match" if e["outputs_match"] else "MISMATCH"),
-        ("tuning s", "---:", lambda e: _num(e["tuning_wall_s"], ".0f"))]
+        ("tuning s", "---:", lambda e: _num(e["tuning_wall_s"], ".0f")), CORES]
     over = [e["model"] for e in data["models"].values() if (e.get("tuning_wall_s") or 0) > data["budget"]]
     lines = [f"# Hugging Face corpus in {data.get('precision', 'f32')}, tuned by {data['tuner']} "
              f"{' '.join(data['options'])} within {data['budget']:.0f} s "
@@ -283,7 +309,7 @@ def tuned_md(data: dict[str, Any]) -> str:
              _geomean_line(data, "ratio", "tuned"), "", _geomean_line(data, "untuned_ratio", "untuned"), "",
              _uncompared_line(data), "",
              "Tuning s: the whole `tune` command, the in-model check included; over the budget: "
-             + (", ".join(over) if over else "none") + "."]
+             + (", ".join(over) if over else "none") + ".", "", CORES_LINE]
     return "\n".join(lines) + "\n"
 
 
@@ -295,10 +321,11 @@ def report_md(data: dict[str, Any]) -> str:
         ("/ fastest runtime", "---:", lambda e: f"{_num(e['ratio'])}x ({e['fastest'] or '-'})"), _at_peak(data),
         ("outputs", "---", lambda e: "match" if e["outputs_match"] else "MISMATCH"),
         ("transforms", "---:", lambda e: "-" if e.get("transforms") is None else str(e["transforms"])),
-        ("compile s", "---:", lambda e: f"{e['compile_s']:.0f}")]
+        ("compile s", "---:", lambda e: f"{e['compile_s']:.0f}"), CORES]
     lines = [f"# Hugging Face corpus, untuned tensortune in {data.get('precision', 'f32')} ({machine_line(data['machine'])}, "
              f"{data['machine'].get('cpus')} threads, {data['rounds']} interleaved rounds)", "",
-             *_table(data, columns), "", _geomean_line(data, "ratio", "untuned"), "", _uncompared_line(data)]
+             *_table(data, columns), "", _geomean_line(data, "ratio", "untuned"), "", _uncompared_line(data), "",
+             CORES_LINE]
     peak = data.get("peak", {}).get("peak_gflops")
     bf16_peak = data.get("peak", {}).get("bf16_peak_gflops")
     lines += ["", f"## Conv and matmul functions of more than 50 MFLOPs under half the measured peak "
@@ -331,6 +358,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True, help="results folder (resumed when it holds corpus.json)")
     ap.add_argument("--models", nargs="+", default=list(CORPUS), help="hf: specs, ONNX paths, pattern:NAME, or 'patterns' for all of them (space-separated)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--wait", type=float, default=WAIT_S, metavar="S",
+                    help=f"seconds a model's timing waits for near cores, timed again while far (0: as they come; "
+                         f"default {WAIT_S:.0f}; bench/hoststate.py)")
     ap.add_argument("--tune", metavar="TUNER", help="tune each model first with this tuner")
     ap.add_argument("-O", dest="options", action="append", default=[], metavar="KEY=VALUE",
                     help="a tuner option (repeatable)")
@@ -356,19 +386,26 @@ def main(argv: list[str] | None = None) -> int:
         from tensortune.target import cpu_count
 
         data["peak"] = {**measure_peak(cpu_count()), "threads": cpu_count()}
-    for spec in expand(a.models):
-        if spec in data["models"] and "error" not in data["models"][spec]:
-            continue
-        try:
-            where = source(spec, out)
-            data["models"][spec] = (tune_model(where, a.tune, a.options, a.budget, out, a.rounds, a.precision) if a.tune
-                                    else run_model(where, a.rounds, data["peak"], a.precision))
-            data["models"][spec]["model"] = spec
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - a model that fails (or its tuning run) is a result
-            data["models"][spec] = {"model": spec, "error": (str(e).strip().splitlines() or [type(e).__name__])[0]}
-        write_text(path, json.dumps(data, indent=1))
-        write_text(path.with_suffix(".md") if a.tune else out / "report.md", tuned_md(data) if a.tune else report_md(data))
+    with tempfile.TemporaryDirectory(prefix="corpus-probe-") as tmp:
+        host = HostWait(build_probe(Path(tmp)), a.wait, TRIES if a.wait > 0 else 1)
+        for spec in expand(a.models):
+            if spec not in data["models"] or "error" in data["models"][spec]:
+                run_one(spec, a, data, out, host)
+                write_text(path, json.dumps(data, indent=1))
+                write_text(path.with_suffix(".md") if a.tune else out / "report.md",
+                           tuned_md(data) if a.tune else report_md(data))
     return 0
+
+
+def run_one(spec: str, a: argparse.Namespace, data: dict[str, Any], out: Path, host: HostWait) -> None:
+    """Run one model of the corpus into ``data`` (a failure is its entry)."""
+    try:
+        where = source(spec, out)
+        data["models"][spec] = (tune_model(where, a.tune, a.options, a.budget, out, a.rounds, a.precision, host)
+                                if a.tune else run_model(where, a.rounds, data["peak"], a.precision, host))
+        data["models"][spec]["model"] = spec
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a model that fails (or its tuning run) is a result
+        data["models"][spec] = {"model": spec, "error": (str(e).strip().splitlines() or [type(e).__name__])[0]}
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import write_text
+from .hoststate import build_probe, probe
 
 ARMS = ("tensortune", "tvm", "one-thread")
 MODELS = ("ghostnet", "resnet18")
@@ -184,33 +185,6 @@ def spawn(arm: str, threads: int, libs: dict[str, dict[str, Any]], inferences: i
         q = statistics.quantiles(raw[libs[n]["library"]], n=4)
         out[n] = {"median_ms": statistics.median(raw[libs[n]["library"]]), "q1_ms": q[0], "q3_ms": q[2]}
     return out
-
-
-PROBE = Path(__file__).parent / "probes" / "roundtrip.c"
-#: Seconds of round trips timed before each process.
-PROBE_S = 1
-
-
-def build_probe(folder: Path) -> Path | None:
-    """The round-trip probe built with the system C compiler; None (said) where there is none."""
-    import shutil
-
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    exe = folder / "roundtrip"
-    if cc is None or subprocess.run([cc, "-O2", "-pthread", str(PROBE), "-o", str(exe)]).returncode != 0:
-        print("no C compiler built the round-trip probe: rounds are not timed on the host", file=sys.stderr)
-        return None
-    return exe
-
-
-def probe(exe: Path | None) -> float | None:
-    """The median cross-core round trip (ns) over ``PROBE_S`` one-second windows, on the first two
-    CPUs of this process's mask; None without a probe or with fewer than two CPUs."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if exe is None or len(cpus) < 2:
-        return None
-    out = subprocess.run([str(exe), str(cpus[0]), str(cpus[1]), str(PROBE_S)], capture_output=True, text=True, check=True)
-    return statistics.median(float(v) for v in out.stdout.split())
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
