@@ -157,8 +157,22 @@ def test_short_bf16_products_take_a_smaller_tile_in_grouped_rows() -> None:
         assert long["tile_y"][1] == 1 and long["tile_y"][2] * long["tile_x"][2] > SHORT_ACCUMULATORS, (shape, long)
 
 
+def test_short_bf16_convs_take_up_to_three_channel_blocks_in_a_smaller_tile() -> None:
+    """A bf16 conv whose reduction (input channels x window) is short takes at most
+    ``SHORT_ACCUMULATORS`` accumulators over up to three channel blocks: MobileNetV2's 32 -> 144
+    channels at 56 x 56 (nine blocks) 4 columns x 3 blocks, not 7 x 1; 144 -> 144 keeps 7 x 1."""
+    from tensortune.templates.bf16 import SHORT_ACCUMULATORS
+
+    short = Task.from_op("conv2d_nchwc_bf16", [56, 56, 32, 144, 1, 1, 0, 16, 16], target=ZNVER4).default_config()
+    assert short["tile_f"] == (3, 3) and short["tile_x"] == (14, 4), short
+    assert short["tile_f"][1] * short["tile_x"][1] <= SHORT_ACCUMULATORS
+    long = Task.from_op("conv2d_nchwc_bf16", [56, 56, 144, 144, 1, 1, 0, 16, 16], target=ZNVER4).default_config()
+    assert long["tile_f"] == (9, 1) and long["tile_x"] == (8, 7), long
+
+
 @needs_bf16
 @pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [7, 7, 32, 16, 3, 2, 1, 16, 16]),
+                                      ("conv2d_nchwc_bf16", [8, 8, 32, 48, 1, 1, 0, 16, 16]),  # 3 blocks a tile
                                       ("conv2d_nchwc_bf16", [5, 5, 16, 8, 1, 1, 0, 8, 8]),
                                       # 1x5 kernel, stride (1, 2), padding (0, 2, 1, 1), two groups of
                                       # two 8-channel blocks

@@ -55,13 +55,14 @@ def write_tile_and_parallelise(sch: Any, block: Any, pat: Any, tile_loop: Any, o
     return par
 
 
-def default_register_tile(width: int, f_blocks: int, vec: int, acc: int) -> tuple[int, int]:
-    """``(columns, channel blocks)`` of an untuned register tile: at most 8 columns, at most
-    ``acc`` accumulators (``columns x blocks x vec``), a tail wasting at most 10% of the row,
-    the most accumulators, then the widest row (measured on ResNet-18's convolutions: tails
-    beyond 8 columns and more than 12 accumulators lose on AVX2)."""
+def default_register_tile(width: int, f_blocks: int, vec: int, acc: int,
+                          blocks: tuple[int, ...] = (1, 2)) -> tuple[int, int]:
+    """``(columns, channel blocks)`` of an untuned register tile: at most 8 columns, ``blocks``
+    channel blocks, at most ``acc`` accumulators (``columns x blocks x vec``), a tail wasting at
+    most 10% of the row, the most accumulators, then the widest row (measured on ResNet-18's
+    convolutions: tails beyond 8 columns and more than 12 accumulators lose on AVX2)."""
     best = (1, 1)
-    for fm in (1, 2):
+    for fm in blocks:
         if f_blocks % fm:
             continue
         for xi in range(1, min(width, 8) + 1):
