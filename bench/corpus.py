@@ -12,7 +12,9 @@ untuned beside the runtimes into ``tuned-TUNER.json`` / ``tuned-TUNER.md``.
 Each model is built from its default config with random weights (``hf:MODEL_TYPE``, nothing
 downloaded), compiled untuned, its outputs checked against PyTorch, then timed in interleaved
 rounds with ONNX Runtime, OpenVINO (f32) and PyTorch eager at the machine's thread count
-(:func:`tensortune.models.comparison.bench_model`). ``corpus.json`` holds one entry per model, written
+(:func:`tensortune.models.comparison.bench_model`), on near cores where the host allows
+(``--wait``, :mod:`bench.hoststate`: the entry keeps the round trips it was timed between).
+``corpus.json`` holds one entry per model, written
 as soon as the model is done, so a stopped run goes on from the next model; ``report.md`` is the
 table: GFLOPs, each system's median, untuned tensortune over the faster runtime, and every
 function that did not get its template's schedule (the fallbacks, with why).
