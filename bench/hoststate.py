@@ -87,6 +87,7 @@ class HostWait:
             before = wait_for_near(self.exe, self.wait_s)
             result = timing()
             trips = [before, probe(self.exe)]
-            if cores(trips) != "far":
+            where = cores(trips)
+            if where != "far":
                 break
-        return result, {"round_trip_ns": trips, "cores": cores(trips), "timings": n}
+        return result, {"round_trip_ns": trips, "cores": where, "timings": n}

@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
 from .base import Template, TemplateError, anchored_schedule, largest_divisor_le, target_lanes, unroll_knobs
-from .conv2d_nchwc import (Conv2dNCHWcGeneralTemplate, Conv2dNCHWcTemplate, block_vectors, conv_out_hw,
-                           default_register_tile, exact_register_tile, max_accumulators, tile_blocked_conv,
-                           vector_registers)
+from .conv2d_nchwc import (Conv2dNCHWcGeneralTemplate, Conv2dNCHWcTemplate, conv_out_hw, max_accumulators,
+                           tile_blocked_conv, vector_registers)
 from .dense_pack import default_register_tile as dense_register_tile, tile_packed_product
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -191,22 +190,23 @@ class Conv2dNCHWcBf16Template(Conv2dNCHWcTemplate):
         """The float32 template's, but a tile of 7 columns rather than 8 where both divide the
         width: on ``vdpbf16ps`` 8 x 2 vectors ran 1.02-1.7x slower than 7 x 2 on every 56- and
         112-wide convolution of ResNet-50 and MobileNetV2 (znver5; a 3x3 of 64 channels 1.7x).
-        A short reduction (:func:`short_conv`) takes at most :data:`SHORT_ACCUMULATORS` and up to
-        three channel blocks: MobileNetV2's 32 -> 144 channels at 56 x 56 ran 4 x 3 vectors 1.4x
-        faster than the 7 x 1 that its nine blocks left (znver4).
+        A short reduction takes a smaller tile (:meth:`register_budget`).
         Rows first where the input is at least half the weights' bytes (:func:`rows_first`)."""
         knobs = super().default_knobs(task, space)
         width = conv_out_hw(task)[1]
-        if short_conv(task):
-            a = task.args
-            f_blocks, vec = a["OC"] // a["OB"], block_vectors(task, a["OB"])
-            xi, fm = default_register_tile(width, f_blocks, vec, SHORT_ACCUMULATORS, SHORT_CONV_BLOCKS)
-            xi, fm = exact_register_tile(width, xi, fm, vec, SHORT_ACCUMULATORS)
-            knobs.update(tile_f=(f_blocks // fm, fm), tile_x=(width // xi, xi), unroll_kw=int(fm == 1))
         if knobs["tile_x"][1] == 8 and width % 7 == 0:
             knobs["tile_x"] = (width // 7, 7)
         knobs["rows_first"] = int(rows_first(task))
         return knobs
+
+    def register_budget(self, task: Task) -> tuple[int, tuple[int, ...]]:
+        """The float32 template's, but a short reduction (:func:`short_conv`) takes at most
+        :data:`SHORT_ACCUMULATORS` over up to three channel blocks: MobileNetV2's 32 -> 144
+        channels at 56 x 56 ran 4 x 3 vectors 1.4x faster than the 7 x 1 that its nine blocks
+        left (znver4)."""
+        if short_conv(task):
+            return SHORT_ACCUMULATORS, SHORT_CONV_BLOCKS
+        return super().register_budget(task)
 
     def schedule(self, task: Task, config: Config) -> Any:
         sch, block = anchored_schedule(task)

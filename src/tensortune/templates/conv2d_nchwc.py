@@ -193,12 +193,17 @@ class Conv2dNCHWcTemplate(Template):
             s.add_constraint("winograd", winograd_tile)
         return s
 
+    def register_budget(self, task: Task) -> tuple[int, tuple[int, ...]]:
+        """The accumulators and the channel-block counts an untuned register tile may take."""
+        return max_accumulators(task.target_json), (1, 2)
+
     def _direct_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
         """The untuned direct convolution (without the ``algorithm`` knobs)."""
         a = task.args
         OW, OCo, ICo = conv_out_hw(task)[1], a["OC"] // a["OB"], self.in_blocks(task)
-        vec, acc = block_vectors(task, a["OB"]), max_accumulators(task.target_json)
-        xi, fm = default_register_tile(OW, OCo, vec, acc)
+        vec = block_vectors(task, a["OB"])
+        acc, blocks = self.register_budget(task)
+        xi, fm = default_register_tile(OW, OCo, vec, acc, blocks)
         if self.exact_columns:
             xi, fm = exact_register_tile(OW, xi, fm, vec, acc)
         return {
