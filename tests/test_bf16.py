@@ -450,3 +450,14 @@ def test_the_bf16_peak_kernel_keeps_its_sums_in_registers() -> None:
     first, last = asm.find("vdpbf16ps"), asm.rfind("vdpbf16ps")
     loop = asm[first:last]
     assert loop.count("vdpbf16ps") >= 7 and not re.search(r"vmov\w*\s+%zmm\d+, -?\d*\(", loop)
+
+
+def test_the_bf16_roof_is_for_functions_on_the_dot_product() -> None:
+    """``profile`` holds bf16 products to the vdpbf16ps peak, and a float32 function whose
+    epilogue rounds its output to bf16 bits (a depthwise conv feeding a bf16 product) to the f32 one."""
+    from tensortune.task.ops_bf16 import on_dot_product
+
+    assert all(on_dot_product(k) for k in ("conv2d_nchwc_bf16-add-relu-round_bf16", "dense_pack_bf16",
+                                           "conv2d_nchwc_general_bf16-add", "batch_matmul_bf16", "attention_bf16"))
+    assert not any(on_dot_product(k) for k in ("depthwise_conv2d_nchwc-add-clip-round_bf16", "layer-norm-round_bf16",
+                                               "conv2d_nchwc-add", "round-bf"))

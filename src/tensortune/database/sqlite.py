@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import Any, Callable, Sequence, TypeVar
 
 from ..errors import TensortuneError
+from ..utils.scratch import pid_alive
 from .records import ContentUids, MeasureContext, TaskRecord, TrialRecord, confirmed_best
 
 log = logging.getLogger(__name__)
@@ -129,13 +130,7 @@ def _owner_alive(owner: str) -> bool:
     pid = rest.partition(":")[0]
     if host != socket.gethostname() or not pid.isdigit():
         return True  # another host's process: only the TTL ends its claims
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
+    return pid_alive(int(pid))
 
 
 def _fault(path: Path, e: sqlite3.Error) -> DatabaseError:

@@ -17,6 +17,7 @@ from contextlib import nullcontext
 from typing import Any, Callable, ContextManager, Sequence
 
 from ..target import cpu_count
+from ..utils.scratch import scratch_dir
 from .base import MeasurerBase
 from .energy import EnergyMeter
 from .noise import QUIET_LOOK_S, QUIET_LOOKS, RECENT_S, NoiseLog, Sample
@@ -33,12 +34,16 @@ def with_variant(inp: MeasureInput, opts: dict[str, Any]) -> dict[str, Any]:
     return {**opts, "variant": variant} if variant else opts
 
 
+#: Name prefix of the builders' folders of compiled candidates (:mod:`tensortune.utils.scratch`).
+BUILD_PREFIX = "tensortune-build-"
+
+
 class LocalBuilder:
     """Compiles candidates in ``n_parallel`` persistent worker processes."""
 
     def __init__(self, options: MeasureOptions | None = None) -> None:
         self.options = options or MeasureOptions()
-        self._dir = tempfile.mkdtemp(prefix="tensortune-build-")
+        self._dir = scratch_dir(BUILD_PREFIX)  # a killed process's folder goes at the next start
         self._log = open(os.path.join(self._dir, "workers.log"), "ab")  # TVM's warnings go here, not the terminal
         self._workers = [WORKERS.take(init_worker, (tuple(self.options.imports), None), self._log)
                          for _ in range(max(1, self.options.n_parallel))]

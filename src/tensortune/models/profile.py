@@ -105,8 +105,11 @@ class ModelProfile:
     bf16_peak_gflops: float | None = None  # the measured vdpbf16ps peak (CPUs with avx512_bf16)
 
     def peak_of(self, f: FuncProfile) -> float | None:
-        """The compute roof of ``f``: the bf16 peak for a bf16 kernel (when measured), else the f32 one."""
-        if "bf16" in f.kernel_class and self.bf16_peak_gflops:
+        """The compute roof of ``f``: the bf16 peak for a kernel on the bf16 dot product (when
+        measured), else the f32 one."""
+        from ..task.ops_bf16 import on_dot_product
+
+        if on_dot_product(f.kernel_class) and self.bf16_peak_gflops:
             return self.bf16_peak_gflops
         return self.peak_gflops
 

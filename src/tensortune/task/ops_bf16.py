@@ -331,6 +331,12 @@ def dense_pack_bf16_reference(args: dict[str, int], inputs: Sequence[np.ndarray]
     return np.asarray(inputs[0], dtype=np.float32) @ unpack_dense_weight(inputs[1])
 
 
+def on_dot_product(kernel_class: str) -> bool:
+    """Whether a function of ``kernel_class`` sums on ``vdpbf16ps`` (a bf16 product or attention),
+    not in float32 (a float32 function whose epilogue rounds its output to bfloat16 bits)."""
+    return kernel_class.split("-")[0].endswith("_bf16")
+
+
 def check_pairs(args: dict[str, int], reduction: str, lanes: str) -> None:
     """The bf16 forms' own constraints: an even reduction block (pairs), 8 or 16 output lanes."""
     from .ops import OpError

@@ -41,10 +41,15 @@ def warn_once(logger: logging.Logger, message: str) -> None:
 
 
 def log_to_stderr(level: int = logging.WARNING) -> None:
-    """Show the library's messages of ``level`` and above on stderr, one line each (idempotent)."""
+    """Show the library's messages of ``level`` and above on stderr, one line each (idempotent).
+
+    For the command line's own process: records stop at this handler. A library that logs through
+    the root logger's functions (TVM's legalization calls ``logging.info``) gives the root logger a
+    stderr handler of its own, which would print every message a second time."""
     logger = logging.getLogger(ROOT)
     if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
         handler = _StderrHandler()
         handler.setFormatter(_Format())
-        logger.addHandler(handler)  # records still propagate: a root handler a user set up sees them too
+        logger.addHandler(handler)
+    logger.propagate = False
     logger.setLevel(level)
