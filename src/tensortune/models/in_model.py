@@ -28,8 +28,8 @@ after tuning, each tuned task's candidates are timed where they will run:
 5. **The whole model**: the model compiled with the confirmed configs is timed against
    variants 0 and 1 in many short interleaved rounds (:func:`~tensortune.measure.timing.interleaved_rounds`).
    Per-task choices assume a function's time hardly depends on its neighbours' configs; where the
-   confirmed model is still slower than the faster of the two (by medians; by more than
-   ``tolerance``, none by default), judged by the median of the per-round ratios (pairs timed moments apart, so a
+   confirmed model is still slower than the faster of the two (by more than ``tolerance``, zero
+   by default), judged by the median of the per-round ratios (pairs timed moments apart, so a
    slow spell of the machine hits both), that variant's configs are recorded as a last group
    (one config per task), so they stand.
 
@@ -55,7 +55,7 @@ DEFAULT_RUNS = 5
 #: Runners-up per task compiled beside its best config and its default (one variant each).
 DEFAULT_ALTERNATIVES = 1
 #: The confirmed model may be this much slower than the faster of tuned and untuned before that
-#: variant's configs are kept instead. None: a tie within the noise gains nothing, and ConvNeXt
+#: variant's configs are kept instead. Zero: a tie within the noise gains nothing, and ConvNeXt
 #: (bf16, Zen 4) kept a confirmed model 1.7% slower than untuned that then timed 5.9% slower.
 DEFAULT_TOLERANCE = 0.0
 #: Interleaved rounds and seconds per round of the whole-model comparison at the end. Many short
