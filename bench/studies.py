@@ -43,6 +43,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("ppo-overhead", "bench.ppo_overhead", "the PPO explorer's cost against stable-baselines3", True),
     Study("rpc-scaling", "bench.rpc_scaling", "parallel RPC measurement against the number of (simulated) devices", True),
     Study("placement", "bench.placement", "one speed per model in every process: TVM's threads placed or not", True),
+    Study("hostpair", "bench.hostpair", "a model against OpenVINO as shipped, split by the host's near and far cores", True),
     Study("hostile", "bench.hostile", "bad inputs and faults against the command line, as a user runs it", False),
 )}
 
