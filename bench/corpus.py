@@ -192,7 +192,7 @@ def tune_model(spec: str, tuner: str, options: list[str], budget: float, out: Pa
     return {
         "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9, "ms": ms,
         "tuning_wall_s": run.get("wall_s"), "time_budget_s": tune_s, "tasks_measured": run.get("tasks_measured"),
-        "counts": cm.counts(),
+        "counts": cm.counts(), "checks": {n: r.check for n, r in rows.items()},
         "outputs_match": bool(rows.get("tensortune tuned") and rows["tensortune tuned"].ok),
         "max_rel_err": rows["tensortune tuned"].max_rel_err if "tensortune tuned" in rows else None,
         "fastest": fastest[0] if fastest else None,

@@ -504,3 +504,32 @@ def test_an_output_of_near_zero_values_is_measured_against_the_floor() -> None:
     assert check.max_rel_err == pytest.approx(5e-8 / (1e-6 / 2e-2), rel=1e-3)
     assert "output(s) 1 of the reference all (near) zero" in check.message
     assert "near" not in compare_outputs([big], [big]).message
+
+
+def test_an_openvino_as_shipped_that_fails_to_build_is_a_note_beside_the_f32_row(monkeypatch, tmp_path) -> None:
+    """OpenVINO compiled with the f32 hint but not as shipped: the f32 row stays and the report
+    says why the row a user compares with is missing (the corpus once dropped it silently)."""
+    pytest.importorskip("openvino")
+    import sys
+    from pathlib import Path
+
+    from tensortune.models import comparison
+    from tensortune.models.importer import load_model
+    from tensortune.models.reference import OpenVinoRunner
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny import one_conv
+
+    class F32Only(OpenVinoRunner):
+        def __init__(self, path: str, threads: int = 1, precision_hint: str | None = "f32") -> None:
+            if precision_hint is None:
+                raise ReferenceRunError("openvino could not compile as shipped: planted")
+            super().__init__(path, threads, precision_hint)
+
+    monkeypatch.setattr(comparison, "OpenVinoRunner", F32Only)
+    module, inputs = one_conv()
+    model = load_model(module, inputs)
+    report = comparison.bench_model(model, rounds=1, min_time_s=0.01)
+    names = [r.name for r in report.rows]
+    assert "openvino" in names and comparison.SHIPPED_ROW not in names
+    assert f"{comparison.SHIPPED_ROW}: no row: openvino could not compile as shipped: planted" in report.notes
