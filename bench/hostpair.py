@@ -48,10 +48,15 @@ def by_state(pairs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         mine = [p for p in pairs if p["state"] == name]
         if mine:
             out[name] = {"pairs": len(mine),
-                         "tensortune_ms": statistics.median((p["ours_ms"][0] + p["ours_ms"][1]) / 2 for p in mine),
+                         "tensortune_ms": statistics.median(sum(p["ours_ms"]) / 2 for p in mine),
                          "openvino_ms": statistics.median(p["openvino_ms"] for p in mine),
-                         "ratio": statistics.median(p["ratio"] for p in mine)}
+                         "ratio": statistics.median(_ratio(p) for p in mine)}
     return out
+
+
+def _ratio(pair: dict[str, Any]) -> float:
+    """tensortune's mean of its two slices over OpenVINO's."""
+    return sum(pair["ours_ms"]) / 2 / pair["openvino_ms"]
 
 
 def time_pairs(ours: Callable[[], None], theirs: Callable[[], None], exe: Path | None, pairs: int,
@@ -68,26 +73,23 @@ def time_pairs(ours: Callable[[], None], theirs: Callable[[], None], exe: Path |
         a, b, c = ms(ours), ms(theirs), ms(ours)
         after = probe(exe)
         out.append({"round_trip_ns": [before, after], "state": state(before, after), "ours_ms": [a, c],
-                    "openvino_ms": b, "ratio": (a + c) / 2 / b})
+                    "openvino_ms": b})
     return out
 
 
 def run_model(spec: str, precision: str, threads: int, exe: Path | None, pairs: int, slice_s: float,
               folder: Path) -> dict[str, Any]:
     """One model: compiled untuned in ``precision``, OpenVINO as shipped on its ONNX file, timed in pairs."""
-    import torch
-
+    from tensortune.models.comparison import onnx_file
     from tensortune.models.compile import compile_model
     from tensortune.models.importer import load_model
-    from tensortune.models.reference import OpenVinoRunner, export_onnx, set_threads
+    from tensortune.models.reference import OpenVinoRunner, set_threads
 
     model = load_model(spec).with_precision(precision)
     set_threads(threads)
     inputs = model.example_inputs
     ours = compile_model(model).callable(inputs)
-    path = model.onnx_path or export_onnx(model.torch_module, [torch.from_numpy(x.copy()) for x in inputs],
-                                          str(folder / "model.onnx"))
-    ov = OpenVinoRunner(path, threads, precision_hint=None)
+    ov = OpenVinoRunner(onnx_file(model, str(folder)), threads, precision_hint=None)
     ov.run(inputs)
     timed = time_pairs(ours, ov.callable(inputs), exe, pairs, slice_s)
     return {"model": spec, "precision": precision, "openvino_precision": ov.precision, "pairs": timed,

@@ -151,10 +151,8 @@ def bench_model(model: Model, database: Database | None = None, threads: int | N
         path: str | None = None
         if with_ort:
             try:
-                path = model.onnx_path
-                if path is None:
-                    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tensortune-onnx-"))
-                    path = export_onnx(model.torch_module, _torch_inputs(inputs), os.path.join(tmp, f"{model.name}.onnx"))
+                path = model.onnx_path or onnx_file(
+                    model, stack.enter_context(tempfile.TemporaryDirectory(prefix="tensortune-onnx-")))
             except Exception as e:  # noqa: BLE001 - the ONNX rows are optional for the comparison
                 ort_note = ov_note = _first_line(e)
         if path is not None:
@@ -210,6 +208,14 @@ def bench_model(model: Model, database: Database | None = None, threads: int | N
 def _first_line(e: BaseException) -> str:
     """The first line of ``e``'s message (at most 200 characters), else its type's name."""
     return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+
+
+def onnx_file(model: Model, folder: str) -> str:
+    """The ONNX file the library rows run: the model's own, else its PyTorch module exported
+    once into ``folder``."""
+    if model.onnx_path is not None:
+        return model.onnx_path
+    return export_onnx(model.torch_module, _torch_inputs(model.example_inputs), os.path.join(folder, f"{model.name}.onnx"))
 
 
 def _torch_inputs(inputs: Any) -> list[Any]:
