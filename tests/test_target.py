@@ -20,7 +20,20 @@ def test_the_words_cpus_and_json_a_target_takes() -> None:
     generic = parse_target("generic")
     assert generic["mcpu"] == "x86-64" and not is_host(generic) or here["mcpu"] == "x86-64"
     z4 = parse_target("znver4", num_cores=4)
-    assert z4 == {**here, "mcpu": "znver4", "num-cores": 4}
+    assert z4 == {**{k: v for k, v in here.items() if k != "mattr"}, "mcpu": "znver4", "num-cores": 4}
+    assert parse_target("x86-64").get("mattr") is None  # a named cpu: its own features, not this host's
+
+
+def test_a_cpu_llvm_names_too_old_gets_the_features_the_host_has() -> None:
+    """A VM may report a model LLVM reads as an older cpu; the host target adds what the CPU has."""
+    from tensortune.precision import host_flags
+    from tensortune.target import ISA_FEATURES, host_features_beyond
+
+    here = host_target_json()
+    assert set(host_features_beyond(here["mcpu"])) <= set(ISA_FEATURES)
+    assert [f"+{f}" for f in host_features_beyond(here["mcpu"])] == (here.get("mattr") or [])
+    if "avx2" in host_flags() and "fma" in host_flags():
+        assert {"avx2", "fma"} <= set(host_features_beyond("x86-64"))  # SSE2's model lacks both
     assert parse_target('{"kind": "llvm", "mcpu": "skylake-avx512"}')["mtriple"] == "x86_64-linux-gnu"
 
 

@@ -21,8 +21,33 @@ def host_target_json(num_cores: int | None = None) -> dict[str, Any]:
     """The dict form of an LLVM target for this machine's CPU."""
     import tvm
 
-    cpu = tvm.get_global_func("target.llvm_get_system_cpu")()
-    return {"kind": "llvm", "mtriple": HOST_TRIPLE, "mcpu": str(cpu), "num-cores": int(num_cores or cpu_count())}
+    cpu = str(tvm.get_global_func("target.llvm_get_system_cpu")())
+    d: dict[str, Any] = {"kind": "llvm", "mtriple": HOST_TRIPLE, "mcpu": cpu, "num-cores": int(num_cores or cpu_count())}
+    extra = host_features_beyond(cpu)
+    if extra:
+        d["mattr"] = [f"+{f}" for f in extra]
+    return d
+
+
+#: The LLVM features whose absence from a cpu's model changes the code tensortune builds: vector
+#: widths, fused multiply-add, and the dot-product and tile instructions of the bf16 kernels.
+ISA_FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vnni", "avx512bf16",
+                "avx512fp16", "avxvnni", "amx-tile", "amx-bf16", "amx-int8")
+
+
+@lru_cache(maxsize=None)
+def host_features_beyond(cpu: str) -> tuple[str, ...]:
+    """The :data:`ISA_FEATURES` this CPU has that LLVM's model of ``cpu`` lacks, sorted.
+
+    A virtual machine may report a family and model that LLVM reads as an older cpu (an AVX-512
+    BF16 and AMX Xeon seen as ``rocketlake``); the host target then names these features in
+    ``mattr`` so that code built for it uses what the CPU has. Empty on a correctly named CPU."""
+    import tvm
+
+    host = {str(k) for k, v in dict(tvm.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()).items() if v}
+    model = {str(k) for k in tvm.get_global_func("target.llvm_get_cpu_features")(
+        tvm.target.Target({"kind": "llvm", "mtriple": HOST_TRIPLE, "mcpu": cpu}))}
+    return tuple(sorted(f for f in ISA_FEATURES if f in host and f not in model))
 
 
 def generic_target_json(num_cores: int | None = None) -> dict[str, Any]:
@@ -121,7 +146,8 @@ def parse_target(spec: str | dict[str, Any] | None, num_cores: int | None = None
     elif spec == "cuda" or spec.startswith("cuda:"):
         d = {"kind": "cuda", "arch": spec.partition(":")[2] or DEFAULT_CUDA_ARCH}
     else:
-        d = {**host_target_json(num_cores), "mcpu": spec}
+        d = {k: v for k, v in host_target_json(num_cores).items() if k != "mattr"}  # the named cpu's own features
+        d["mcpu"] = spec
     if isinstance(d, dict) and d.get("kind") == "cuda":
         return _parse_cuda(str(spec), d)
     if not isinstance(d, dict) or d.get("kind") != "llvm" or d.get("mtriple", HOST_TRIPLE) not in TRIPLES:

@@ -12,6 +12,7 @@ import numpy as np
 from ..precision import BF16_STORAGE, outputs_close, precision_of_dtypes, to_bf16_bits
 from ..space import Config, ConfigSpace
 from ..target import host_target_json, target_key
+from ..templates.amx import counterpart as amx_counterpart
 from ..templates.registry import Template, TemplateError, get_template, template_for
 from .ops import OpError, get_op
 
@@ -48,6 +49,8 @@ class Task:
             default, self._kernel_class = opdef.template, kernel_class or opdef.kernel_class
         # a template handed in keeps its name; a name becomes its counterpart on the target
         self.template_name = template if self._template else template_for(template or default, self.target_json)
+        if template is None:  # an op's default: its AMX counterpart where the target has the tiles
+            self.template_name = amx_counterpart(self.template_name, self.args, self.target_json)
 
     # ---------------------------------------------------------------- constructors
     @classmethod
