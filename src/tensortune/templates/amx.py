@@ -216,72 +216,50 @@ def conv_intrinsic(rows: int, icb: int, k: int, stride: int, ib: int) -> str:
     """The tensor intrinsic of one output tile of a plain bf16 conv: ``rows`` output columns x 16
     channels over ``icb`` input blocks of ``ib`` channels and a ``k x k`` window at ``stride``."""
     name = f"tensortune_amx_conv_r{rows}_c{icb}_k{k}_s{stride}_b{ib}"
+    return _register_once(name, lambda: (_conv_func(rows, icb, k, stride, ib, False),
+                                         _conv_func(rows, icb, k, stride, ib, True)))
 
-    def make() -> tuple[Any, Any]:
-        from tvm.script import tirx as T
 
-        pairs, span = ib // 2, (rows - 1) * stride + k
+def _conv_func(rows: int, icb: int, k: int, stride: int, ib: int, impl: bool) -> Any:
+    """The description (or, ``impl``, the implementation) of :func:`conv_intrinsic`'s tile, written
+    as TVMScript: a schedule's block binds no iterator to a loop of one step, so neither may the
+    description, whose loops are the block's (unit ones included)."""
+    from tvm.script import from_source
+    from tvm.script import tirx as T
 
-        @T.prim_func(s_tir=True)
-        def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-            s0, s1, s2, sc = T.int32(), T.int32(), T.int32(), T.int32()
-            A = T.match_buffer(a, (icb, k, span, ib), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
-            B = T.match_buffer(b, (icb, k, k, pairs, 16, 2), "uint16", offset_factor=1)
-            C = T.match_buffer(c, (rows, 16), "float32", offset_factor=1, strides=[sc, 1])
-            with T.sblock("root"):
-                T.reads(C[0:rows, 0:16], A[0:icb, 0:k, 0:span, 0:ib], B[0:icb, 0:k, 0:k, 0:pairs, 0:16, 0:2])
-                T.writes(C[0:rows, 0:16])
-                for x, f, rc, ry, rx, rp, re in T.grid(rows, 16, icb, k, k, pairs, 2):
-                    with T.sblock("update"):
-                        vx, vf, vrc, vry, vrx, vrp, vre = T.axis.remap("SSRRRRR", [x, f, rc, ry, rx, rp, re])
-                        C[vx, vf] = C[vx, vf] + T.reinterpret("float32", T.shift_left(T.Cast(
-                            "uint32", A[vrc, vry, vx * stride + vrx, vrp * 2 + vre]), T.uint32(16))) * T.reinterpret(
-                            "float32", T.shift_left(T.Cast("uint32", B[vrc, vry, vrx, vrp, vf, vre]), T.uint32(16)))
-
-        @T.prim_func(s_tir=True)
-        def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-            s0, s1, s2, sc = T.int32(), T.int32(), T.int32(), T.int32()
-            A = T.match_buffer(a, (icb, k, span, ib), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
-            B = T.match_buffer(b, (icb, k, k, pairs, 16, 2), "uint16", offset_factor=1)
-            C = T.match_buffer(c, (rows, 16), "float32", offset_factor=1, strides=[sc, 1])
-            with T.sblock("root"):
-                T.reads(C[0:rows, 0:16], A[0:icb, 0:k, 0:span, 0:ib], B[0:icb, 0:k, 0:k, 0:pairs, 0:16, 0:2])
-                T.writes(C[0:rows, 0:16])
-                with T.attr(0, "pragma_import_llvm", _IR):
-                    T.evaluate(_tile_call(C, sc * 4, A, s2 * 2 * stride, [(s0 * 2, icb), (s1 * 2, k), (s2 * 2, k)],
-                                          B, pairs * 64, rows, pairs))
-
-        @T.prim_func(s_tir=True)
-        def desc1(a: T.handle, b: T.handle, c: T.handle) -> None:
-            s0, s1, s2, sc = T.int32(), T.int32(), T.int32(), T.int32()
-            A = T.match_buffer(a, (icb, 1, span, ib), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
-            B = T.match_buffer(b, (icb, 1, 1, pairs, 16, 2), "uint16", offset_factor=1)
-            C = T.match_buffer(c, (rows, 16), "float32", offset_factor=1, strides=[sc, 1])
-            with T.sblock("root"):
-                T.reads(C[0:rows, 0:16], A[0:icb, 0:1, 0:span, 0:ib], B[0:icb, 0:1, 0:1, 0:pairs, 0:16, 0:2])
-                T.writes(C[0:rows, 0:16])
-                for x, f, rc, rp, re in T.grid(rows, 16, icb, pairs, 2):
-                    with T.sblock("update"):
-                        vx, vf, vrc, vrp, vre = T.axis.remap("SSRRR", [x, f, rc, rp, re])
-                        C[vx, vf] = C[vx, vf] + T.reinterpret("float32", T.shift_left(T.Cast(
-                            "uint32", A[vrc, 0, vx * stride, vrp * 2 + vre]), T.uint32(16))) * T.reinterpret(
-                            "float32", T.shift_left(T.Cast("uint32", B[vrc, 0, 0, vrp, vf, vre]), T.uint32(16)))
-
-        @T.prim_func(s_tir=True)
-        def impl1(a: T.handle, b: T.handle, c: T.handle) -> None:
-            s0, s1, s2, sc = T.int32(), T.int32(), T.int32(), T.int32()
-            A = T.match_buffer(a, (icb, 1, span, ib), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
-            B = T.match_buffer(b, (icb, 1, 1, pairs, 16, 2), "uint16", offset_factor=1)
-            C = T.match_buffer(c, (rows, 16), "float32", offset_factor=1, strides=[sc, 1])
-            with T.sblock("root"):
-                T.reads(C[0:rows, 0:16], A[0:icb, 0:1, 0:span, 0:ib], B[0:icb, 0:1, 0:1, 0:pairs, 0:16, 0:2])
-                T.writes(C[0:rows, 0:16])
-                with T.attr(0, "pragma_import_llvm", _IR):
-                    T.evaluate(_tile_call(C, sc * 4, A, s2 * 2 * stride, [(s0 * 2, icb)], B, pairs * 64, rows, pairs))
-
-        return (desc, impl) if k > 1 else (desc1, impl1)  # a 1x1 window binds no kernel loops
-
-    return _register_once(name, make)
+    pairs, span = ib // 2, (rows - 1) * stride + k
+    loops = {"x": rows, "f": 16, "rc": icb, "ry": k, "rx": k, "rp": pairs, "re": 2}
+    kinds = {"x": "S", "f": "S"}
+    bound = [v for v, n in loops.items() if n > 1]
+    iv = {v: (f"v{v}" if loops[v] > 1 else "0") for v in loops}
+    a_index = f"{iv['rc']}, {iv['ry']}, {iv['x']} * {stride} + {iv['rx']}, {iv['rp']} * 2 + {iv['re']}"
+    b_index = f"{iv['rc']}, {iv['ry']}, {iv['rx']}, {iv['rp']}, {iv['f']}, {iv['re']}"
+    head = f"""
+@T.prim_func(s_tir=True)
+def func(a: T.handle, b: T.handle, c: T.handle) -> None:
+    s0, s1, s2, sc = T.int32(), T.int32(), T.int32(), T.int32()
+    A = T.match_buffer(a, ({icb}, {k}, {span}, {ib}), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
+    B = T.match_buffer(b, ({icb}, {k}, {k}, {pairs}, 16, 2), "uint16", offset_factor=1)
+    C = T.match_buffer(c, ({rows}, 16), "float32", offset_factor=1, strides=[sc, 1])
+    with T.sblock("root"):
+        T.reads(C[0:{rows}, 0:16], A[0:{icb}, 0:{k}, 0:{span}, 0:{ib}], B[0:{icb}, 0:{k}, 0:{k}, 0:{pairs}, 0:16, 0:2])
+        T.writes(C[0:{rows}, 0:16])
+"""
+    if impl:
+        body = f"""        with T.attr(0, "pragma_import_llvm", IR):
+            T.evaluate(T.call_extern("void", "{HELPER}", C.access_ptr("rw"), T.Cast("int64", sc * 4),
+                A.access_ptr("r"), T.Cast("int64", s2 * {2 * stride}), T.Cast("int64", s0 * 2), T.int64({icb}),
+                T.Cast("int64", s1 * 2), T.int64({k}), T.Cast("int64", s2 * 2), T.int64({k}), B.access_ptr("r"),
+                T.int64({pairs * 64}), T.int64({rows}), T.int64({pairs})))
+"""
+    else:
+        body = f"""        for {", ".join(loops)} in T.grid({", ".join(str(n) for n in loops.values())}):
+            with T.sblock("update"):
+                {", ".join("v" + v for v in bound)} = T.axis.remap("{"".join(kinds.get(v, "R") for v in bound)}", [{", ".join(bound)}])
+                C[{iv['x']}, {iv['f']}] = C[{iv['x']}, {iv['f']}] + T.reinterpret("float32", T.shift_left(T.Cast("uint32", A[{a_index}]), T.uint32(16))) * T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[{b_index}]), T.uint32(16)))
+"""
+    return from_source(head + body, extra_vars={"T": T, "IR": _IR},
+                       s_tir=True)
 
 
 def dense_intrinsic(rows: int, pairs: int) -> str:
@@ -363,8 +341,6 @@ class Conv2dNCHWcAmxTemplate(Template):
         else:
             outer, inside = ([n, y, f] if config["rows_first"] else [n, f, y]), []
         sch.reorder(*outer, *inside, xo, xi, fi, rc, ry, rx, rcp, rce)
-        if a["K"] == 1:
-            sch.fuse(rc, ry, rx)  # the 1x1 window's unit loops, as its intrinsic has none
         write_tile_and_parallelise(sch, block, task.pattern, xo, outer)
         init = sch.decompose_reduction(block, xi)
         vectorize_own_loop(sch, init, xo)
