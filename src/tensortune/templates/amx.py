@@ -42,12 +42,63 @@ MAX_PAIRS = 16
 #: The fewest rows an output tile may have for a task to take the AMX template (a tile of fewer
 #: rows than this leaves most of each multiply idle; the ``vdpbf16ps`` template keeps the task).
 MIN_ROWS = 4
-HELPER = "tensortune_amx_tile"
-#: The tile kernel: ``c`` (``rows x 16`` float32, row stride ``ldc`` bytes) plus the sum over
-#: ``n0 x n1 x n2`` steps of an activation tile at ``a + i0*s0 + i1*s1 + i2*s2`` (``rows x 2
-#: kpairs`` bfloat16, row stride ``lda``) times the weight tile at ``b + step*bstep`` (``kpairs``
-#: rows of 16 pairs). Tiles 0, 1, 2 hold the sums, the activations and the weights.
-_IR = """
+#: Tiles of sums a kernel may keep: row tiles x column tiles (two by two uses all eight tiles:
+#: four of sums, two of activations, two of weights).
+MAX_ROW_TILES = 2
+MAX_COL_TILES = 2
+
+
+def helper_name(mt: int, nt: int) -> str:
+    """The tile kernel keeping ``mt`` row tiles x ``nt`` column tiles of sums."""
+    return f"tensortune_amx_{mt}x{nt}"
+
+
+def helper_ir(mt: int, nt: int) -> str:
+    """LLVM IR of :func:`helper_name`: ``mt x nt`` tiles of ``rows x 16`` float32 sums at ``c +
+    i*cm + j*cn`` (row stride ``ldc`` bytes) plus, over ``n0 x n1 x n2`` reduction steps, the
+    activation tiles at ``a + i*am + i0*s0 + i1*s1 + i2*s2`` (``rows x 2 kpairs`` bfloat16, row
+    stride ``lda``) times the weight tiles at ``b + j*bn + step*bstep`` (``kpairs`` rows of 16
+    pairs). Each activation tile is loaded once a step for ``nt`` products, each weight tile
+    once for ``mt``. The first call in a process asks Linux for the tile state."""
+    name = helper_name(mt, nt)
+    nc = mt * nt
+    a_id = [nc + i for i in range(mt)]
+    b_id = [nc + mt + j for j in range(nt)]
+    cfg = ["  call void @llvm.memset.p0.i64(ptr %cfg, i8 0, i64 64, i1 false)", "  store i8 1, ptr %cfg"]
+
+    def tile(t: int, rows: str, colsb: str) -> None:
+        cfg.append(f"  %cb{t} = getelementptr i8, ptr %cfg, i64 {16 + 2 * t}")
+        cfg.append(f"  store i16 {colsb}, ptr %cb{t}")
+        cfg.append(f"  %rw{t} = getelementptr i8, ptr %cfg, i64 {48 + t}")
+        cfg.append(f"  store i8 {rows}, ptr %rw{t}")
+
+    for t in range(nc):
+        tile(t, "%r8", "64")
+    for t in a_id:
+        tile(t, "%r8", "%kb16")
+    for t in b_id:
+        tile(t, "%k8", "64")
+    cptr, load_c, store_c = [], [], []
+    for i in range(mt):
+        for j in range(nt):
+            t = i * nt + j
+            cptr.append(f"  %co{t} = add i64 %ci{i}, %cj{j}\n  %cp{t} = getelementptr i8, ptr %c, i64 %co{t}")
+            load_c.append(f"  call void @llvm.x86.tileloadd64(i8 {t}, ptr %cp{t}, i64 %ldc)")
+            store_c.append(f"  call void @llvm.x86.tilestored64(i8 {t}, ptr %cp{t}, i64 %ldc)")
+    offs = [f"  %ci{i} = mul i64 %cm, {i}" for i in range(mt)] + [f"  %cj{j} = mul i64 %cn, {j}" for j in range(nt)]
+    step = []
+    for i in range(mt):
+        step.append(f"  %am{i} = mul i64 %am, {i}\n  %ao{i} = add i64 %o2, %am{i}\n"
+                    f"  %ap{i} = getelementptr i8, ptr %a, i64 %ao{i}\n"
+                    f"  call void @llvm.x86.tileloadd64(i8 {a_id[i]}, ptr %ap{i}, i64 %lda)")
+    for j in range(nt):
+        step.append(f"  %bo{j} = mul i64 %bn, {j}\n  %bq{j} = getelementptr i8, ptr %bp2, i64 %bo{j}\n"
+                    f"  call void @llvm.x86.tileloadd64(i8 {b_id[j]}, ptr %bq{j}, i64 64)")
+    for i in range(mt):
+        for j in range(nt):
+            step.append(f"  call void @llvm.x86.tdpbf16ps(i8 {i * nt + j}, i8 {a_id[i]}, i8 {b_id[j]})")
+    nl = "\n"
+    return f"""
 @tensortune_amx_granted = linkonce_odr global i32 0
 declare i64 @syscall(i64, ...)
 declare void @llvm.x86.ldtilecfg(ptr)
@@ -55,7 +106,7 @@ declare void @llvm.x86.tileloadd64(i8 immarg, ptr, i64)
 declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)
 declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1 immarg)
-define linkonce_odr void @tensortune_amx_tile(ptr %c, i64 %ldc, ptr %a, i64 %lda, i64 %s0, i64 %n0, i64 %s1, i64 %n1, i64 %s2, i64 %n2, ptr %b, i64 %bstep, i64 %rows, i64 %kpairs) noinline {
+define linkonce_odr void @{name}(ptr %c, i64 %ldc, i64 %cm, i64 %cn, ptr %a, i64 %lda, i64 %am, i64 %s0, i64 %n0, i64 %s1, i64 %n1, i64 %s2, i64 %n2, ptr %b, i64 %bstep, i64 %bn, i64 %rows, i64 %kpairs) noinline {{
 entry:
   %cfg = alloca [64 x i8], align 64
   %granted = load atomic i32, ptr @tensortune_amx_granted monotonic, align 4
@@ -66,26 +117,15 @@ ask:
   store atomic i32 1, ptr @tensortune_amx_granted monotonic, align 4
   br label %config
 config:
-  call void @llvm.memset.p0.i64(ptr %cfg, i8 0, i64 64, i1 false)
-  store i8 1, ptr %cfg
   %r8 = trunc i64 %rows to i8
   %k8 = trunc i64 %kpairs to i8
   %kb = shl i64 %kpairs, 2
   %kb16 = trunc i64 %kb to i16
-  %c0 = getelementptr i8, ptr %cfg, i64 16
-  store i16 64, ptr %c0
-  %c1 = getelementptr i8, ptr %cfg, i64 18
-  store i16 %kb16, ptr %c1
-  %c2 = getelementptr i8, ptr %cfg, i64 20
-  store i16 64, ptr %c2
-  %w0 = getelementptr i8, ptr %cfg, i64 48
-  store i8 %r8, ptr %w0
-  %w1 = getelementptr i8, ptr %cfg, i64 49
-  store i8 %r8, ptr %w1
-  %w2 = getelementptr i8, ptr %cfg, i64 50
-  store i8 %k8, ptr %w2
+{nl.join(cfg)}
   call void @llvm.x86.ldtilecfg(ptr %cfg)
-  call void @llvm.x86.tileloadd64(i8 0, ptr %c, i64 %ldc)
+{nl.join(offs)}
+{nl.join(cptr)}
+{nl.join(load_c)}
   br label %l0
 l0:
   %i0 = phi i64 [ 0, %config ], [ %i0n, %l0end ]
@@ -103,10 +143,7 @@ l2:
   %bp2 = phi ptr [ %bp1, %l1 ], [ %bpn, %l2 ]
   %o2m = mul i64 %i2, %s2
   %o2 = add i64 %o1, %o2m
-  %ap = getelementptr i8, ptr %a, i64 %o2
-  call void @llvm.x86.tileloadd64(i8 1, ptr %ap, i64 %lda)
-  call void @llvm.x86.tileloadd64(i8 2, ptr %bp2, i64 64)
-  call void @llvm.x86.tdpbf16ps(i8 0, i8 1, i8 2)
+{nl.join(step)}
   %bpn = getelementptr i8, ptr %bp2, i64 %bstep
   %i2n = add i64 %i2, 1
   %d2 = icmp eq i64 %i2n, %n2
@@ -122,10 +159,12 @@ l0end:
   %d0 = icmp eq i64 %i0n, %n0
   br i1 %d0, label %done, label %l0
 done:
-  call void @llvm.x86.tilestored64(i8 0, ptr %c, i64 %ldc)
+{nl.join(store_c)}
   ret void
-}
+}}
 """
+
+
 _LOCK = threading.Lock()
 _REGISTERED: set[str] = set()
 
@@ -189,18 +228,6 @@ def pair_step(pairs: int) -> int:
     return max(d for d in divisors(pairs) if d <= MAX_PAIRS)
 
 
-def _tile_call(C: Any, ldc: Any, A: Any, lda: Any, steps: list[tuple[Any, int]], B: Any, bstep: int, rows: int,
-               pairs: int) -> Any:
-    """The tile kernel's call: three loops of ``(byte stride, count)`` (padded with unit loops)."""
-    from tvm.script import tirx as T
-
-    steps = steps + [(0, 1)] * (3 - len(steps))
-    flat = [v for s, n in steps for v in (T.Cast("int64", s), T.int64(n))]
-    return T.call_extern("void", HELPER, C.access_ptr("rw"), T.Cast("int64", ldc), A.access_ptr("r"),
-                         T.Cast("int64", lda), *flat, B.access_ptr("r"), T.int64(bstep), T.int64(rows),
-                         T.int64(pairs))
-
-
 def _register_once(name: str, make: Any) -> str:
     from tvm.s_tir import TensorIntrin
 
@@ -212,192 +239,224 @@ def _register_once(name: str, make: Any) -> str:
     return name
 
 
-def conv_intrinsic(rows: int, icb: int, k: int, stride: int, ib: int) -> str:
-    """The tensor intrinsic of one output tile of a plain bf16 conv: ``rows`` output columns x 16
-    channels over ``icb`` input blocks of ``ib`` channels and a ``k x k`` window at ``stride``."""
-    name = f"tensortune_amx_conv_r{rows}_c{icb}_k{k}_s{stride}_b{ib}"
-    return _register_once(name, lambda: (_conv_func(rows, icb, k, stride, ib, False),
-                                         _conv_func(rows, icb, k, stride, ib, True)))
-
-
-def _conv_func(rows: int, icb: int, k: int, stride: int, ib: int, impl: bool) -> Any:
-    """The description (or, ``impl``, the implementation) of :func:`conv_intrinsic`'s tile, written
-    as TVMScript: a schedule's block binds no iterator to a loop of one step, so neither may the
-    description, whose loops are the block's (unit ones included)."""
+def _intrinsic_funcs(buffers: str, loops: dict[str, int], spatial: str, update: str, call: str,
+                     tiles: tuple[int, int], binding: str = "") -> tuple[Any, Any]:
+    """The description and implementation of a tile intrinsic, written as TVMScript from text: a
+    schedule's block binds no iterator to a loop of one step, so neither may the description,
+    whose loops are the block's (unit ones included). ``update`` names an iterator ``v{loop}``,
+    or ``0`` for a unit loop, through ``{loop}`` fields; ``call`` the arguments of the tile kernel
+    of ``tiles`` (row tiles, column tiles); ``binding`` the block's iterators where they are not
+    one per loop (``spatial`` names the spatial loops of the default, one per loop)."""
     from tvm.script import from_source
     from tvm.script import tirx as T
 
-    pairs, span = ib // 2, (rows - 1) * stride + k
-    loops = {"x": rows, "f": 16, "rc": icb, "ry": k, "rx": k, "rp": pairs, "re": 2}
-    kinds = {"x": "S", "f": "S"}
     bound = [v for v, n in loops.items() if n > 1]
+    remap = f'{", ".join("v" + v for v in bound)} = T.axis.remap("{"".join("S" if v in spatial else "R" for v in bound)}", [{", ".join(bound)}])'
     iv = {v: (f"v{v}" if loops[v] > 1 else "0") for v in loops}
-    a_index = f"{iv['rc']}, {iv['ry']}, {iv['x']} * {stride} + {iv['rx']}, {iv['rp']} * 2 + {iv['re']}"
-    b_index = f"{iv['rc']}, {iv['ry']}, {iv['rx']}, {iv['rp']}, {iv['f']}, {iv['re']}"
     head = f"""
 @T.prim_func(s_tir=True)
 def func(a: T.handle, b: T.handle, c: T.handle) -> None:
-    s0, s1, s2, sc = T.int32(), T.int32(), T.int32(), T.int32()
-    A = T.match_buffer(a, ({icb}, {k}, {span}, {ib}), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
-    B = T.match_buffer(b, ({icb}, {k}, {k}, {pairs}, 16, 2), "uint16", offset_factor=1)
-    C = T.match_buffer(c, ({rows}, 16), "float32", offset_factor=1, strides=[sc, 1])
-    with T.sblock("root"):
-        T.reads(C[0:{rows}, 0:16], A[0:{icb}, 0:{k}, 0:{span}, 0:{ib}], B[0:{icb}, 0:{k}, 0:{k}, 0:{pairs}, 0:16, 0:2])
-        T.writes(C[0:{rows}, 0:16])
+{buffers}
 """
-    if impl:
-        body = f"""        with T.attr(0, "pragma_import_llvm", IR):
-            T.evaluate(T.call_extern("void", "{HELPER}", C.access_ptr("rw"), T.Cast("int64", sc * 4),
-                A.access_ptr("r"), T.Cast("int64", s2 * {2 * stride}), T.Cast("int64", s0 * 2), T.int64({icb}),
-                T.Cast("int64", s1 * 2), T.int64({k}), T.Cast("int64", s2 * 2), T.int64({k}), B.access_ptr("r"),
-                T.int64({pairs * 64}), T.int64({rows}), T.int64({pairs})))
-"""
-    else:
-        body = f"""        for {", ".join(loops)} in T.grid({", ".join(str(n) for n in loops.values())}):
+    desc = f"""        for {", ".join(loops)} in T.grid({", ".join(str(n) for n in loops.values())}):
             with T.sblock("update"):
-                {", ".join("v" + v for v in bound)} = T.axis.remap("{"".join(kinds.get(v, "R") for v in bound)}", [{", ".join(bound)}])
-                C[{iv['x']}, {iv['f']}] = C[{iv['x']}, {iv['f']}] + T.reinterpret("float32", T.shift_left(T.Cast("uint32", A[{a_index}]), T.uint32(16))) * T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[{b_index}]), T.uint32(16)))
+                {binding or remap}
+                {update.format(**iv)}
 """
-    return from_source(head + body, extra_vars={"T": T, "IR": _IR},
-                       s_tir=True)
+    impl = f"""        with T.attr(0, "pragma_import_llvm", IR):
+            T.evaluate(T.call_extern("void", {call}))
+"""
+    env = {"T": T, "IR": helper_ir(*tiles)}
+    return tuple(from_source(head + body, extra_vars=env, s_tir=True) for body in (desc, impl))  # type: ignore[return-value]
 
 
-def dense_intrinsic(rows: int, pairs: int) -> str:
-    """The tensor intrinsic of one output tile of a packed bf16 product: ``rows`` x 16 columns
-    over ``pairs`` reduction pairs, walked :func:`pair_step` pairs a tile."""
-    name = f"tensortune_amx_dense_r{rows}_k{pairs}"
+_PRODUCT = ('C[{c}] = C[{c}] + T.reinterpret("float32", T.shift_left(T.Cast("uint32", A[{a}]), T.uint32(16))) '
+            '* T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[{b}]), T.uint32(16)))')
 
-    def make() -> tuple[Any, Any]:
-        from tvm.script import tirx as T
 
-        step = pair_step(pairs)
+def conv_intrinsic(mt: int, nt: int, rows: int, icb: int, k: int, stride: int, ib: int) -> str:
+    """The tensor intrinsic of one output block of a plain bf16 conv: ``mt`` tiles of ``rows``
+    output columns x ``nt`` blocks of 16 channels, over ``icb`` input blocks of ``ib`` channels
+    and a ``k x k`` window at ``stride``."""
+    name = f"tensortune_amx_conv_{mt}x{nt}_r{rows}_c{icb}_k{k}_s{stride}_b{ib}"
+    pairs, R = ib // 2, mt * rows
+    span = (R - 1) * stride + k
+    loops = {"t": nt} if nt > 1 else {}
+    loops.update({"x": R, "f": 16, "rc": icb, "ry": k, "rx": k, "rp": pairs, "re": 2})
+    t = "{t}" if nt > 1 else "0"
+    update = _PRODUCT.format(c=f"{t}, 0, {{x}}, {{f}}", a=f"{{rc}}, {{ry}}, {{x}} * {stride} + {{rx}}, {{rp}} * 2 + {{re}}",
+                             b=f"{t}, {{rc}}, {{ry}}, {{rx}}, {{rp}}, {{f}}, {{re}}")
+    buffers = f"""    s0, s1, s2, sf, sy, sc = T.int32(), T.int32(), T.int32(), T.int32(), T.int32(), T.int32()
+    A = T.match_buffer(a, ({icb}, {k}, {span}, {ib}), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
+    B = T.match_buffer(b, ({nt}, {icb}, {k}, {k}, {pairs}, 16, 2), "uint16", offset_factor=1)
+    C = T.match_buffer(c, ({nt}, 1, {R}, 16), "float32", offset_factor=1, strides=[sf, sy, sc, 1])
+    with T.sblock("root"):
+        T.reads(C[0:{nt}, 0, 0:{R}, 0:16], A[0:{icb}, 0:{k}, 0:{span}, 0:{ib}], B[0:{nt}, 0:{icb}, 0:{k}, 0:{k}, 0:{pairs}, 0:16, 0:2])
+        T.writes(C[0:{nt}, 0, 0:{R}, 0:16])"""
+    call = (f'"{helper_name(mt, nt)}", C.access_ptr("rw"), T.Cast("int64", sc * 4), T.Cast("int64", sc * {4 * rows}), '
+            f'T.Cast("int64", sf * 4), A.access_ptr("r"), T.Cast("int64", s2 * {2 * stride}), '
+            f'T.Cast("int64", s2 * {2 * stride * rows}), T.Cast("int64", s0 * 2), T.int64({icb}), '
+            f'T.Cast("int64", s1 * 2), T.int64({k}), T.Cast("int64", s2 * 2), T.int64({k}), B.access_ptr("r"), '
+            f'T.int64({pairs * 64}), T.int64({icb * k * k * pairs * 64}), T.int64({rows}), T.int64({pairs})')
 
-        @T.prim_func(s_tir=True)
-        def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-            sa, sc = T.int32(), T.int32()
-            A = T.match_buffer(a, (rows, 2 * pairs), "uint16", offset_factor=1, strides=[sa, 1])
-            B = T.match_buffer(b, (pairs, 16, 2), "uint16", offset_factor=1)
-            C = T.match_buffer(c, (rows, 16), "float32", offset_factor=1, strides=[sc, 1])
-            with T.sblock("root"):
-                T.reads(C[0:rows, 0:16], A[0:rows, 0:2 * pairs], B[0:pairs, 0:16, 0:2])
-                T.writes(C[0:rows, 0:16])
-                for i, j, kp, ke in T.grid(rows, 16, pairs, 2):
-                    with T.sblock("update"):
-                        vi, vj, vkp, vke = T.axis.remap("SSRR", [i, j, kp, ke])
-                        C[vi, vj] = C[vi, vj] + T.reinterpret("float32", T.shift_left(T.Cast(
-                            "uint32", A[vi, vkp * 2 + vke]), T.uint32(16))) * T.reinterpret(
-                            "float32", T.shift_left(T.Cast("uint32", B[vkp, vj, vke]), T.uint32(16)))
+    return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "txf", update, call, (mt, nt)))
 
-        @T.prim_func(s_tir=True)
-        def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-            sa, sc = T.int32(), T.int32()
-            A = T.match_buffer(a, (rows, 2 * pairs), "uint16", offset_factor=1, strides=[sa, 1])
-            B = T.match_buffer(b, (pairs, 16, 2), "uint16", offset_factor=1)
-            C = T.match_buffer(c, (rows, 16), "float32", offset_factor=1, strides=[sc, 1])
-            with T.sblock("root"):
-                T.reads(C[0:rows, 0:16], A[0:rows, 0:2 * pairs], B[0:pairs, 0:16, 0:2])
-                T.writes(C[0:rows, 0:16])
-                with T.attr(0, "pragma_import_llvm", _IR):
-                    T.evaluate(_tile_call(C, sc * 4, A, sa * 2, [(step * 4, pairs // step)], B, step * 64, rows,
-                                          step))
 
-        return desc, impl
+def dense_intrinsic(mt: int, nt: int, rows: int, pairs: int) -> str:
+    """The tensor intrinsic of one output block of a packed bf16 product: ``mt`` tiles of ``rows``
+    rows x ``nt`` blocks of 16 columns, over ``pairs`` reduction pairs walked :func:`pair_step`
+    pairs a tile."""
+    name = f"tensortune_amx_dense_{mt}x{nt}_r{rows}_k{pairs}"
+    step, R = pair_step(pairs), mt * rows
+    loops = {"i": R, "t": nt, "f": 16, "kp": pairs, "ke": 2} if nt > 1 else {"i": R, "f": 16, "kp": pairs, "ke": 2}
+    binding = ""
+    update = _PRODUCT.format(c="{i}, {f}", a="{i}, {kp} * 2 + {ke}", b="0, {kp}, {f}, {ke}")
+    if nt > 1:  # the block binds one column iterator over the column tiles and their lanes
+        binding = ("vi = T.axis.spatial({R}, i)\n                vj = T.axis.spatial({C}, t * 16 + f)\n"
+                   "                vkp, vke = T.axis.remap(\"RR\", [kp, ke])").format(R=R, C=16 * nt)
+        update = _PRODUCT.format(c="vi, vj", a="vi, vkp * 2 + vke", b="vj // 16, vkp, vj % 16, vke")
+    buffers = f"""    sa, sc = T.int32(), T.int32()
+    A = T.match_buffer(a, ({R}, {2 * pairs}), "uint16", offset_factor=1, strides=[sa, 1])
+    B = T.match_buffer(b, ({nt}, {pairs}, 16, 2), "uint16", offset_factor=1)
+    C = T.match_buffer(c, ({R}, {16 * nt}), "float32", offset_factor=1, strides=[sc, 1])
+    with T.sblock("root"):
+        T.reads(C[0:{R}, 0:{16 * nt}], A[0:{R}, 0:{2 * pairs}], B[0:{nt}, 0:{pairs}, 0:16, 0:2])
+        T.writes(C[0:{R}, 0:{16 * nt}])"""
+    call = (f'"{helper_name(mt, nt)}", C.access_ptr("rw"), T.Cast("int64", sc * 4), T.Cast("int64", sc * {4 * rows}), '
+            f'T.int64(64), A.access_ptr("r"), T.Cast("int64", sa * 2), T.Cast("int64", sa * {2 * rows}), '
+            f'T.int64({step * 4}), T.int64({pairs // step}), T.int64(0), T.int64(1), T.int64(0), T.int64(1), '
+            f'B.access_ptr("r"), T.int64({step * 64}), T.int64({pairs * 64}), T.int64({rows}), T.int64({step})')
 
-    return _register_once(name, make)
+    return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "itf", update, call, (mt, nt), binding))
+
+
+def _tile_knobs(s: ConfigSpace, rows: int, col_blocks: int) -> None:
+    """The knobs of an output block: ``tile_rows`` (a tile's rows), ``row_tiles`` and
+    ``col_tiles`` (tiles of sums a kernel keeps, 1 or 2 each: :data:`MAX_ROW_TILES`), the block's
+    rows dividing ``rows`` and its columns ``col_blocks``."""
+    s.define_choice("tile_rows", tile_rows(rows))
+    s.define_choice("row_tiles", list(range(1, MAX_ROW_TILES + 1)))
+    s.define_choice("col_tiles", [d for d in range(1, MAX_COL_TILES + 1) if col_blocks % d == 0])
+    s.add_constraint("block_divides_rows", lambda c: rows % (c["tile_rows"] * c["row_tiles"]) == 0)
+
+
+def _default_tiles(rows: int, col_blocks: int) -> dict[str, int]:
+    """The tallest tile, two row tiles where the rows hold two (else one), two column tiles where
+    the column blocks pair up."""
+    r = max(tile_rows(rows))
+    return {"tile_rows": r, "row_tiles": 2 if rows % (2 * r) == 0 else 1, "col_tiles": 2 if col_blocks % 2 == 0 else 1}
 
 
 class Conv2dNCHWcAmxTemplate(Template):
     """conv2d ``NCHW{IB}c`` x bf16 ``OIHW{IB/2}i16o2i`` -> ``NCHW16c`` float32 on AMX tiles: one
-    tile call per ``rows`` output columns x 16 channels (the module doc)."""
+    kernel call per block of ``row_tiles x tile_rows`` output columns x ``col_tiles`` blocks of
+    16 channels (the module doc)."""
 
     name = "conv2d_nchwc_amx"
 
     def space(self, task: Task) -> ConfigSpace:
-        """``tile_x``: the tile's rows (output columns, a divisor of the width); ``rows_first``:
-        the parallel loop over output rows then channel blocks (1) or the other way (0);
-        ``blocks_inside``: channel blocks walked inside a parallel chunk (1) or each a chunk (0)."""
+        """The output block's knobs (:func:`_tile_knobs`, rows along the output width);
+        ``rows_first``: the parallel loop over output rows then channel blocks (1) or the other
+        way (0); ``blocks_inside``: channel blocks walked inside a parallel chunk (1) or each a
+        chunk (0)."""
         s = ConfigSpace()
-        s.define_choice("tile_x", tile_rows(conv_out_hw(task)[1]))
+        _tile_knobs(s, conv_out_hw(task)[1], task.args["OC"] // TILE_COLUMNS)
         s.define_choice("rows_first", [0, 1])
         s.define_choice("blocks_inside", [0, 1])
         return s
 
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
-        """The tallest tile; rows first where the input outweighs the weights (as the
+        """:func:`_default_tiles`; rows first where the input outweighs the weights (as the
         ``vdpbf16ps`` template, :func:`.bf16.rows_first`), channel blocks each a chunk."""
         from .bf16 import rows_first
 
-        return {"tile_x": max(tile_rows(conv_out_hw(task)[1])), "rows_first": int(rows_first(task)),
-                "blocks_inside": 0}
+        return {**_default_tiles(conv_out_hw(task)[1], task.args["OC"] // TILE_COLUMNS),
+                "rows_first": int(rows_first(task)), "blocks_inside": 0}
 
     def schedule(self, task: Task, config: Config) -> Any:
         a = task.args
         sch, block = anchored_schedule(task)
         n, f, y, x, fi, rc, ry, rx, rcp, rce = sch.get_loops(block)
-        rows = int(config["tile_x"])
-        xo, xi = sch.split(x, [None, rows])
+        rows, mt, nt = int(config["tile_rows"]), int(config["row_tiles"]), int(config["col_tiles"])
+        xo, xi = sch.split(x, [None, rows * mt])
+        ft = None
+        if nt > 1:
+            f, ft = sch.split(f, [None, nt])
         if config["blocks_inside"]:
             outer, inside = [n, y], [f]
         else:
             outer, inside = ([n, y, f] if config["rows_first"] else [n, f, y]), []
-        sch.reorder(*outer, *inside, xo, xi, fi, rc, ry, rx, rcp, rce)
+        inner = [ft, xi] if ft is not None else [xi]
+        sch.reorder(*outer, *inside, xo, *inner, fi, rc, ry, rx, rcp, rce)
         write_tile_and_parallelise(sch, block, task.pattern, xo, outer)
-        init = sch.decompose_reduction(block, xi)
+        init = sch.decompose_reduction(block, inner[0])
         vectorize_own_loop(sch, init, xo)
         schedule_convert(sch, task.pattern.pad, a["IB"])
-        sch.tensorize(xi, conv_intrinsic(rows, a["IC"] // a["IB"], a["K"], a["S"], a["IB"]))
+        sch.tensorize(inner[0], conv_intrinsic(mt, nt, rows, a["IC"] // a["IB"], a["K"], a["S"], a["IB"]))
         return sch
 
 
 class DensePackAmxTemplate(Template):
     """C[..., M, N] = A[..., M, K] x W in bf16, W packed ``[N/16, K/2, 16, 2]``, on AMX tiles: one
-    tile call per ``rows`` x 16 outputs over the whole reduction."""
+    kernel call per block of ``row_tiles x tile_rows`` rows x ``col_tiles`` blocks of 16 columns,
+    over the whole reduction."""
 
     name = "dense_pack_amx"
 
     def space(self, task: Task) -> ConfigSpace:
-        """``tile_y``: the tile's rows; ``col_chunks``: column blocks split into this many parallel
-        chunks (each chunk walks its row tiles, then its column blocks inside them)."""
+        """The output block's knobs (:func:`_tile_knobs`); ``col_chunks``: the column blocks split
+        into this many parallel chunks (each chunk walks its row blocks, then its column blocks
+        inside them)."""
         a = task.args
         s = ConfigSpace()
-        s.define_choice("tile_y", tile_rows(a["M"]))
-        s.define_choice("col_chunks", divisors(a["N"] // TILE_COLUMNS))
+        blocks = a["N"] // TILE_COLUMNS
+        _tile_knobs(s, a["M"], blocks)
+        s.define_choice("col_chunks", divisors(blocks))
+        s.add_constraint("chunks_of_whole_blocks", lambda c: blocks % (c["col_chunks"] * c["col_tiles"]) == 0)
         return s
 
     def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
-        """The tallest tile; columns split only where row tiles leave fewer than 8 parallel chunks."""
+        """:func:`_default_tiles`; columns split only where row blocks leave fewer than 8
+        parallel chunks."""
         a = task.args
-        rows = max(tile_rows(a["M"]))
-        chunks = a.get("B", 1) * a["M"] // rows
-        cols = next((d for d in divisors(a["N"] // TILE_COLUMNS) if chunks * d >= 8), a["N"] // TILE_COLUMNS)
-        return {"tile_y": rows, "col_chunks": cols}
+        blocks = a["N"] // TILE_COLUMNS
+        knobs = _default_tiles(a["M"], blocks)
+        chunks = a.get("B", 1) * a["M"] // (knobs["tile_rows"] * knobs["row_tiles"])
+        col = blocks // knobs["col_tiles"]
+        knobs["col_chunks"] = next((d for d in divisors(col) if chunks * d >= 8), col)
+        return knobs
 
     def tile(self, task: Task, config: Config) -> tuple[Any, Any]:
-        """The schedule with the product tiled, its output stage per tile; the tile's row loop."""
+        """The schedule with the product tiled, its output stage per block; the block's row loop."""
         pat = task.pattern
         sch, block = anchored_schedule(task)
         *lead, i, j, kp, ke = sch.get_loops(block)
-        rows = int(config["tile_y"])
-        io, ii = sch.split(i, [None, rows])
-        jo, ji = sch.split(j, [None, TILE_COLUMNS])
+        rows, mt, nt = int(config["tile_rows"]), int(config["row_tiles"]), int(config["col_tiles"])
+        io, ii = sch.split(i, [None, rows * mt])
+        jo, *jt = sch.split(j, [None, nt, TILE_COLUMNS] if nt > 1 else [None, TILE_COLUMNS])
         jc, jb = sch.split(jo, [int(config["col_chunks"]), None])
-        sch.reorder(*lead, jc, io, jb, ii, ji, kp, ke)
+        sch.reorder(*lead, jc, io, jb, ii, *jt, kp, ke)
         write_tile_and_parallelise(sch, block, pat, jb, [*lead, jc, io])
         init = sch.decompose_reduction(block, ii)
         vectorize_own_loop(sch, init, jb)
         schedule_convert(sch, pat.pad, TILE_COLUMNS)
         return sch, ii
 
+    def intrinsic(self, task: Task, config: Config) -> str:
+        """The tile intrinsic of ``config``'s output block."""
+        return dense_intrinsic(int(config["row_tiles"]), int(config["col_tiles"]), int(config["tile_rows"]),
+                               task.args["K"] // 2)
+
     def schedule(self, task: Task, config: Config) -> Any:
         sch, ii = self.tile(task, config)
-        sch.tensorize(ii, dense_intrinsic(int(config["tile_y"]), task.args["K"] // 2))
+        sch.tensorize(ii, self.intrinsic(task, config))
         return sch
 
 
 class BatchMatmulAmxTemplate(DensePackAmxTemplate):
     """C[b, M, N] = A[b, M, K] x B[b, K, N] in bf16, both operands computed at run time, on AMX
     tiles: ``B`` rounded and packed per call by its ``b_bf16`` stage, then the packed product's
-    tiles over every batch."""
+    blocks over every batch."""
 
     name = "batch_matmul_amx"
 
@@ -406,5 +465,5 @@ class BatchMatmulAmxTemplate(DensePackAmxTemplate):
             raise TemplateError("batch_matmul_amx without the stage that packs its right operand")
         sch, ii = self.tile(task, config)
         schedule_pack(sch, task.pattern.pack)
-        sch.tensorize(ii, dense_intrinsic(int(config["tile_y"]), task.args["K"] // 2))
+        sch.tensorize(ii, self.intrinsic(task, config))
         return sch
