@@ -108,7 +108,8 @@ def profile(model: Any, database: str | None = None, threads: int | None = None,
 
         measured = measure_peak(n)
     return profile_compiled(cm, runs=runs, threads=n, peak_gflops=measured.get("peak_gflops"),
-                            bandwidth_gbs=measured.get("bandwidth_gbs"), bf16_peak_gflops=measured.get("bf16_peak_gflops"))
+                            bandwidth_gbs=measured.get("bandwidth_gbs"), bf16_peak_gflops=measured.get("bf16_peak_gflops"),
+                            amx_peak_gflops=measured.get("amx_peak_gflops"))
 
 
 def check_in_model(model: Any, database: str, threads: int | None = None, rounds: int | None = None,

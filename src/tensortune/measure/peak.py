@@ -1,7 +1,8 @@
 """The machine's ceiling: measured peak float32 FLOP/s and memory bandwidth, and the roofline.
 
 On a CPU with avx512_bf16 the bf16 peak too: the same register-resident loop on ``vdpbf16ps``
-(:func:`measure_bf16_peak`), the ceiling of the bf16 kernels.
+(:func:`measure_bf16_peak`), the ceiling of the bf16 kernels; on one with AMX-BF16 the tiles' peak
+(:func:`measure_amx_peak`), the ceiling of the AMX kernels.
 
 - Peak FLOP/s: a register-resident kernel built with TVM. Each core (one parallel iteration)
   keeps ``acc`` independent vectors of ``lanes`` floats in registers and updates each
@@ -104,6 +105,39 @@ def measure_bf16_peak(threads: int) -> float:
     return best
 
 
+def _amx_kernel(cores: int, iters: int) -> Any:
+    """The AMX counterpart: per core, four tiles of sums each updated ``iters`` times by
+    ``tdpbf16ps`` (16 x 16 x 32 products: 16384 FLOPs an instruction), operands in tiles."""
+    from tvm.script import tirx as T
+
+    from ..templates.amx import PEAK_HELPER, peak_ir
+
+    ir = peak_ir()
+
+    @T.prim_func
+    def amx(out: T.Buffer((cores, 1024), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        for p in T.parallel(cores):
+            with T.attr(0, "pragma_import_llvm", ir):
+                T.evaluate(T.call_extern("void", PEAK_HELPER, T.address_of(out[p, 0]), T.int64(iters)))
+
+    return amx
+
+
+#: Steps of the AMX peak kernel (four instructions each).
+AMX_ITERS = 200_000
+
+
+def measure_amx_peak(threads: int) -> float:
+    """Peak bf16 GFLOP/s on AMX tiles (``tdpbf16ps``, operands in tiles) with ``threads``
+    threads. Needs a CPU with amx_bf16 and a target that has it."""
+    from ..target import host_target_json, make_target
+
+    secs = _time(_amx_kernel(threads, AMX_ITERS), make_target(host_target_json()),
+                 [np.zeros((threads, 1024), "float32")])
+    return 4 * 16384.0 * threads * AMX_ITERS / statistics.median(secs) / 1e9
+
+
 def _copy_kernel(n: int, cores: int, lanes: int = 16) -> Any:
     from tvm.script import tirx as T
 
@@ -177,7 +211,12 @@ def measure_peak(threads: int) -> dict[str, Any]:
     moved = 2.0 * n * 4
     from ..precision import CPU_FLAG, host_flags
 
+    from ..target import host_target_json
+    from ..templates.amx import CPU_FLAG as AMX_FLAG, target_has_amx
+
     bf16 = {"bf16_peak_gflops": measure_bf16_peak(threads)} if CPU_FLAG in host_flags() else {}
+    if AMX_FLAG in host_flags() and target_has_amx(host_target_json()):
+        bf16["amx_peak_gflops"] = measure_amx_peak(threads)
     return {"threads": threads, "peak_gflops": max(f["gflops_median"] for f in fma), "fma_kernels": fma, **bf16,
             "bandwidth_gbs": moved / statistics.median(secs) / 1e9, "bandwidth_gbs_max": moved / min(secs) / 1e9,
             "copy_mib": COPY_MB, "method": "TVM-built FMA kernel (registers only) and parallel vectorised copy; medians"}

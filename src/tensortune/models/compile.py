@@ -62,6 +62,7 @@ class FuncChoice:
     flops: float = 0.0  # of one call
     bytes: float = 0.0  # of its buffers (inputs and output) per call: the least memory it moves
     variant: str = ""  # inputs its config takes transformed at compile time (winograd4), else ""
+    template: str = ""  # the template that scheduled it (dense_pack_amx), "" where none did
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for reports."""
@@ -356,7 +357,7 @@ def schedule_module(fused: Any, target_json: dict[str, Any], database: Database 
         source = steps[i].source
         choices.append(FuncChoice(task.name, task.kernel_class, task.workload_key, mt.weight, source, reason,
                                   n, best_ms if source == "tuned" else None, list(mt.funcs), task.flops,
-                                  _buffer_bytes(task), steps[i].variant))
+                                  _buffer_bytes(task), steps[i].variant, task.template_name))
         sched = sched.without_attr("global_symbol")  # the Relax function's own attributes, not the task's "main"
         for name in mt.funcs:
             attrs = fused[name].attrs

@@ -41,6 +41,7 @@ class FuncProfile:
     stored_ms: float | None = None  # the task's best stored latency, per call (tuned only)
     bytes: float = 0.0  # of its buffers per call (the least memory it moves)
     variant: str = ""  # the inputs its config transforms at compile time (winograd4), else ""
+    template: str = ""  # the template that scheduled it
 
     @property
     def ms_per_call(self) -> float:
@@ -103,12 +104,16 @@ class ModelProfile:
     runs: int = DEFAULT_RUNS
     bandwidth_gbs: float | None = None  # the machine's measured copy bandwidth
     bf16_peak_gflops: float | None = None  # the measured vdpbf16ps peak (CPUs with avx512_bf16)
+    amx_peak_gflops: float | None = None  # the measured tdpbf16ps peak (CPUs with amx_bf16)
 
     def peak_of(self, f: FuncProfile) -> float | None:
-        """The compute roof of ``f``: the bf16 peak for a kernel on the bf16 dot product (when
-        measured), else the f32 one."""
+        """The compute roof of ``f``: the AMX peak for a kernel on AMX tiles, the bf16 peak for
+        one on the bf16 dot product (when measured), else the f32 one."""
         from ..task.ops_bf16 import on_dot_product
+        from ..templates.amx import is_amx_template
 
+        if is_amx_template(f.template) and self.amx_peak_gflops:
+            return self.amx_peak_gflops
         if on_dot_product(f.kernel_class) and self.bf16_peak_gflops:
             return self.bf16_peak_gflops
         return self.peak_gflops
@@ -137,7 +142,8 @@ class ModelProfile:
         """JSON form (``tensortune profile --json``)."""
         return {"model": self.model, "threads": self.threads, "cpu_model": self.cpu_model, "runs": self.runs,
                 "total_ms": self.total_ms, "sum_ms": self.sum_ms, "peak_gflops": self.peak_gflops, "layout": self.layout,
-                "bf16_peak_gflops": self.bf16_peak_gflops, "bandwidth_gbs": self.bandwidth_gbs,
+                "bf16_peak_gflops": self.bf16_peak_gflops, "amx_peak_gflops": self.amx_peak_gflops,
+                "bandwidth_gbs": self.bandwidth_gbs,
                 "funcs": [f.to_json(self.peak_of(f), self.bandwidth_gbs) for f in self.funcs]}
 
     def table(self, top: int | None = None) -> str:
@@ -145,7 +151,9 @@ class ModelProfile:
         peak, bw = self.peak_gflops, self.bandwidth_gbs
         head = (f"{self.model}: medians of {self.runs} inferences, {self.threads} threads, {self.cpu_model or 'CPU ?'}"
                 + (f", measured peak {peak:.1f} GFLOP/s" if peak else "")
-                + (f" (bf16 {self.bf16_peak_gflops:.1f})" if self.bf16_peak_gflops else "")
+                + (f" (bf16 {self.bf16_peak_gflops:.1f}" if self.bf16_peak_gflops else "")
+                + (f", AMX {self.amx_peak_gflops:.1f}" if self.bf16_peak_gflops and self.amx_peak_gflops else "")
+                + (")" if self.bf16_peak_gflops else "")
                 + (f", copy {bw:.1f} GB/s" if bw else ""))
         lines = [head, self.layout] if self.layout else [head]
         lines.append(f"{'ms/inf':>8} {'share':>6} {'calls':>5} {'ms/call':>8} {'stored':>8} {'GFLOP/s':>8} {'GB/s':>6} "
@@ -206,7 +214,7 @@ def function_times(compiled: Any, run: Callable[[], None], runs: int) -> list[di
 
 def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int = DEFAULT_RUNS, threads: int = 0,
                      peak_gflops: float | None = None, layout: str = "", bandwidth_gbs: float | None = None,
-                     bf16_peak_gflops: float | None = None) -> ModelProfile:
+                     bf16_peak_gflops: float | None = None, amx_peak_gflops: float | None = None) -> ModelProfile:
     """Profile a :class:`~tensortune.models.compile.CompiledModel` on ``inputs`` (default: the
     model's example inputs). TVM_NUM_THREADS must already be set to ``threads``."""
     from ..target import cpu_model
@@ -238,12 +246,12 @@ def profile_compiled(compiled: Any, inputs: list[Any] | None = None, runs: int =
             rows[n] = FuncProfile(n, int(calls), _median_ms(totals))
             continue
         rows[n] = FuncProfile(n, int(calls), _median_ms(totals), c.task, c.kernel_class, c.source, c.flops,
-                              c.best_ms, c.bytes, c.variant)
+                              c.best_ms, c.bytes, c.variant, c.template)
     funcs = sorted(rows.values(), key=lambda r: -r.ms)
     if runtime.calls:
         funcs.append(runtime)
     if not layout and compiled.layout is not None:
         layout = compiled.layout.summary()
     return ModelProfile(model.name, threads, _median_ms(plain), funcs, peak_gflops, cpu_model(), layout, runs,
-                        bandwidth_gbs, bf16_peak_gflops)
+                        bandwidth_gbs, bf16_peak_gflops, amx_peak_gflops)
 

@@ -165,6 +165,57 @@ done:
 """
 
 
+PEAK_HELPER = "tensortune_amx_peak"
+
+
+def peak_ir() -> str:
+    """LLVM IR of the AMX peak kernel ``tensortune_amx_peak(ptr out, i64 iters)``: four tiles of
+    sums updated ``iters`` times from two activation and two weight tiles loaded once (four
+    ``tdpbf16ps`` of 16 x 16 x 32 a step, nothing else in the loop), the sums stored to ``out``
+    (4 KiB) so that the loop is not dead."""
+    return f"""
+@tensortune_amx_granted = linkonce_odr global i32 0
+declare i64 @syscall(i64, ...)
+declare void @llvm.x86.ldtilecfg(ptr)
+declare void @llvm.x86.tilezero(i8 immarg)
+declare void @llvm.x86.tileloadd64(i8 immarg, ptr, i64)
+declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)
+declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)
+define linkonce_odr void @{PEAK_HELPER}(ptr %out, i64 %iters) noinline {{
+entry:
+  %cfg = alloca [64 x i8], align 64
+  %granted = load atomic i32, ptr @tensortune_amx_granted monotonic, align 4
+  %ok = icmp ne i32 %granted, 0
+  br i1 %ok, label %config, label %ask
+ask:
+  %r = call i64 (i64, ...) @syscall(i64 158, i64 4131, i64 18)
+  store atomic i32 1, ptr @tensortune_amx_granted monotonic, align 4
+  br label %config
+config:
+  call void @llvm.memset.p0.i64(ptr %cfg, i8 0, i64 64, i1 false)
+  store i8 1, ptr %cfg
+{chr(10).join(f"  %c{t} = getelementptr i8, ptr %cfg, i64 {16 + 2 * t}{chr(10)}  store i16 64, ptr %c{t}{chr(10)}"
+              f"  %w{t} = getelementptr i8, ptr %cfg, i64 {48 + t}{chr(10)}  store i8 16, ptr %w{t}" for t in range(8))}
+  call void @llvm.x86.ldtilecfg(ptr %cfg)
+{chr(10).join(f"  call void @llvm.x86.tilezero(i8 {t})" for t in range(8))}
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %config ], [ %n, %loop ]
+  call void @llvm.x86.tdpbf16ps(i8 0, i8 4, i8 6)
+  call void @llvm.x86.tdpbf16ps(i8 1, i8 4, i8 7)
+  call void @llvm.x86.tdpbf16ps(i8 2, i8 5, i8 6)
+  call void @llvm.x86.tdpbf16ps(i8 3, i8 5, i8 7)
+  %n = add i64 %i, 1
+  %d = icmp eq i64 %n, %iters
+  br i1 %d, label %done, label %loop
+done:
+{chr(10).join(f"  %o{t} = getelementptr i8, ptr %out, i64 {1024 * t}{chr(10)}  call void @llvm.x86.tilestored64(i8 {t}, ptr %o{t}, i64 64)" for t in range(4))}
+  ret void
+}}
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1 immarg)
+"""
+
+
 _LOCK = threading.Lock()
 _REGISTERED: set[str] = set()
 
@@ -184,6 +235,11 @@ def tile_rows(n: int) -> list[int]:
     """Output-tile heights for ``n`` rows: its divisors up to :data:`TILE_ROWS` of at least
     :data:`MIN_ROWS` (a tile's rows must divide the rows: a guarded tail cannot be a tile call)."""
     return [d for d in divisors(n) if MIN_ROWS <= d <= TILE_ROWS]
+
+
+def is_amx_template(name: str) -> bool:
+    """Whether the template called ``name`` computes on AMX tiles."""
+    return name in {amx for amx, _ in COUNTERPARTS.values()}
 
 
 def conv_fits(args: dict[str, int]) -> bool:
