@@ -12,8 +12,7 @@ import numpy as np
 from ..precision import BF16_STORAGE, outputs_close, precision_of_dtypes, to_bf16_bits
 from ..space import Config, ConfigSpace
 from ..target import host_target_json, target_key
-from ..templates.amx import counterpart as amx_counterpart
-from ..templates.registry import Template, TemplateError, get_template, template_for
+from ..templates.registry import Template, TemplateError, amx_counterpart, get_template, template_for
 from .ops import OpError, get_op
 
 #: Relative / absolute tolerance of the correctness check (float32, reductions up to ~5k terms).

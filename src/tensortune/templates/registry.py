@@ -130,6 +130,21 @@ def template_for(name: str, target_json: dict[str, Any]) -> str:
     return name
 
 
+#: The bf16 templates that have an AMX counterpart (:mod:`.amx` says which tasks take it).
+AMX_TEMPLATES = ("conv2d_nchwc_bf16", "dense_pack_bf16", "batch_matmul_bf16")
+
+
+def amx_counterpart(name: str, args: dict[str, int], target_json: dict[str, Any]) -> str:
+    """The template a task of template ``name`` takes on ``target_json``: its AMX counterpart
+    where the target has AMX-BF16 and the task's shape fits a tile (:func:`.amx.counterpart`),
+    else ``name`` (the AMX module is imported only for the bf16 templates)."""
+    if name not in AMX_TEMPLATES:
+        return name
+    from .amx import counterpart
+
+    return counterpart(name, args, target_json)
+
+
 def register_template(t: Template) -> Template:
     """Make the template instance ``t`` reachable by ``t.name`` (replacing an earlier one)."""
     TEMPLATES.register(t.name, t)
