@@ -118,7 +118,8 @@ def run_model(spec: str, rounds: int, peak: dict[str, Any], precision: str = "f3
     rows, ms, fastest = _medians(report, SYSTEMS)
     untuned = rows.get("tensortune untuned")
     prof = profile_compiled(cm, threads=peak.get("threads", 0), peak_gflops=peak.get("peak_gflops"),
-                            bandwidth_gbs=peak.get("bandwidth_gbs"), bf16_peak_gflops=peak.get("bf16_peak_gflops"))
+                            bandwidth_gbs=peak.get("bandwidth_gbs"), bf16_peak_gflops=peak.get("bf16_peak_gflops"),
+                            amx_peak_gflops=peak.get("amx_peak_gflops"))
     return {
         "model": spec, "gflops": sum(c.flops * c.weight for c in cm.choices) / 1e9,
         "import_s": t1 - t0, "compile_s": t2 - t1, "ms": ms,
@@ -330,8 +331,10 @@ def report_md(data: dict[str, Any]) -> str:
              CORES_LINE]
     peak = data.get("peak", {}).get("peak_gflops")
     bf16_peak = data.get("peak", {}).get("bf16_peak_gflops")
+    amx_peak = data.get("peak", {}).get("amx_peak_gflops")
     lines += ["", f"## Conv and matmul functions of more than 50 MFLOPs under half the measured peak "
-                  f"({peak:.0f} GFLOP/s" + (f"; bf16 kernels: {bf16_peak:.0f}" if bf16_peak else "") + ")"
+                  f"({peak:.0f} GFLOP/s" + (f"; bf16 kernels: {bf16_peak:.0f}" if bf16_peak else "")
+                  + (f"; AMX kernels: {amx_peak:.0f}" if amx_peak else "") + ")"
               if peak else "## Under half the peak", ""]
     for e in data["models"].values():
         for f in e.get("below_half_peak", []):

@@ -19,6 +19,8 @@ def test_bf16_tasks_take_the_tiles_where_the_target_has_them_and_the_shape_fits(
     assert Task.from_op("conv2d_nchwc_bf16", conv, target=SPR).template_name == "conv2d_nchwc_amx"
     assert Task.from_op("dense_pack_bf16", [64, 256, 64, 16], target=SPR).template_name == "dense_pack_amx"
     assert Task.from_op("batch_matmul_bf16", [2, 16, 32, 64, 16], target=SPR).template_name == "batch_matmul_amx"
+    general = [8, 8, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 16, 16]
+    assert Task.from_op("conv2d_nchwc_general_bf16", general, target=SPR).template_name == "conv2d_nchwc_general_amx"
     # no AMX on the target, or the feature turned off: the vdpbf16ps template
     assert Task.from_op("conv2d_nchwc_bf16", conv, target=ZNVER4).template_name == "conv2d_nchwc_bf16"
     off = {**SPR, "mattr": ["-amx-bf16"]}
@@ -60,6 +62,14 @@ def test_codegen_for_an_amx_cpu_holds_the_tile_instructions(op: str, shape: list
                                       # 2-channel blocks (one pair a step), stride 2 of a 1x1
                                       ("conv2d_nchwc_bf16", [9, 9, 2, 16, 3, 1, 1, 2, 16]),
                                       ("conv2d_nchwc_bf16", [12, 12, 16, 32, 1, 2, 0, 16, 16]),
+                                      # general: 1x5 kernel, stride (1, 2), asymmetric padding, two groups
+                                      ("conv2d_nchwc_general_bf16",
+                                       [10, 12, 64, 64, 1, 5, 1, 2, 0, 2, 1, 1, 1, 1, 2, 16, 16]),
+                                      # dilation 2; four groups of one block each (RegNet's)
+                                      ("conv2d_nchwc_general_bf16",
+                                       [12, 12, 32, 32, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 1, 16, 16]),
+                                      ("conv2d_nchwc_general_bf16",
+                                       [8, 8, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 16, 16]),
                                       # 100 pairs: tiles of 10
                                       ("dense_pack_bf16", [24, 32, 200, 16]),
                                       ("batch_matmul_bf16", [3, 16, 32, 64, 16])])

@@ -19,7 +19,7 @@ it while it is hot. The first call in a process asks Linux for the tile state
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
@@ -243,8 +243,8 @@ def is_amx_template(name: str) -> bool:
 
 
 def conv_fits(args: dict[str, int]) -> bool:
-    """Whether a ``conv2d_nchwc_bf16`` task has AMX's shapes: 16-channel output blocks, input
-    blocks of whole pairs that fit a tile row, and an output width some tile height divides."""
+    """Whether a bf16 conv task has AMX's shapes: 16-channel output blocks, input blocks of whole
+    pairs that fit a tile row, and an output width some tile height divides."""
     ib = args["IB"]
     return args["OB"] == TILE_COLUMNS and ib % 2 == 0 and ib // 2 <= MAX_PAIRS and bool(
         tile_rows(conv_out_hw_args(args)[1]))
@@ -257,7 +257,11 @@ def dense_fits(args: dict[str, int]) -> bool:
 
 
 def conv_out_hw_args(args: dict[str, int]) -> tuple[int, int]:
-    """A plain conv's output height and width from its arguments."""
+    """A plain or general conv's output height and width from its arguments."""
+    if "KH" in args:
+        from ..task.ops import general_conv_out
+
+        return general_conv_out(args)
     h = (args["H"] + 2 * args["P"] - args["K"]) // args["S"] + 1
     w = (args["W"] + 2 * args["P"] - args["K"]) // args["S"] + 1
     return h, w
@@ -265,6 +269,7 @@ def conv_out_hw_args(args: dict[str, int]) -> tuple[int, int]:
 
 #: The AMX template that takes a bf16 template's tasks, and the test of a task's shape.
 COUNTERPARTS = {"conv2d_nchwc_bf16": ("conv2d_nchwc_amx", conv_fits),
+                "conv2d_nchwc_general_bf16": ("conv2d_nchwc_general_amx", conv_fits),
                 "dense_pack_bf16": ("dense_pack_amx", dense_fits),
                 "batch_matmul_bf16": ("batch_matmul_amx", dense_fits)}
 
@@ -330,34 +335,65 @@ _PRODUCT = ('C[{c}] = C[{c}] + T.reinterpret("float32", T.shift_left(T.Cast("uin
             '* T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[{b}]), T.uint32(16)))')
 
 
-def conv_intrinsic(mt: int, nt: int, rows: int, icb: int, k: int, stride: int, ib: int) -> str:
-    """The tensor intrinsic of one output block of a plain bf16 conv: ``mt`` tiles of ``rows``
-    output columns x ``nt`` blocks of 16 channels, over ``icb`` input blocks of ``ib`` channels
-    and a ``k x k`` window at ``stride``."""
-    name = f"tensortune_amx_conv_{mt}x{nt}_r{rows}_c{icb}_k{k}_s{stride}_b{ib}_f"
-    pairs, R = ib // 2, mt * rows
-    span = (R - 1) * stride + k
+class Window(NamedTuple):
+    """What a conv's tile kernel walks: input blocks of a group, kernel rows and columns, strides,
+    dilations, channels an input block."""
+
+    icb: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    ib: int
+
+    @classmethod
+    def of(cls, args: dict[str, int]) -> "Window":
+        """The window of a plain (``K``, ``S``) or general (``KH`` ... ``G``) bf16 conv's args."""
+        if "KH" in args:
+            return cls(args["IC"] // args["G"] // args["IB"], args["KH"], args["KW"], args["SH"], args["SW"],
+                       args["DH"], args["DW"], args["IB"])
+        return cls(args["IC"] // args["IB"], args["K"], args["K"], args["S"], args["S"], 1, 1, args["IB"])
+
+    @property
+    def folded(self) -> bool:
+        """Whether a kernel row's columns fold into one step: its ``kw x ib`` values dense (no
+        dilation) and within a tile row (a stem's 7 x 4)."""
+        return self.dw == 1 and self.kw > 1 and self.kw * self.ib <= 2 * MAX_PAIRS
+
+    @property
+    def steps(self) -> int:
+        """Reduction steps of the tile kernel."""
+        return self.icb * self.kh * (1 if self.folded else self.kw)
+
+
+def conv_intrinsic(mt: int, nt: int, rows: int, w: Window) -> str:
+    """The tensor intrinsic of one output block of a bf16 conv: ``mt`` tiles of ``rows`` output
+    columns x ``nt`` blocks of 16 channels, over the window ``w``."""
+    name = f"tensortune_amx_conv_{mt}x{nt}_r{rows}_" + "_".join(str(v) for v in w)
+    pairs, R = w.ib // 2, mt * rows
+    hspan, span = (w.kh - 1) * w.dh + 1, (R - 1) * w.sw + (w.kw - 1) * w.dw + 1
     loops = {"t": nt} if nt > 1 else {}
-    loops.update({"x": R, "f": 16, "rc": icb, "ry": k, "rx": k, "rp": pairs, "re": 2})
+    loops.update({"x": R, "f": 16, "rc": w.icb, "ry": w.kh, "rx": w.kw, "rp": pairs, "re": 2})
     t = "{t}" if nt > 1 else "0"
-    update = _PRODUCT.format(c=f"{t}, 0, {{x}}, {{f}}", a=f"{{rc}}, {{ry}}, {{x}} * {stride} + {{rx}}, {{rp}} * 2 + {{re}}",
+    update = _PRODUCT.format(c=f"{t}, 0, {{x}}, {{f}}",
+                             a=f"{{rc}}, {{ry}} * {w.dh}, {{x}} * {w.sw} + {{rx}} * {w.dw}, {{rp}} * 2 + {{re}}",
                              b=f"{t}, {{rc}}, {{ry}}, {{rx}}, {{rp}}, {{f}}, {{re}}")
     buffers = f"""    s0, s1, s2, sf, sy, sc = T.int32(), T.int32(), T.int32(), T.int32(), T.int32(), T.int32()
-    A = T.match_buffer(a, ({icb}, {k}, {span}, {ib}), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
-    B = T.match_buffer(b, ({nt}, {icb}, {k}, {k}, {pairs}, 16, 2), "uint16", offset_factor=1)
+    A = T.match_buffer(a, ({w.icb}, {hspan}, {span}, {w.ib}), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
+    B = T.match_buffer(b, ({nt}, {w.icb}, {w.kh}, {w.kw}, {pairs}, 16, 2), "uint16", offset_factor=1)
     C = T.match_buffer(c, ({nt}, 1, {R}, 16), "float32", offset_factor=1, strides=[sf, sy, sc, 1])
     with T.sblock("root"):
-        T.reads(C[0:{nt}, 0, 0:{R}, 0:16], A[0:{icb}, 0:{k}, 0:{span}, 0:{ib}], B[0:{nt}, 0:{icb}, 0:{k}, 0:{k}, 0:{pairs}, 0:16, 0:2])
+        T.reads(C[0:{nt}, 0, 0:{R}, 0:16], A[0:{w.icb}, 0:{hspan}, 0:{span}, 0:{w.ib}], B[0:{nt}, 0:{w.icb}, 0:{w.kh}, 0:{w.kw}, 0:{pairs}, 0:16, 0:2])
         T.writes(C[0:{nt}, 0, 0:{R}, 0:16])"""
-    # a window row whose channels all fit one tile row (k x ib values, the data's columns dense):
-    # one step a kernel row, its k columns folded into the reduction of a tile (a stem's 7 x 4)
-    fold = k > 1 and k * ib <= 2 * MAX_PAIRS  # as conv_steps counts
-    cols, step_pairs = (1, k * pairs) if fold else (k, pairs)
+    cols, step_pairs = (1, w.kw * pairs) if w.folded else (w.kw, pairs)
     call = (f'"{helper_name(mt, nt)}", C.access_ptr("rw"), T.Cast("int64", sc * 4), T.Cast("int64", sc * {4 * rows}), '
-            f'T.Cast("int64", sf * 4), A.access_ptr("r"), T.Cast("int64", s2 * {2 * stride}), '
-            f'T.Cast("int64", s2 * {2 * stride * rows}), T.Cast("int64", s0 * 2), T.int64({icb}), '
-            f'T.Cast("int64", s1 * 2), T.int64({k}), T.Cast("int64", s2 * 2), T.int64({cols}), B.access_ptr("r"), '
-            f'T.int64({step_pairs * 64}), T.int64({icb * k * k * pairs * 64}), T.int64({rows}), T.int64({step_pairs})')
+            f'T.Cast("int64", sf * 4), A.access_ptr("r"), T.Cast("int64", s2 * {2 * w.sw}), '
+            f'T.Cast("int64", s2 * {2 * w.sw * rows}), T.Cast("int64", s0 * 2), T.int64({w.icb}), '
+            f'T.Cast("int64", s1 * {2 * w.dh}), T.int64({w.kh}), T.Cast("int64", s2 * {2 * w.dw}), T.int64({cols}), '
+            f'B.access_ptr("r"), T.int64({step_pairs * 64}), T.int64({w.icb * w.kh * w.kw * pairs * 64}), '
+            f'T.int64({rows}), T.int64({step_pairs})')
 
     return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "txf", update, call, (mt, nt)))
 
@@ -420,13 +456,6 @@ def _default_tiles(rows: int, col_blocks: int, steps: int) -> dict[str, int]:
     return {"tile_rows": r, "row_tiles": mt, "col_tiles": 2 if col_blocks % 2 == 0 else 1}
 
 
-def conv_steps(args: dict[str, int]) -> int:
-    """Reduction steps of a plain conv's tile kernel: input blocks x kernel rows x kernel columns
-    (one where the columns fold into a tile row, :func:`conv_intrinsic`)."""
-    k, ib = args["K"], args["IB"]
-    return args["IC"] // ib * k * (1 if k > 1 and k * ib <= 2 * MAX_PAIRS else k)
-
-
 class Conv2dNCHWcAmxTemplate(Template):
     """conv2d ``NCHW{IB}c`` x bf16 ``OIHW{IB/2}i16o2i`` -> ``NCHW16c`` float32 on AMX tiles: one
     kernel call per block of ``row_tiles x tile_rows`` output columns x ``col_tiles`` blocks of
@@ -440,7 +469,7 @@ class Conv2dNCHWcAmxTemplate(Template):
         way (0); ``blocks_inside``: channel blocks walked inside a parallel chunk (1) or each a
         chunk (0)."""
         s = ConfigSpace()
-        _tile_knobs(s, conv_out_hw(task)[1], task.args["OC"] // TILE_COLUMNS)
+        _tile_knobs(s, conv_out_hw(task)[1], self.col_blocks(task))
         s.define_choice("rows_first", [0, 1])
         s.define_choice("blocks_inside", [0, 1])
         return s
@@ -450,7 +479,7 @@ class Conv2dNCHWcAmxTemplate(Template):
         ``vdpbf16ps`` template, :func:`.bf16.rows_first`), channel blocks each a chunk."""
         from .bf16 import rows_first
 
-        return {**_default_tiles(conv_out_hw(task)[1], task.args["OC"] // TILE_COLUMNS, conv_steps(task.args)),
+        return {**_default_tiles(conv_out_hw(task)[1], self.col_blocks(task), Window.of(task.args).steps),
                 "rows_first": int(rows_first(task)), "blocks_inside": 0}
 
     def schedule(self, task: Task, config: Config) -> Any:
@@ -472,8 +501,22 @@ class Conv2dNCHWcAmxTemplate(Template):
         init = sch.decompose_reduction(block, inner[0])
         vectorize_own_loop(sch, init, xo)
         schedule_convert(sch, task.pattern.pad, a["IB"])
-        sch.tensorize(inner[0], conv_intrinsic(mt, nt, rows, a["IC"] // a["IB"], a["K"], a["S"], a["IB"]))
+        sch.tensorize(inner[0], conv_intrinsic(mt, nt, rows, Window.of(a)))
         return sch
+
+    @staticmethod
+    def col_blocks(task: Task) -> int:
+        """Output channel blocks a column tile may pair up (1 with groups: two blocks of one
+        kernel call read the same input blocks)."""
+        return task.args["OC"] // TILE_COLUMNS if task.args.get("G", 1) == 1 else 1
+
+
+class Conv2dNCHWcGeneralAmxTemplate(Conv2dNCHWcAmxTemplate):
+    """The same for a blocked bf16 conv of any geometry (``conv2d_nchwc_general_bf16``: 1xk and
+    kx1 kernels, asymmetric padding, strides, dilation, groups of channel blocks; with groups,
+    one output block a kernel call)."""
+
+    name = "conv2d_nchwc_general_amx"
 
 
 class DensePackAmxTemplate(Template):
