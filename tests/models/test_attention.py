@@ -209,6 +209,22 @@ def test_bf16_attention_codegen_has_the_dot_product(fuse_small: None) -> None:
     assert asm.count("vdpbf16ps") >= 2
 
 
+def test_bf16_attention_on_an_amx_cpu_takes_the_tiles(fuse_small: None) -> None:
+    """For a Sapphire Rapids target the head is an ``attention_amx`` task whose two products
+    compile to tile instructions (codegen only), 49 keys and heads 36 wide (values padded) too."""
+    import tvm
+
+    from tensortune.target import make_target
+
+    spr = {**ZNVER4, "mcpu": "sapphirerapids"}
+    for tokens, dim in ((60, 32), (49, 72)):
+        (task,) = [mt.task for mt in model_tasks(_model(tokens, dim=dim).with_precision("bf16"), spr)
+                   if mt.task.template_name.startswith("attention")]
+        assert task.template_name == "attention_amx"
+        asm = tvm.compile(task.instantiate(task.default_config()), target=make_target(spr)).mod.inspect_source("asm")
+        assert asm.count("tdpbf16ps") >= 2 and "ldtilecfg" in asm, (tokens, dim)
+
+
 def test_bf16_attention_takes_an_odd_number_of_keys(fuse_small: None) -> None:
     """49 keys (PVT's and SegFormer's spatially reduced attention): ``P V`` reduces over 50, the
     zero key making the pairs ``vdpbf16ps`` takes, and compiles to it (codegen only)."""
@@ -250,8 +266,8 @@ def test_bf16_attention_configs_and_model_match(fuse_small: None, measurer: Meas
     tolerance), and the model built in bf16 matches PyTorch's float32 within it (values 16 and 36
     wide, the latter padded; 49 keys, an odd number; 67 rows padded to 72, with a bias)."""
     model = _model(tokens, dim=dim, bias=bias).with_precision("bf16")
-    (task,) = [mt.task for mt in model_tasks(model) if mt.task.template_name == "attention_bf16"]
-    check_configs(measurer, task, n_samples=4)
+    (task,) = [mt.task for mt in model_tasks(model) if mt.task.template_name in ("attention_bf16", "attention_amx")]
+    check_configs(measurer, task, n_samples=4)  # on a CPU with AMX, the tile form's
     cm = compile_model(model)
     assert [c.source for c in cm.choices if c.kernel_class == "attention_bf16"] == ["default"]  # no fallback
     check = compare_outputs(cm.run(model.example_inputs), TorchRunner(model.torch_module).run(model.example_inputs),

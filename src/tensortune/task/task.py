@@ -87,7 +87,8 @@ class Task:
         attention = attention_pattern(func)
         if attention is not None:
             kind = "" if attention.precision == "f32" else f"_{attention.precision}"  # its own template and class
-            return cls.from_primfunc(func, target, f"attention{kind}", generic_kernel_class(name_hint) + kind)
+            template = amx_counterpart(f"attention{kind}", {}, dict(target or host_target_json()))
+            return cls.from_primfunc(func, target, template, generic_kernel_class(name_hint) + kind)
         pat = analyze_func(func)
         if pat.op is None:
             return cls.from_primfunc(func, target, "generic", generic_kernel_class(name_hint))

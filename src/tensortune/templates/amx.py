@@ -23,8 +23,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
-from .base import Template, TemplateError, anchored_schedule, vectorize_own_loop
+from ..precision import ATTENTION_LANES, SCORES_COLUMNS
+from .attention import parallel_row_blocks, row_stages, schedule_row_stages
+from .attention_bf16 import AttentionBf16Template
+from .base import Template, TemplateError, anchored_schedule, annotate_unroll, schedule_of, vectorize_own_loop
 from .bf16 import schedule_convert, schedule_pack
+from .generic import _below, _vectorize_spatial_inner
 from .conv2d_nchwc import conv_out_hw, write_tile_and_parallelise
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -271,7 +275,9 @@ def conv_out_hw_args(args: dict[str, int]) -> tuple[int, int]:
 COUNTERPARTS = {"conv2d_nchwc_bf16": ("conv2d_nchwc_amx", conv_fits),
                 "conv2d_nchwc_general_bf16": ("conv2d_nchwc_general_amx", conv_fits),
                 "dense_pack_bf16": ("dense_pack_amx", dense_fits),
-                "batch_matmul_bf16": ("batch_matmul_amx", dense_fits)}
+                "batch_matmul_bf16": ("batch_matmul_amx", dense_fits),
+                # a fused attention's shape is its function's; its template falls back by itself
+                "attention_bf16": ("attention_amx", lambda args: True)}
 
 
 def counterpart(name: str, args: dict[str, int], target_json: dict[str, Any]) -> str:
@@ -301,7 +307,7 @@ def _register_once(name: str, make: Any) -> str:
 
 
 def _intrinsic_funcs(buffers: str, loops: dict[str, int], spatial: str, update: str, call: str,
-                     tiles: tuple[int, int], binding: str = "") -> tuple[Any, Any]:
+                     tiles: tuple[int, int], binding: str = "", index_dtype: str = "int32") -> tuple[Any, Any]:
     """The description and implementation of a tile intrinsic, written as TVMScript from text: a
     schedule's block binds no iterator to a loop of one step, so neither may the description,
     whose loops are the block's (unit ones included). ``update`` names an iterator ``v{loop}``,
@@ -319,7 +325,7 @@ def _intrinsic_funcs(buffers: str, loops: dict[str, int], spatial: str, update: 
 def func(a: T.handle, b: T.handle, c: T.handle) -> None:
 {buffers}
 """
-    desc = f"""        for {", ".join(loops)} in T.grid({", ".join(str(n) for n in loops.values())}):
+    desc = f"""        for {", ".join(loops)} in T.grid({", ".join(_int(n, index_dtype) for n in loops.values())}):
             with T.sblock("update"):
                 {binding or remap}
                 {update.format(**iv)}
@@ -398,32 +404,43 @@ def conv_intrinsic(mt: int, nt: int, rows: int, w: Window) -> str:
     return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "txf", update, call, (mt, nt)))
 
 
-def dense_intrinsic(mt: int, nt: int, rows: int, pairs: int) -> str:
+def dense_intrinsic(mt: int, nt: int, rows: int, pairs: int, index_dtype: str = "int32") -> str:
     """The tensor intrinsic of one output block of a packed bf16 product: ``mt`` tiles of ``rows``
     rows x ``nt`` blocks of 16 columns, over ``pairs`` reduction pairs walked :func:`pair_step`
-    pairs a tile."""
-    name = f"tensortune_amx_dense_{mt}x{nt}_r{rows}_k{pairs}"
+    pairs a tile; its loops of ``index_dtype`` (a fused attention's are ``int64``)."""
+    name = f"tensortune_amx_dense_{mt}x{nt}_r{rows}_k{pairs}_{index_dtype}"
     step, R = pair_step(pairs), mt * rows
     loops = {"i": R, "t": nt, "f": 16, "kp": pairs, "ke": 2} if nt > 1 else {"i": R, "f": 16, "kp": pairs, "ke": 2}
     binding = ""
-    update = _PRODUCT.format(c="{i}, {f}", a="{i}, {kp} * 2 + {ke}", b="0, {kp}, {f}, {ke}")
     if nt > 1:  # the block binds one column iterator over the column tiles and their lanes
-        binding = ("vi = T.axis.spatial({R}, i)\n                vj = T.axis.spatial({C}, t * 16 + f)\n"
-                   "                vkp, vke = T.axis.remap(\"RR\", [kp, ke])").format(R=R, C=16 * nt)
-        update = _PRODUCT.format(c="vi, vj", a="vi, vkp * 2 + vke", b="vj // 16, vkp, vj % 16, vke")
-    buffers = f"""    sa, sc = T.int32(), T.int32()
+        binding = ("vi = T.axis.spatial({R}, i)\n                vj = T.axis.spatial({C}, t * {n16} + f)\n"
+                   "                vkp, vke = T.axis.remap(\"RR\", [kp, ke])").format(
+            R=_int(R, index_dtype), C=_int(16 * nt, index_dtype), n16=_int(16, index_dtype))
+        update = _PRODUCT.format(c="vi, vj", a=f"vi, vkp * {_int(2, index_dtype)} + vke",
+                                 b=f"vj // {_int(16, index_dtype)}, vkp, vj % {_int(16, index_dtype)}, vke")
+    else:
+        update = _PRODUCT.format(c="{i}, {f}", a=f"{{i}}, {{kp}} * {_int(2, index_dtype)} + {{ke}}", b="0, {kp}, {f}, {ke}")
+    buffers = f"""    sa, sc = T.{index_dtype}(), T.{index_dtype}()
     A = T.match_buffer(a, ({R}, {2 * pairs}), "uint16", offset_factor=1, strides=[sa, 1])
     B = T.match_buffer(b, ({nt}, {pairs}, 16, 2), "uint16", offset_factor=1)
     C = T.match_buffer(c, ({R}, {16 * nt}), "float32", offset_factor=1, strides=[sc, 1])
     with T.sblock("root"):
         T.reads(C[0:{R}, 0:{16 * nt}], A[0:{R}, 0:{2 * pairs}], B[0:{nt}, 0:{pairs}, 0:16, 0:2])
         T.writes(C[0:{R}, 0:{16 * nt}])"""
-    call = (f'"{helper_name(mt, nt)}", C.access_ptr("rw"), T.Cast("int64", sc * 4), T.Cast("int64", sc * {4 * rows}), '
-            f'T.int64(64), A.access_ptr("r"), T.Cast("int64", sa * 2), T.Cast("int64", sa * {2 * rows}), '
+    # addresses of the first elements, not access_ptr: in a fused attention the rounded
+    # probabilities may share storage with the float32 scores, which access_ptr refuses
+    call = (f'"{helper_name(mt, nt)}", T.address_of(C[0, 0]), T.Cast("int64", sc * 4), T.Cast("int64", sc * {4 * rows}), '
+            f'T.int64(64), T.address_of(A[0, 0]), T.Cast("int64", sa * 2), T.Cast("int64", sa * {2 * rows}), '
             f'T.int64({step * 4}), T.int64({pairs // step}), T.int64(0), T.int64(1), T.int64(0), T.int64(1), '
-            f'B.access_ptr("r"), T.int64({step * 64}), T.int64({pairs * 64}), T.int64({rows}), T.int64({step})')
+            f'T.address_of(B[0, 0, 0, 0]), T.int64({step * 64}), T.int64({pairs * 64}), T.int64({rows}), T.int64({step})')
 
-    return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "itf", update, call, (mt, nt), binding))
+    return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "itf", update, call, (mt, nt), binding,
+                                                         index_dtype))
+
+
+def _int(n: int, index_dtype: str) -> str:
+    """The TVMScript of the index constant ``n`` in ``index_dtype``."""
+    return str(n) if index_dtype == "int32" else f"T.{index_dtype}({n})"
 
 
 def _tile_knobs(s: ConfigSpace, rows: int, col_blocks: int) -> None:
@@ -602,3 +619,93 @@ class BatchMatmulAmxTemplate(DensePackAmxTemplate):
         schedule_pack(sch, task.pattern.pack)
         sch.tensorize(ii, self.intrinsic(task, config))
         return sch
+
+
+class AttentionAmxTemplate(AttentionBf16Template):
+    """A fused attention in bf16 with its two products on AMX tiles: under the row block's
+    parallel loop, ``S = Q K^T`` and ``O = P V`` each one tile-kernel call per block of rows x two
+    16-key (16-column) tiles, the softmax between them as in the ``vdpbf16ps`` form. A row block
+    no tile height of at least :data:`MIN_ROWS` divides takes the ``vdpbf16ps`` form's schedule."""
+
+    name = "attention_amx"
+
+    def space(self, task: Task) -> ConfigSpace:
+        """The row block (``tile_rows``) and the tiles of sums a kernel keeps (``row_tiles``,
+        :func:`_tile_knobs`'s meaning), with the ``vdpbf16ps`` form's knobs for a block no tile
+        serves."""
+        s = super().space(task)
+        s.define_choice("row_tiles", list(range(1, MAX_ROW_TILES + 1)))
+        return s
+
+    def default_knobs(self, task: Task, space: ConfigSpace) -> dict[str, Any]:
+        """The ``vdpbf16ps`` form's row block where a tile serves it (else the tallest block one
+        serves), two row tiles where the block holds them."""
+        knobs = {**super().default_knobs(task, space), "row_tiles": 1}
+        served = [r for r in space.knob("tile_rows").entities if tile_rows(r)]
+        if served and not tile_rows(knobs["tile_rows"]):
+            knobs["tile_rows"] = max(served)
+        r = max(tile_rows(knobs["tile_rows"]), default=0)
+        if r and knobs["tile_rows"] % (2 * r) == 0:
+            knobs["row_tiles"] = 2
+        return knobs
+
+    def _schedule(self, task: Task, config: Config, fuse: bool) -> Any:
+        rows = int(config["tile_rows"])
+        if not tile_rows(rows):
+            return super()._schedule(task, config, fuse)
+        pat = self._pattern(task)
+        r = max(tile_rows(rows))
+        mt = int(config["row_tiles"]) if rows % (r * int(config["row_tiles"])) == 0 else 1
+        if pat.args["M"] % rows:
+            raise TemplateError("the row block does not divide the rows")
+        q_round, k_pack, p_round, v_pack = pat.rounds
+        sch = schedule_of(task)
+        scores, out = sch.get_sblock(pat.scores), sch.get_sblock(pat.out)
+        between = [sch.get_sblock(n) for n in pat.between]
+        kept, partials = row_stages(sch, between[:-1], ATTENTION_LANES)
+        sch.compute_inline(between[-1])  # the probabilities: rounded as they are computed
+        after = [sch.get_sblock(n) for n in pat.after]
+        for b in after[:-1]:
+            sch.compute_inline(b)
+        *batch, i, e, kp, ke = sch.get_loops(out)
+        index_dtype = str(sch.get(i).loop_var.ty)
+        par, ii = parallel_row_blocks(sch, batch, i, rows, fuse)
+        p_block = sch.get_sblock(p_round)
+        for b in [p_block, *reversed(kept), scores]:  # consumers first
+            sch.compute_at(b, par)
+        width = int(sch.get(e).extent)
+        nt = 2 if width % (2 * TILE_COLUMNS) == 0 else 1
+        io, ii = sch.split(ii, [None, r * mt])
+        eo, *et = sch.split(e, [None, nt, TILE_COLUMNS] if nt > 1 else [None, TILE_COLUMNS])
+        sch.reorder(io, eo, ii, *et, kp, ke)
+        if after:
+            sch.reverse_compute_at(after[-1], io)
+            _vectorize_spatial_inner(sch, after[-1], io, ATTENTION_LANES)
+        pairs_o = int(sch.get(kp).extent)
+        self._amx_scores(sch, scores, par, r, mt, index_dtype)
+        schedule_row_stages(sch, kept, partials, par, ATTENTION_LANES)
+        _vectorize_spatial_inner(sch, p_block, par, ATTENTION_LANES)
+        init = sch.decompose_reduction(out, ii)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.tensorize(ii, dense_intrinsic(mt, nt, r, pairs_o, index_dtype))
+        schedule_convert(sch, q_round, ATTENTION_LANES)
+        schedule_pack(sch, k_pack)
+        schedule_pack(sch, v_pack)
+        annotate_unroll(sch, par, config)
+        return sch
+
+    @staticmethod
+    def _amx_scores(sch: Any, block: Any, par: Any, r: int, mt: int, index_dtype: str) -> None:
+        """The block's rows of ``S``: blocks of ``mt x r`` rows by two tiles of 16 keys (the keys
+        are padded to two vectors), each one tile-kernel call over the head width's pairs."""
+        loops = _below(sch, block, par)
+        if len(loops) != 4:
+            raise TemplateError("the scores block's loops are not rows, keys, head-width pairs")
+        ii, jj, kp, ke = loops
+        pairs = int(sch.get(kp).extent)
+        sio, sii = sch.split(ii, [None, r * mt])
+        jo, jt, jl = sch.split(jj, [None, SCORES_COLUMNS // TILE_COLUMNS, TILE_COLUMNS])
+        sch.reorder(sio, jo, sii, jt, jl, kp, ke)
+        init = sch.decompose_reduction(block, sii)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.tensorize(sii, dense_intrinsic(mt, SCORES_COLUMNS // TILE_COLUMNS, r, pairs, index_dtype))

@@ -98,6 +98,7 @@ TEMPLATES: Registry[Any] = Registry("template", {
     "batch_matmul_bf16": "tensortune.templates.bf16:BatchMatmulBf16Template",
     "conv2d_nchwc_amx": "tensortune.templates.amx:Conv2dNCHWcAmxTemplate",
     "conv2d_nchwc_general_amx": "tensortune.templates.amx:Conv2dNCHWcGeneralAmxTemplate",
+    "attention_amx": "tensortune.templates.amx:AttentionAmxTemplate",
     "dense_pack_amx": "tensortune.templates.amx:DensePackAmxTemplate",
     "batch_matmul_amx": "tensortune.templates.amx:BatchMatmulAmxTemplate",
     "depthwise_conv2d": "tensortune.templates.depthwise:DepthwiseTemplate",
@@ -132,7 +133,8 @@ def template_for(name: str, target_json: dict[str, Any]) -> str:
 
 
 #: The bf16 templates that have an AMX counterpart (:mod:`.amx` says which tasks take it).
-AMX_TEMPLATES = ("conv2d_nchwc_bf16", "conv2d_nchwc_general_bf16", "dense_pack_bf16", "batch_matmul_bf16")
+AMX_TEMPLATES = ("conv2d_nchwc_bf16", "conv2d_nchwc_general_bf16", "dense_pack_bf16", "batch_matmul_bf16",
+                 "attention_bf16")
 
 
 def amx_counterpart(name: str, args: dict[str, int], target_json: dict[str, Any]) -> str:
