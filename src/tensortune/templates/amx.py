@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
 from ..precision import ATTENTION_LANES, SCORES_COLUMNS
-from .attention import parallel_row_blocks, row_stages, schedule_row_stages
+from .attention import parallel_row_blocks, row_stages
 from .attention_bf16 import AttentionBf16Template
-from .base import Template, TemplateError, anchored_schedule, annotate_unroll, schedule_of, vectorize_own_loop
+from .base import Template, TemplateError, anchored_schedule, schedule_of, vectorize_own_loop
 from .bf16 import schedule_convert, schedule_pack
 from .generic import _below, _vectorize_spatial_inner
 from .conv2d_nchwc import conv_out_hw, write_tile_and_parallelise
@@ -50,6 +50,30 @@ MIN_ROWS = 4
 #: four of sums, two of activations, two of weights).
 MAX_ROW_TILES = 2
 MAX_COL_TILES = 2
+
+
+#: What every tile kernel's IR declares: the flag of the tile permission, the instructions.
+_DECLARATIONS = """
+@tensortune_amx_granted = linkonce_odr global i32 0
+declare i64 @syscall(i64, ...)
+declare void @llvm.x86.ldtilecfg(ptr)
+declare void @llvm.x86.tilezero(i8 immarg)
+declare void @llvm.x86.tileloadd64(i8 immarg, ptr, i64)
+declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)
+declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1 immarg)"""
+#: A tile kernel's first blocks: its tile configuration's room (``%cfg``), and on the process's
+#: first call Linux asked for the tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)``).
+_GRANT = """entry:
+  %cfg = alloca [64 x i8], align 64
+  %granted = load atomic i32, ptr @tensortune_amx_granted monotonic, align 4
+  %ok = icmp ne i32 %granted, 0
+  br i1 %ok, label %config, label %ask
+ask:
+  %r = call i64 (i64, ...) @syscall(i64 158, i64 4131, i64 18)
+  store atomic i32 1, ptr @tensortune_amx_granted monotonic, align 4
+  br label %config
+config:"""
 
 
 def helper_name(mt: int, nt: int) -> str:
@@ -102,25 +126,9 @@ def helper_ir(mt: int, nt: int) -> str:
         for j in range(nt):
             step.append(f"  call void @llvm.x86.tdpbf16ps(i8 {i * nt + j}, i8 {a_id[i]}, i8 {b_id[j]})")
     nl = "\n"
-    return f"""
-@tensortune_amx_granted = linkonce_odr global i32 0
-declare i64 @syscall(i64, ...)
-declare void @llvm.x86.ldtilecfg(ptr)
-declare void @llvm.x86.tileloadd64(i8 immarg, ptr, i64)
-declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)
-declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)
-declare void @llvm.memset.p0.i64(ptr, i8, i64, i1 immarg)
+    return f"""{_DECLARATIONS}
 define linkonce_odr void @{name}(ptr %c, i64 %ldc, i64 %cm, i64 %cn, ptr %a, i64 %lda, i64 %am, i64 %s0, i64 %n0, i64 %s1, i64 %n1, i64 %s2, i64 %n2, ptr %b, i64 %bstep, i64 %bn, i64 %rows, i64 %kpairs) noinline {{
-entry:
-  %cfg = alloca [64 x i8], align 64
-  %granted = load atomic i32, ptr @tensortune_amx_granted monotonic, align 4
-  %ok = icmp ne i32 %granted, 0
-  br i1 %ok, label %config, label %ask
-ask:
-  %r = call i64 (i64, ...) @syscall(i64 158, i64 4131, i64 18)
-  store atomic i32 1, ptr @tensortune_amx_granted monotonic, align 4
-  br label %config
-config:
+{_GRANT}
   %r8 = trunc i64 %rows to i8
   %k8 = trunc i64 %kpairs to i8
   %kb = shl i64 %kpairs, 2
@@ -177,25 +185,9 @@ def peak_ir() -> str:
     sums updated ``iters`` times from two activation and two weight tiles loaded once (four
     ``tdpbf16ps`` of 16 x 16 x 32 a step, nothing else in the loop), the sums stored to ``out``
     (4 KiB) so that the loop is not dead."""
-    return f"""
-@tensortune_amx_granted = linkonce_odr global i32 0
-declare i64 @syscall(i64, ...)
-declare void @llvm.x86.ldtilecfg(ptr)
-declare void @llvm.x86.tilezero(i8 immarg)
-declare void @llvm.x86.tileloadd64(i8 immarg, ptr, i64)
-declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)
-declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)
+    return f"""{_DECLARATIONS}
 define linkonce_odr void @{PEAK_HELPER}(ptr %out, i64 %iters) noinline {{
-entry:
-  %cfg = alloca [64 x i8], align 64
-  %granted = load atomic i32, ptr @tensortune_amx_granted monotonic, align 4
-  %ok = icmp ne i32 %granted, 0
-  br i1 %ok, label %config, label %ask
-ask:
-  %r = call i64 (i64, ...) @syscall(i64 158, i64 4131, i64 18)
-  store atomic i32 1, ptr @tensortune_amx_granted monotonic, align 4
-  br label %config
-config:
+{_GRANT}
   call void @llvm.memset.p0.i64(ptr %cfg, i8 0, i64 64, i1 false)
   store i8 1, ptr %cfg
 {chr(10).join(f"  %c{t} = getelementptr i8, ptr %cfg, i64 {16 + 2 * t}{chr(10)}  store i16 64, ptr %c{t}{chr(10)}"
@@ -216,7 +208,6 @@ done:
 {chr(10).join(f"  %o{t} = getelementptr i8, ptr %out, i64 {1024 * t}{chr(10)}  call void @llvm.x86.tilestored64(i8 {t}, ptr %o{t}, i64 64)" for t in range(4))}
   ret void
 }}
-declare void @llvm.memset.p0.i64(ptr, i8, i64, i1 immarg)
 """
 
 
@@ -658,7 +649,7 @@ class AttentionAmxTemplate(AttentionBf16Template):
         mt = int(config["row_tiles"]) if rows % (r * int(config["row_tiles"])) == 0 else 1
         if pat.args["M"] % rows:
             raise TemplateError("the row block does not divide the rows")
-        q_round, k_pack, p_round, v_pack = pat.rounds
+        p_round = pat.rounds[2]
         sch = schedule_of(task)
         scores, out = sch.get_sblock(pat.scores), sch.get_sblock(pat.out)
         between = [sch.get_sblock(n) for n in pat.between]
@@ -683,15 +674,10 @@ class AttentionAmxTemplate(AttentionBf16Template):
             _vectorize_spatial_inner(sch, after[-1], io, ATTENTION_LANES)
         pairs_o = int(sch.get(kp).extent)
         self._amx_scores(sch, scores, par, r, mt, index_dtype)
-        schedule_row_stages(sch, kept, partials, par, ATTENTION_LANES)
-        _vectorize_spatial_inner(sch, p_block, par, ATTENTION_LANES)
         init = sch.decompose_reduction(out, ii)
         sch.vectorize(sch.get_loops(init)[-1])
         sch.tensorize(ii, dense_intrinsic(mt, nt, r, pairs_o, index_dtype))
-        schedule_convert(sch, q_round, ATTENTION_LANES)
-        schedule_pack(sch, k_pack)
-        schedule_pack(sch, v_pack)
-        annotate_unroll(sch, par, config)
+        self.schedule_rest(sch, pat, config, par, kept, partials, p_block)
         return sch
 
     @staticmethod

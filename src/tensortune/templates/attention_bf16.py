@@ -65,7 +65,7 @@ class AttentionBf16Template(AttentionTemplate):
         rows, rows_s, rows_o = config["tile_rows"], config["rows_s"], config["rows_o"]
         if pat.args["M"] % rows or rows % rows_s or rows % rows_o:
             raise TemplateError("the row block does not divide the rows, or a register tile the row block")
-        q_round, k_pack, p_round, v_pack = pat.rounds
+        p_round = pat.rounds[2]
         sch = schedule_of(task)
         scores, out = sch.get_sblock(pat.scores), sch.get_sblock(pat.out)
         between = [sch.get_sblock(n) for n in pat.between]
@@ -88,16 +88,24 @@ class AttentionBf16Template(AttentionTemplate):
             sch.reverse_compute_at(after[-1], iio)
             _vectorize_spatial_inner(sch, after[-1], iio, LANES)
         self._bf16_scores(sch, scores, par, rows_s)
-        schedule_row_stages(sch, kept, partials, par, LANES)
-        _vectorize_spatial_inner(sch, p_block, par, LANES)
         init = sch.decompose_reduction(out, kp)
         sch.vectorize(sch.get_loops(init)[-1])
         sch.tensorize(ei, intrinsic(LANES))
+        self.schedule_rest(sch, pat, config, par, kept, partials, p_block)
+        return sch
+
+    @staticmethod
+    def schedule_rest(sch: Any, pat: AttentionPattern, config: Config, par: Any, kept: list[Any], partials: set[str],
+                      p_block: Any) -> None:
+        """The stages around the two products: the softmax's rows, the probabilities' rounding
+        (``p_block``), ``Q``'s rounding and ``K``'s and ``V``'s packing; the unroll knobs."""
+        q_round, k_pack, _, v_pack = pat.rounds
+        schedule_row_stages(sch, kept, partials, par, LANES)
+        _vectorize_spatial_inner(sch, p_block, par, LANES)
         schedule_convert(sch, q_round, LANES)
         schedule_pack(sch, k_pack)
         schedule_pack(sch, v_pack)
         annotate_unroll(sch, par, config)
-        return sch
 
     @staticmethod
     def _bf16_scores(sch: Any, block: Any, par: Any, rows_s: int) -> None:
