@@ -1,20 +1,21 @@
-"""bf16 templates on AMX tiles (Intel Sapphire Rapids and later): the blocked conv2d and the
-packed dense, their whole reduction in one tile kernel per output tile.
+"""bf16 templates on AMX tiles (Intel Sapphire Rapids and later): the blocked convolutions, the
+packed products and the fused attention's two products, each output block's whole reduction in
+one tile-kernel call.
 
 An AMX core multiplies a tile of ``rows x 2k`` bfloat16 activations by a tile of ``k`` pairs x 16
 columns of weights into ``rows x 16`` float32 sums (``tdpbf16ps``), 16 times the work of one
 ``vdpbf16ps``. On a Xeon that has both, ``vdpbf16ps`` runs no faster than float32 FMAs (one port),
-and OpenVINO as shipped computes on the tiles; so on such a target the bf16 conv and dense tasks
-take these templates (:func:`counterpart`).
+and OpenVINO as shipped computes on the tiles; so on such a target the bf16 tasks take these
+templates (:func:`counterpart`).
 
 The operands are the bf16 templates' (:mod:`.bf16`): activations rounded to bfloat16 bits by the
 function's own ``data_bf16`` stage, weights packed ``[..., k/2, 16, 2]`` at compile time, which is
-the pair-interleaved layout a weight tile loads with a 64-byte row stride. One call of the tile
-kernel (:data:`HELPER`, LLVM IR imported into the module) configures the tiles, loads the output
-tile, walks the reduction (input channel blocks x kernel rows x kernel columns for a conv, chunks
-of ``k`` for a dense), and stores the tile; the output stage (fused epilogue or copy) then runs on
-it while it is hot. The first call in a process asks Linux for the tile state
-(``arch_prctl(ARCH_REQ_XCOMP_PERM)``), so a library built here runs in any process.
+the pair-interleaved layout a weight tile loads with a 64-byte row stride. One call of a tile
+kernel (:func:`helper_ir`, LLVM IR imported into the module) configures the tiles, loads up to
+2 x 2 tiles of sums, walks the reduction (input channel blocks x kernel rows x kernel columns for
+a conv, chunks of ``k`` for a product), and stores them; the output stage (fused epilogue or copy)
+then runs on the block while it is hot. The first call in a process asks Linux for the tile
+state (``arch_prctl(ARCH_REQ_XCOMP_PERM)``), so a library built here runs in any process.
 """
 from __future__ import annotations
 
