@@ -73,13 +73,20 @@ def host_flags() -> frozenset[str]:
 
 def target_has_bf16(target_json: dict[str, Any]) -> bool:
     """Whether code built for ``target_json`` may use AVX512-BF16 (its cpu or its attributes)."""
+    return target_has(target_json, (LLVM_FEATURE.removeprefix("+"),), BF16_CPUS)
+
+
+def target_has(target_json: dict[str, Any], features: tuple[str, ...], cpus: tuple[str, ...]) -> bool:
+    """Whether code built for the x86-64 LLVM target ``target_json`` may use every one of the
+    LLVM ``features``: none turned off in its ``mattr``, and all turned on there or its cpu one
+    of ``cpus`` (a prefix)."""
     if target_json.get("kind") != "llvm" or not str(target_json.get("mtriple", "x86_64")).startswith("x86_64"):
         return False
     mattr = target_json.get("mattr") or []
-    mattr = mattr.split(",") if isinstance(mattr, str) else list(mattr)
-    if "-avx512bf16" in mattr:
+    mattr = set(mattr.split(",") if isinstance(mattr, str) else mattr)
+    if any(f"-{f}" in mattr for f in features):
         return False
-    return LLVM_FEATURE in mattr or str(target_json.get("mcpu", "")).startswith(BF16_CPUS)
+    return all(f"+{f}" in mattr for f in features) or str(target_json.get("mcpu", "")).startswith(cpus)
 
 
 def require(precision: str, target_json: dict[str, Any], runs_here: bool = True) -> str:

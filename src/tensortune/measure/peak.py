@@ -211,7 +211,6 @@ def measure_peak(threads: int) -> dict[str, Any]:
     moved = 2.0 * n * 4
     from ..precision import CPU_FLAG, host_flags
 
-    from ..target import host_target_json
     from ..templates.amx import CPU_FLAG as AMX_FLAG, target_has_amx
 
     bf16 = {"bf16_peak_gflops": measure_bf16_peak(threads)} if CPU_FLAG in host_flags() else {}

@@ -218,13 +218,9 @@ _REGISTERED: set[str] = set()
 
 def target_has_amx(target_json: dict[str, Any]) -> bool:
     """Whether code built for ``target_json`` may use AMX-BF16 (its cpu or its ``mattr``)."""
-    if target_json.get("kind") != "llvm" or not str(target_json.get("mtriple", "x86_64")).startswith("x86_64"):
-        return False
-    mattr = target_json.get("mattr") or []
-    mattr = set(mattr.split(",") if isinstance(mattr, str) else mattr)
-    if any(f"-{f}" in mattr for f in LLVM_FEATURES):
-        return False
-    return all(f"+{f}" in mattr for f in LLVM_FEATURES) or str(target_json.get("mcpu", "")).startswith(AMX_CPUS)
+    from ..precision import target_has
+
+    return target_has(target_json, LLVM_FEATURES, AMX_CPUS)
 
 
 def tile_rows(n: int) -> list[int]:
@@ -254,13 +250,11 @@ def dense_fits(args: dict[str, int]) -> bool:
 
 def conv_out_hw_args(args: dict[str, int]) -> tuple[int, int]:
     """A plain or general conv's output height and width from its arguments."""
-    if "KH" in args:
-        from ..task.ops import general_conv_out
+    from ..task.ops import conv_out, general_conv_out
 
+    if "KH" in args:
         return general_conv_out(args)
-    h = (args["H"] + 2 * args["P"] - args["K"]) // args["S"] + 1
-    w = (args["W"] + 2 * args["P"] - args["K"]) // args["S"] + 1
-    return h, w
+    return conv_out(args["H"], args["K"], args["S"], args["P"]), conv_out(args["W"], args["K"], args["S"], args["P"])
 
 
 #: The AMX template that takes a bf16 template's tasks, and the test of a task's shape.
