@@ -27,7 +27,7 @@ from ..space.knobs import divisors
 from ..precision import ATTENTION_LANES, SCORES_COLUMNS
 from .attention import parallel_row_blocks, row_stages
 from .attention_bf16 import AttentionBf16Template
-from .base import Template, TemplateError, anchored_schedule, schedule_of, vectorize_own_loop
+from .base import Template, TemplateError, anchored_schedule, schedule_of
 from .bf16 import schedule_convert, schedule_pack
 from .generic import _below, _vectorize_spatial_inner
 from .conv2d_nchwc import conv_out_hw, write_tile_and_parallelise
@@ -83,12 +83,14 @@ def helper_name(mt: int, nt: int) -> str:
 
 
 def helper_ir(mt: int, nt: int) -> str:
-    """LLVM IR of :func:`helper_name`: ``mt x nt`` tiles of ``rows x 16`` float32 sums at ``c +
-    i*cm + j*cn`` (row stride ``ldc`` bytes) plus, over ``n0 x n1 x n2`` reduction steps, the
-    activation tiles at ``a + i*am + i0*s0 + i1*s1 + i2*s2`` (``rows x 2 kpairs`` bfloat16, row
+    """LLVM IR of :func:`helper_name`: ``mt x nt`` tiles of ``rows x 16`` float32 sums stored at
+    ``c + i*cm + j*cn`` (row stride ``ldc`` bytes), each the sum, over ``n0 x n1 x n2`` reduction
+    steps, of the activation tiles at ``a + i*am + i0*s0 + i1*s1 + i2*s2`` (``rows x 2 kpairs`` bfloat16, row
     stride ``lda``) times the weight tiles at ``b + j*bn + step*bstep`` (``kpairs`` rows of 16
-    pairs). Each activation tile is loaded once a step for ``nt`` products, each weight tile
-    once for ``mt``. The first call in a process asks Linux for the tile state."""
+    pairs). The sums start from zeroed tiles, not from memory (a tile load right after the
+    stores that zeroed its rows waited for them: ``dense_pack_amx`` 1.09x faster, Xeon with AMX).
+    Each activation tile is loaded once a step for ``nt`` products, each weight tile once for
+    ``mt``. The first call in a process asks Linux for the tile state."""
     name = helper_name(mt, nt)
     nc = mt * nt
     a_id = [nc + i for i in range(mt)]
@@ -107,12 +109,12 @@ def helper_ir(mt: int, nt: int) -> str:
         tile(t, "%r8", "%kb16")
     for t in b_id:
         tile(t, "%k8", "64")
-    cptr, load_c, store_c = [], [], []
+    cptr, zero_c, store_c = [], [], []
     for i in range(mt):
         for j in range(nt):
             t = i * nt + j
             cptr.append(f"  %co{t} = add i64 %ci{i}, %cj{j}\n  %cp{t} = getelementptr i8, ptr %c, i64 %co{t}")
-            load_c.append(f"  call void @llvm.x86.tileloadd64(i8 {t}, ptr %cp{t}, i64 %ldc)")
+            zero_c.append(f"  call void @llvm.x86.tilezero(i8 {t})")
             store_c.append(f"  call void @llvm.x86.tilestored64(i8 {t}, ptr %cp{t}, i64 %ldc)")
     offs = [f"  %ci{i} = mul i64 %cm, {i}" for i in range(mt)] + [f"  %cj{j} = mul i64 %cn, {j}" for j in range(nt)]
     step = []
@@ -138,7 +140,7 @@ define linkonce_odr void @{name}(ptr %c, i64 %ldc, i64 %cm, i64 %cn, ptr %a, i64
   call void @llvm.x86.ldtilecfg(ptr %cfg)
 {nl.join(offs)}
 {nl.join(cptr)}
-{nl.join(load_c)}
+{nl.join(zero_c)}
   br label %l0
 l0:
   %i0 = phi i64 [ 0, %config ], [ %i0n, %l0end ]
@@ -292,14 +294,16 @@ def _register_once(name: str, make: Any) -> str:
     return name
 
 
-def _intrinsic_funcs(buffers: str, loops: dict[str, int], spatial: str, update: str, call: str,
+def _intrinsic_funcs(buffers: str, loops: dict[str, int], spatial: str, index: tuple[str, str, str], call: str,
                      tiles: tuple[int, int], binding: str = "", index_dtype: str = "int32") -> tuple[Any, Any]:
     """The description and implementation of a tile intrinsic, written as TVMScript from text: a
     schedule's block binds no iterator to a loop of one step, so neither may the description,
-    whose loops are the block's (unit ones included). ``update`` names an iterator ``v{loop}``,
-    or ``0`` for a unit loop, through ``{loop}`` fields; ``call`` the arguments of the tile kernel
-    of ``tiles`` (row tiles, column tiles); ``binding`` the block's iterators where they are not
-    one per loop (``spatial`` names the spatial loops of the default, one per loop)."""
+    whose loops are the block's (unit ones included). The description is the whole reduction,
+    its init included (the kernel zeroes its tiles of sums: no pass zeroes them in memory first).
+    ``index`` holds the indices of ``C``, ``A`` and ``B`` in the product, naming an iterator
+    ``v{loop}``, or ``0`` for a unit loop, through ``{loop}`` fields; ``call`` the arguments of the
+    tile kernel of ``tiles`` (row tiles, column tiles); ``binding`` the block's iterators where
+    they are not one per loop (``spatial`` names the spatial loops of the default, one per loop)."""
     from tvm.script import from_source
     from tvm.script import tirx as T
 
@@ -311,10 +315,15 @@ def _intrinsic_funcs(buffers: str, loops: dict[str, int], spatial: str, update: 
 def func(a: T.handle, b: T.handle, c: T.handle) -> None:
 {buffers}
 """
+    c, a, b = (i.format(**iv) for i in index)
     desc = f"""        for {", ".join(loops)} in T.grid({", ".join(_int(n, index_dtype) for n in loops.values())}):
             with T.sblock("update"):
                 {binding or remap}
-                {update.format(**iv)}
+                T.reads(C[{c}], A[{a}], B[{b}])
+                T.writes(C[{c}])
+                with T.init():
+                    C[{c}] = T.float32(0)
+                C[{c}] = C[{c}] + {_BF16.format("A[" + a + "]")} * {_BF16.format("B[" + b + "]")}
 """
     impl = f"""        with T.attr(0, "pragma_import_llvm", IR):
             T.evaluate(T.call_extern("void", {call}))
@@ -323,8 +332,8 @@ def func(a: T.handle, b: T.handle, c: T.handle) -> None:
     return tuple(from_source(head + body, extra_vars=env, s_tir=True) for body in (desc, impl))  # type: ignore[return-value]
 
 
-_PRODUCT = ('C[{c}] = C[{c}] + T.reinterpret("float32", T.shift_left(T.Cast("uint32", A[{a}]), T.uint32(16))) '
-            '* T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[{b}]), T.uint32(16)))')
+#: The float32 value of a bfloat16 operand held as its bits.
+_BF16 = 'T.reinterpret("float32", T.shift_left(T.Cast("uint32", {}), T.uint32(16)))'
 
 
 class Window(NamedTuple):
@@ -369,15 +378,14 @@ def conv_intrinsic(mt: int, nt: int, rows: int, w: Window) -> str:
     loops = {"t": nt} if nt > 1 else {}
     loops.update({"x": R, "f": 16, "rc": w.icb, "ry": w.kh, "rx": w.kw, "rp": pairs, "re": 2})
     t = "{t}" if nt > 1 else "0"
-    update = _PRODUCT.format(c=f"{t}, 0, {{x}}, {{f}}",
-                             a=f"{{rc}}, {{ry}} * {w.dh}, {{x}} * {w.sw} + {{rx}} * {w.dw}, {{rp}} * 2 + {{re}}",
-                             b=f"{t}, {{rc}}, {{ry}}, {{rx}}, {{rp}}, {{f}}, {{re}}")
+    index = (f"{t}, 0, {{x}}, {{f}}", f"{{rc}}, {{ry}} * {w.dh}, {{x}} * {w.sw} + {{rx}} * {w.dw}, {{rp}} * 2 + {{re}}",
+             f"{t}, {{rc}}, {{ry}}, {{rx}}, {{rp}}, {{f}}, {{re}}")
     buffers = f"""    s0, s1, s2, sf, sy, sc = T.int32(), T.int32(), T.int32(), T.int32(), T.int32(), T.int32()
     A = T.match_buffer(a, ({w.icb}, {hspan}, {span}, {w.ib}), "uint16", offset_factor=1, strides=[s0, s1, s2, 1])
     B = T.match_buffer(b, ({nt}, {w.icb}, {w.kh}, {w.kw}, {pairs}, 16, 2), "uint16", offset_factor=1)
     C = T.match_buffer(c, ({nt}, 1, {R}, 16), "float32", offset_factor=1, strides=[sf, sy, sc, 1])
     with T.sblock("root"):
-        T.reads(C[0:{nt}, 0, 0:{R}, 0:16], A[0:{w.icb}, 0:{hspan}, 0:{span}, 0:{w.ib}], B[0:{nt}, 0:{w.icb}, 0:{w.kh}, 0:{w.kw}, 0:{pairs}, 0:16, 0:2])
+        T.reads(A[0:{w.icb}, 0:{hspan}, 0:{span}, 0:{w.ib}], B[0:{nt}, 0:{w.icb}, 0:{w.kh}, 0:{w.kw}, 0:{pairs}, 0:16, 0:2])
         T.writes(C[0:{nt}, 0, 0:{R}, 0:16])"""
     cols, step_pairs = (1, w.kw * pairs) if w.folded else (w.kw, pairs)
     call = (f'"{helper_name(mt, nt)}", C.access_ptr("rw"), T.Cast("int64", sc * 4), T.Cast("int64", sc * {4 * rows}), '
@@ -387,7 +395,7 @@ def conv_intrinsic(mt: int, nt: int, rows: int, w: Window) -> str:
             f'B.access_ptr("r"), T.int64({step_pairs * 64}), T.int64({w.icb * w.kh * w.kw * pairs * 64}), '
             f'T.int64({rows}), T.int64({step_pairs})')
 
-    return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "txf", update, call, (mt, nt)))
+    return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "txf", index, call, (mt, nt)))
 
 
 def dense_intrinsic(mt: int, nt: int, rows: int, pairs: int, index_dtype: str = "int32") -> str:
@@ -402,16 +410,16 @@ def dense_intrinsic(mt: int, nt: int, rows: int, pairs: int, index_dtype: str = 
         binding = ("vi = T.axis.spatial({R}, i)\n                vj = T.axis.spatial({C}, t * {n16} + f)\n"
                    "                vkp, vke = T.axis.remap(\"RR\", [kp, ke])").format(
             R=_int(R, index_dtype), C=_int(16 * nt, index_dtype), n16=_int(16, index_dtype))
-        update = _PRODUCT.format(c="vi, vj", a=f"vi, vkp * {_int(2, index_dtype)} + vke",
-                                 b=f"vj // {_int(16, index_dtype)}, vkp, vj % {_int(16, index_dtype)}, vke")
+        index = ("vi, vj", f"vi, vkp * {_int(2, index_dtype)} + vke",
+                 f"vj // {_int(16, index_dtype)}, vkp, vj % {_int(16, index_dtype)}, vke")
     else:
-        update = _PRODUCT.format(c="{i}, {f}", a=f"{{i}}, {{kp}} * {_int(2, index_dtype)} + {{ke}}", b="0, {kp}, {f}, {ke}")
+        index = ("{i}, {f}", f"{{i}}, {{kp}} * {_int(2, index_dtype)} + {{ke}}", "0, {kp}, {f}, {ke}")
     buffers = f"""    sa, sc = T.{index_dtype}(), T.{index_dtype}()
     A = T.match_buffer(a, ({R}, {2 * pairs}), "uint16", offset_factor=1, strides=[sa, 1])
     B = T.match_buffer(b, ({nt}, {pairs}, 16, 2), "uint16", offset_factor=1)
     C = T.match_buffer(c, ({R}, {16 * nt}), "float32", offset_factor=1, strides=[sc, 1])
     with T.sblock("root"):
-        T.reads(C[0:{R}, 0:{16 * nt}], A[0:{R}, 0:{2 * pairs}], B[0:{nt}, 0:{pairs}, 0:16, 0:2])
+        T.reads(A[0:{R}, 0:{2 * pairs}], B[0:{nt}, 0:{pairs}, 0:16, 0:2])
         T.writes(C[0:{R}, 0:{16 * nt}])"""
     # addresses of the first elements, not access_ptr: in a fused attention the rounded
     # probabilities may share storage with the float32 scores, which access_ptr refuses
@@ -420,7 +428,7 @@ def dense_intrinsic(mt: int, nt: int, rows: int, pairs: int, index_dtype: str = 
             f'T.int64({step * 4}), T.int64({pairs // step}), T.int64(0), T.int64(1), T.int64(0), T.int64(1), '
             f'T.address_of(B[0, 0, 0, 0]), T.int64({step * 64}), T.int64({pairs * 64}), T.int64({rows}), T.int64({step})')
 
-    return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "itf", update, call, (mt, nt), binding,
+    return _register_once(name, lambda: _intrinsic_funcs(buffers, loops, "itf", index, call, (mt, nt), binding,
                                                          index_dtype))
 
 
@@ -501,8 +509,6 @@ class Conv2dNCHWcAmxTemplate(Template):
         inner = [ft, xi] if ft is not None else [xi]
         sch.reorder(*outer, *inside, xo, *inner, fi, rc, ry, rx, rcp, rce)
         write_tile_and_parallelise(sch, block, task.pattern, xo, outer)
-        init = sch.decompose_reduction(block, inner[0])
-        vectorize_own_loop(sch, init, xo)
         schedule_convert(sch, task.pattern.pad, a["IB"])
         sch.tensorize(inner[0], conv_intrinsic(mt, nt, rows, Window.of(a)))
         return sch
@@ -575,8 +581,6 @@ class DensePackAmxTemplate(Template):
             sch.reorder(*lead, jc, io, jb, ii, *jt, kp, ke)
             tile, outer = jb, [*lead, jc, io]
         write_tile_and_parallelise(sch, block, pat, tile, outer)
-        init = sch.decompose_reduction(block, ii)
-        vectorize_own_loop(sch, init, tile)
         schedule_convert(sch, pat.pad, TILE_COLUMNS)
         return sch, ii
 
@@ -669,8 +673,6 @@ class AttentionAmxTemplate(AttentionBf16Template):
             _vectorize_spatial_inner(sch, after[-1], io, ATTENTION_LANES)
         pairs_o = int(sch.get(kp).extent)
         self._amx_scores(sch, scores, par, r, mt, index_dtype)
-        init = sch.decompose_reduction(out, ii)
-        sch.vectorize(sch.get_loops(init)[-1])
         sch.tensorize(ii, dense_intrinsic(mt, nt, r, pairs_o, index_dtype))
         self.schedule_rest(sch, pat, config, par, kept, partials, p_block)
         return sch
@@ -687,6 +689,4 @@ class AttentionAmxTemplate(AttentionBf16Template):
         sio, sii = sch.split(ii, [None, r * mt])
         jo, jt, jl = sch.split(jj, [None, SCORES_COLUMNS // TILE_COLUMNS, TILE_COLUMNS])
         sch.reorder(sio, jo, sii, jt, jl, kp, ke)
-        init = sch.decompose_reduction(block, sii)
-        sch.vectorize(sch.get_loops(init)[-1])
         sch.tensorize(sii, dense_intrinsic(mt, SCORES_COLUMNS // TILE_COLUMNS, r, pairs, index_dtype))
