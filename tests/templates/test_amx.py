@@ -39,7 +39,19 @@ def test_bf16_tasks_take_the_tiles_where_the_target_has_them_and_the_shape_fits(
     assert len(keys) == 2
 
 
+def test_a_bf16_model_on_amx_takes_blocks_of_32_channels() -> None:
+    """Its input blocks fill a tile row (every ``tdpbf16ps`` sums 32 channels); f32, and bf16
+    without AMX, keep the vector's 16."""
+    from tensortune.models.layout import AMX_BLOCK, candidate_blocks
+
+    assert candidate_blocks(SPR, "bf16")[0] == AMX_BLOCK
+    assert AMX_BLOCK not in candidate_blocks(SPR, "f32") and AMX_BLOCK not in candidate_blocks(ZNVER4, "bf16")
+    wide = [6, 6, 64, 64, 3, 1, 1, 32, 32]
+    assert Task.from_op("conv2d_nchwc_bf16", wide, target=SPR).template_name == "conv2d_nchwc_amx"
+
+
 @pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [6, 6, 32, 32, 3, 1, 1, 16, 16]),
+                                      ("conv2d_nchwc_bf16", [6, 6, 64, 64, 3, 1, 1, 32, 32]),
                                       ("conv2d_nchwc_bf16", [8, 8, 16, 32, 1, 1, 0, 16, 16]),
                                       ("dense_pack_bf16", [16, 32, 64, 16])])
 def test_codegen_for_an_amx_cpu_holds_the_tile_instructions(op: str, shape: list[int]) -> None:
@@ -71,6 +83,10 @@ def test_codegen_for_an_amx_cpu_holds_the_tile_instructions(op: str, shape: list
                                       ("conv2d_nchwc_general_bf16",
                                        [8, 8, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 16, 16]),
                                       # 100 pairs: tiles of 10
+                                      # blocks of 32 channels (two tiles a block), plain and two groups
+                                      ("conv2d_nchwc_bf16", [6, 6, 64, 64, 3, 1, 1, 32, 32]),
+                                      ("conv2d_nchwc_general_bf16",
+                                       [6, 5, 64, 64, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 2, 32, 32]),
                                       ("dense_pack_bf16", [24, 32, 200, 16]),
                                       ("batch_matmul_bf16", [3, 16, 32, 64, 16])])
 def test_tile_kernels_match_their_f32_references(op: str, shape: list[int]) -> None:

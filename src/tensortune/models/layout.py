@@ -245,12 +245,20 @@ def _decide(conv: _Conv, b: int) -> tuple[list[str] | None, str]:
     return None, f"{ic} input channels not a multiple of {b}"
 
 
-def candidate_blocks(target_json: dict[str, Any]) -> list[int]:
-    """The channel blocks a layout plan considers: the target's vector lanes and half of them."""
+def candidate_blocks(target_json: dict[str, Any], precision: str = DEFAULT_PRECISION) -> list[int]:
+    """The channel blocks a layout plan considers: the target's vector lanes and half of them;
+    in bf16 on AMX tiles first :data:`AMX_BLOCK` (a tile row's 32 input channels: every
+    ``tdpbf16ps`` sums over all of them, twice a 16-channel block's)."""
+    from ..templates.amx import target_has_amx
     from ..templates.base import target_lanes
 
     lanes = target_lanes(target_json)
-    return [b for b in (lanes, lanes // 2) if b >= 4]
+    amx = [AMX_BLOCK] if precision == "bf16" and target_has_amx(target_json) else []
+    return amx + [b for b in (lanes, lanes // 2) if b >= 4]
+
+
+#: The channel block of a bf16 model on AMX tiles (:func:`candidate_blocks`).
+AMX_BLOCK = 32
 
 
 def _padded(conv: _Conv, b: int) -> _Conv:
@@ -267,11 +275,11 @@ def _padded(conv: _Conv, b: int) -> _Conv:
     return replace(conv, data=data, weight=(oc, ic, *conv.weight[2:]))
 
 
-def choose_block(convs: list[_Conv], target_json: dict[str, Any]) -> int:
+def choose_block(convs: list[_Conv], target_json: dict[str, Any], precision: str = DEFAULT_PRECISION) -> int:
     """The block that runs the most convolution FLOPs blocked (channels padded as :func:`_padded`
-    says): the widest of the target's vector lanes and its half whose covered FLOPs are within
-    10% of the best (0: none)."""
-    cands = candidate_blocks(target_json)
+    says): the widest of :func:`candidate_blocks` whose covered FLOPs are within 10% of the best
+    (0: none)."""
+    cands = candidate_blocks(target_json, precision)
     cover = {b: sum(c.flops for c in convs if _decide(_padded(c, b), b)[0] is not None) for b in cands}
     best = max(cover.values(), default=0.0)
     if best <= 0:
@@ -413,7 +421,7 @@ def plan_layouts(mod: Any, target_json: dict[str, Any], mode: str = DEFAULT_MODE
     except Exception as e:  # noqa: BLE001 - an optimisation: the graph as it was
         log.warning("conv1d, group norm and pads before convolutions kept as imported: %s", _last_line(e))
     convs = _convs(mod)
-    b = choose_block(convs, target_json)
+    b = choose_block(convs, target_json, precision)
     pad, unpadded = PadResult({}), mod
     if b:
         try:
@@ -608,7 +616,7 @@ def _bf16_conv(bb: Any, call: Any, strides: tuple[int, ...], padding: tuple[int,
     if not isinstance(weight, Constant) or str(data.ty.dtype) != "float32":
         return None
     w = weight.value.numpy()
-    if w.ndim != 6 or w.shape[5] not in (8, 16) or (w.shape[4] % 2 and w.shape[1] != 1):
+    if w.ndim != 6 or w.shape[5] not in (8, 16, AMX_BLOCK) or (w.shape[4] % 2 and w.shape[1] != 1):
         return None  # an odd input block is padded to pairs only where it is the whole input (the stem)
     width = int(call.ty.shape[3])
     extra = next((e for e in range(MAX_EXTRA_COLUMNS + 1) if exact_columns_fit(width + e)), None)

@@ -337,14 +337,16 @@ def on_dot_product(kernel_class: str) -> bool:
     return kernel_class.split("-")[0].endswith("_bf16")
 
 
-def check_pairs(args: dict[str, int], reduction: str, lanes: str) -> None:
-    """The bf16 forms' own constraints: an even reduction block (pairs), 8 or 16 output lanes."""
+def check_pairs(args: dict[str, int], reduction: str, lanes: str, tiles: int = 0) -> None:
+    """The bf16 forms' own constraints: an even reduction block (pairs), 8 or 16 output lanes, or
+    ``tiles`` (a block of two AMX tiles' columns, where the form has one)."""
     from .ops import OpError
 
     if args[reduction] % 2:
         raise OpError(f"bf16 needs an even {reduction} (pairs of bfloat16 values), got {args[reduction]}")
-    if args[lanes] not in (8, 16):
-        raise OpError(f"bf16 needs {lanes} of 8 or 16 (one vector of float32 sums), got {args[lanes]}")
+    if args[lanes] not in (8, 16, tiles):
+        more = f", or {tiles} (AMX tiles)" if tiles else ""
+        raise OpError(f"bf16 needs {lanes} of 8 or 16 (one vector of float32 sums){more}, got {args[lanes]}")
 
 
 #: The ops whose bf16 form :func:`bf16_form` knows.
