@@ -50,6 +50,18 @@ def test_a_bf16_model_on_amx_takes_blocks_of_32_channels() -> None:
     assert Task.from_op("conv2d_nchwc_bf16", wide, target=SPR).template_name == "conv2d_nchwc_amx"
 
 
+def test_the_amx_block_is_not_taken_where_padding_channels_to_it_costs_more() -> None:
+    """MobileNetV2's 24 and 144 channels stay in blocks of 16."""
+    from tensortune.models.layout import AMX_BLOCK, _Conv, choose_block
+
+    def conv(ic: int, oc: int) -> _Conv:
+        return _Conv(1, (1, ic, 28, 28), (oc, ic, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), ("NCHW", "OIHW", "NCHW"))
+
+    assert choose_block([conv(64, 128), conv(128, 256)], SPR, "bf16") == AMX_BLOCK
+    assert choose_block([conv(24, 144), conv(144, 24)], SPR, "bf16") == 16  # padded to 32: 1.8x the FLOPs
+    assert choose_block([conv(64, 128)], SPR, "f32") == 16
+
+
 @pytest.mark.parametrize("op,shape", [("conv2d_nchwc_bf16", [6, 6, 32, 32, 3, 1, 1, 16, 16]),
                                       ("conv2d_nchwc_bf16", [6, 6, 64, 64, 3, 1, 1, 32, 32]),
                                       ("conv2d_nchwc_bf16", [8, 8, 16, 32, 1, 1, 0, 16, 16]),

@@ -9,12 +9,15 @@ and OpenVINO as shipped computes on the tiles; so on such a target the bf16 task
 templates (:func:`counterpart`).
 
 The operands are the bf16 templates' (:mod:`.bf16`): activations rounded to bfloat16 bits by the
-function's own ``data_bf16`` stage, weights packed ``[..., k/2, 16, 2]`` at compile time, which is
-the pair-interleaved layout a weight tile loads with a 64-byte row stride. One call of a tile
-kernel (:func:`helper_ir`, LLVM IR imported into the module) configures the tiles, loads up to
+function's own ``data_bf16`` stage, weights packed ``[..., k/2, OB, 2]`` at compile time, which is
+the pair-interleaved layout a weight tile loads with a row stride of ``4 OB`` bytes. A bf16 model
+on AMX takes 32-channel blocks (:data:`WIDE_BLOCK`): an input block fills a tile row, so that
+every ``tdpbf16ps`` sums 32 channels, and an output block is two column tiles. One call of a tile
+kernel (:func:`helper_ir`, LLVM IR imported into the module) configures the tiles, zeroes up to
 2 x 2 tiles of sums, walks the reduction (input channel blocks x kernel rows x kernel columns for
 a conv, chunks of ``k`` for a product), and stores them; the output stage (fused epilogue or copy)
-then runs on the block while it is hot. The first call in a process asks Linux for the tile
+then runs on the block while it is hot. A conv's two row tiles may lie in two output rows at the
+same columns (``tiles_across``), each weight tile then loaded once for both. The first call in a process asks Linux for the tile
 state (``arch_prctl(ARCH_REQ_XCOMP_PERM)``), so a library built here runs in any process.
 """
 from __future__ import annotations
