@@ -51,6 +51,10 @@ class PrecisionError(TensortuneError):
     """A precision this CPU or target cannot run (one line, exit status 2)."""
 
 
+#: The channel block of a bf16 model on AMX tiles: two tiles' 16 columns of output channels, a
+#: tile row's 32 input channels (every ``tdpbf16ps`` sums all of them).
+AMX_BLOCK = 32
+
 def check_name(precision: str) -> str:
     """``precision`` when it is one of :data:`PRECISIONS` (PrecisionError otherwise)."""
     if precision not in PRECISIONS:

@@ -42,7 +42,8 @@ def test_bf16_tasks_take_the_tiles_where_the_target_has_them_and_the_shape_fits(
 def test_a_bf16_model_on_amx_takes_blocks_of_32_channels() -> None:
     """Its input blocks fill a tile row (every ``tdpbf16ps`` sums 32 channels); f32, and bf16
     without AMX, keep the vector's 16."""
-    from tensortune.models.layout import AMX_BLOCK, candidate_blocks
+    from tensortune.models.layout import candidate_blocks
+    from tensortune.precision import AMX_BLOCK
 
     assert candidate_blocks(SPR, "bf16")[0] == AMX_BLOCK
     assert AMX_BLOCK not in candidate_blocks(SPR, "f32") and AMX_BLOCK not in candidate_blocks(ZNVER4, "bf16")
@@ -52,7 +53,8 @@ def test_a_bf16_model_on_amx_takes_blocks_of_32_channels() -> None:
 
 def test_the_amx_block_is_not_taken_where_padding_channels_to_it_costs_more() -> None:
     """MobileNetV2's 24 and 144 channels stay in blocks of 16."""
-    from tensortune.models.layout import AMX_BLOCK, _Conv, choose_block
+    from tensortune.models.layout import _Conv, choose_block
+    from tensortune.precision import AMX_BLOCK
 
     def conv(ic: int, oc: int) -> _Conv:
         return _Conv(1, (1, ic, 28, 28), (oc, ic, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), ("NCHW", "OIHW", "NCHW"))

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..precision import DEFAULT_PRECISION
+from ..precision import AMX_BLOCK, DEFAULT_PRECISION
 from .channels import sink_transforms, splits_as_slices
 from .chanpad import PadResult, pad_channels, padded_count, widened_groups
 from .canonical import canonicalize
@@ -247,18 +247,14 @@ def _decide(conv: _Conv, b: int) -> tuple[list[str] | None, str]:
 
 def candidate_blocks(target_json: dict[str, Any], precision: str = DEFAULT_PRECISION) -> list[int]:
     """The channel blocks a layout plan considers: the target's vector lanes and half of them;
-    in bf16 on AMX tiles first :data:`AMX_BLOCK` (a tile row's 32 input channels: every
-    ``tdpbf16ps`` sums over all of them, twice a 16-channel block's)."""
+    in bf16 on AMX tiles first :data:`~tensortune.precision.AMX_BLOCK` (a tile row's 32 input
+    channels: every ``tdpbf16ps`` sums over all of them, twice a 16-channel block's)."""
     from ..templates.amx import target_has_amx
     from ..templates.base import target_lanes
 
     lanes = target_lanes(target_json)
     amx = [AMX_BLOCK] if precision == "bf16" and target_has_amx(target_json) else []
     return amx + [b for b in (lanes, lanes // 2) if b >= 4]
-
-
-#: The channel block of a bf16 model on AMX tiles (:func:`candidate_blocks`).
-AMX_BLOCK = 32
 
 
 def _padded(conv: _Conv, b: int) -> _Conv:
@@ -281,14 +277,16 @@ def choose_block(convs: list[_Conv], target_json: dict[str, Any], precision: str
     (0: none); the AMX block only where it blocks every conv the next block does, and padding
     channels to it adds at most 3% conv FLOPs (:data:`AMX_PADDING`) over the next block's."""
     cands = candidate_blocks(target_json, precision)
-    cover = {b: sum(c.flops for c in convs if _decide(_padded(c, b), b)[0] is not None) for b in cands}
+    blocked = {b: [_blocked(c, b) for c in convs] for b in cands}
+    cover = {b: sum(c.flops for c, p in zip(convs, blocked[b]) if p is not None) for b in cands}
     best = max(cover.values(), default=0.0)
     if best <= 0:
         return 0
     near = [b for b in cands if cover[b] >= 0.9 * best]
-    if near[0] == AMX_BLOCK and len(near) > 1 and (
-            cover[AMX_BLOCK] < cover[near[1]] or _padded_flops(convs, AMX_BLOCK) > AMX_PADDING * _padded_flops(convs, near[1])):
-        return near[1]  # MobileNetV2's 16 and 24 channels: left in NCHW, or padded, they cost more than the tiles gain
+    if near[0] == AMX_BLOCK and len(near) > 1:
+        padded = {b: sum((p or c).flops for c, p in zip(convs, blocked[b])) for b in near[:2]}
+        if cover[AMX_BLOCK] < cover[near[1]] or padded[AMX_BLOCK] > AMX_PADDING * padded[near[1]]:
+            return near[1]  # MobileNetV2's 16 and 24 channels: left in NCHW, or padded, they cost more than the tiles gain
     return near[0]
 
 
@@ -296,9 +294,10 @@ def choose_block(convs: list[_Conv], target_json: dict[str, Any], precision: str
 AMX_PADDING = 1.03
 
 
-def _padded_flops(convs: list[_Conv], b: int) -> float:
-    """Conv FLOPs with channels padded to block ``b`` (the convs ``b`` cannot block at their own)."""
-    return sum(_padded(c, b).flops if _decide(_padded(c, b), b)[0] is not None else c.flops for c in convs)
+def _blocked(conv: _Conv, b: int) -> _Conv | None:
+    """``conv`` with its channels padded to block ``b`` where ``b`` blocks it, else None."""
+    padded = _padded(conv, b)
+    return padded if _decide(padded, b)[0] is not None else None
 
 
 def blocked_workload(op: str, args: dict[str, int], target_json: dict[str, Any]) -> tuple[str, dict[str, int]]:

@@ -522,12 +522,12 @@ OPS: dict[str, OpDef] = {
         lambda a: 2.0 * a["OC"] * conv_out(a["H"], a["K"], a["S"], a["P"]) * conv_out(a["W"], a["K"], a["S"], a["P"]) * a["IC"] * a["K"] ** 2,
         ops_bf16.conv2d_nchwc_bf16_reference,
         lambda a: (_conv_check(a, ["IC", "OC", "IB", "OB"]), _blocks_divide(a, [("IC", "IB"), ("OC", "OB")]),
-                   ops_bf16.check_pairs(a, "IB", "OB", 32)),
+                   ops_bf16.check_pairs(a, "IB", "OB", amx_block=True)),
     ),
     "conv2d_nchwc_general_bf16": OpDef(
         "conv2d_nchwc_general_bf16", GENERAL_CONV_ARGS, "conv2d_nchwc_general_bf16", "conv2d_nchwc_general_bf16",
         ops_bf16.conv2d_nchwc_general_bf16_compute, _general_conv_flops, ops_bf16.conv2d_nchwc_general_bf16_reference,
-        lambda a: (_general_conv_check(a), ops_bf16.check_pairs(a, "IB", "OB", 32)),
+        lambda a: (_general_conv_check(a), ops_bf16.check_pairs(a, "IB", "OB", amx_block=True)),
     ),
     "dense_pack_bf16": OpDef(
         "dense_pack_bf16", ("M", "N", "K", "NB"), "dense_pack_bf16", "dense_pack_bf16", ops_bf16.dense_pack_bf16_compute,

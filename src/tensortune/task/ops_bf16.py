@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ..precision import BF16_STORAGE, from_bf16_bits, to_bf16_bits
+from ..precision import AMX_BLOCK, BF16_STORAGE, from_bf16_bits, to_bf16_bits
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm import te
@@ -337,15 +337,15 @@ def on_dot_product(kernel_class: str) -> bool:
     return kernel_class.split("-")[0].endswith("_bf16")
 
 
-def check_pairs(args: dict[str, int], reduction: str, lanes: str, tiles: int = 0) -> None:
+def check_pairs(args: dict[str, int], reduction: str, lanes: str, amx_block: bool = False) -> None:
     """The bf16 forms' own constraints: an even reduction block (pairs), 8 or 16 output lanes, or
-    ``tiles`` (a block of two AMX tiles' columns, where the form has one)."""
+    :data:`~tensortune.precision.AMX_BLOCK` where the form has an AMX counterpart that takes it (``amx_block``)."""
     from .ops import OpError
 
     if args[reduction] % 2:
         raise OpError(f"bf16 needs an even {reduction} (pairs of bfloat16 values), got {args[reduction]}")
-    if args[lanes] not in (8, 16, tiles):
-        more = f", or {tiles} (AMX tiles)" if tiles else ""
+    if args[lanes] not in ((8, 16, AMX_BLOCK) if amx_block else (8, 16)):
+        more = f", or {AMX_BLOCK} (AMX tiles)" if amx_block else ""
         raise OpError(f"bf16 needs {lanes} of 8 or 16 (one vector of float32 sums){more}, got {args[lanes]}")
 
 

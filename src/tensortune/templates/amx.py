@@ -11,7 +11,7 @@ templates (:func:`counterpart`).
 The operands are the bf16 templates' (:mod:`.bf16`): activations rounded to bfloat16 bits by the
 function's own ``data_bf16`` stage, weights packed ``[..., k/2, OB, 2]`` at compile time, which is
 the pair-interleaved layout a weight tile loads with a row stride of ``4 OB`` bytes. A bf16 model
-on AMX takes 32-channel blocks (:data:`WIDE_BLOCK`): an input block fills a tile row, so that
+on AMX takes 32-channel blocks (:data:`AMX_BLOCK`): an input block fills a tile row, so that
 every ``tdpbf16ps`` sums 32 channels, and an output block is two column tiles. One call of a tile
 kernel (:func:`helper_ir`, LLVM IR imported into the module) configures the tiles, zeroes up to
 2 x 2 tiles of sums, walks the reduction (input channel blocks x kernel rows x kernel columns for
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..space import Config, ConfigSpace
 from ..space.knobs import divisors
-from ..precision import ATTENTION_LANES, SCORES_COLUMNS
+from ..precision import AMX_BLOCK, ATTENTION_LANES, SCORES_COLUMNS
 from .attention import parallel_row_blocks, row_stages
 from .attention_bf16 import AttentionBf16Template
 from .base import Template, TemplateError, anchored_schedule, schedule_of
@@ -54,9 +54,6 @@ MIN_ROWS = 4
 #: four of sums, two of activations, two of weights).
 MAX_ROW_TILES = 2
 MAX_COL_TILES = 2
-#: An output channel block of two tiles' columns (a bf16 model's blocks on AMX: 32 channels, so
-#: that its input blocks fill a tile row).
-WIDE_BLOCK = 2 * TILE_COLUMNS
 
 
 #: What every tile kernel's IR declares: the flag of the tile permission, the instructions.
@@ -244,12 +241,17 @@ def is_amx_template(name: str) -> bool:
 
 def conv_fits(args: dict[str, int]) -> bool:
     """Whether a bf16 conv task has AMX's shapes: output blocks of one or two tiles' columns (16,
-    :data:`WIDE_BLOCK`), input blocks of whole pairs that fit a tile row, and an output width some
+    :data:`AMX_BLOCK`), input blocks of whole pairs that fit a tile row, and an output width some
     tile height divides (any height with two tiles a block: no other template takes those)."""
     ib, ob = args["IB"], args["OB"]
-    width = conv_out_hw_args(args)[1]
-    rows = tile_rows(width) if ob == TILE_COLUMNS else tile_rows(width, 1)
-    return ob in (TILE_COLUMNS, WIDE_BLOCK) and ib % 2 == 0 and ib // 2 <= MAX_PAIRS and bool(rows)
+    rows = tile_rows(conv_out_hw_args(args)[1], least_rows(args))
+    return ob in (TILE_COLUMNS, AMX_BLOCK) and ib % 2 == 0 and ib // 2 <= MAX_PAIRS and bool(rows)
+
+
+def least_rows(args: dict[str, int]) -> int:
+    """The lowest tile a conv's output block may take: :data:`MIN_ROWS`, or 1 with 32-channel
+    blocks (no other template takes those)."""
+    return 1 if args["OB"] == AMX_BLOCK else MIN_ROWS
 
 
 def dense_fits(args: dict[str, int]) -> bool:
@@ -381,8 +383,8 @@ def conv_intrinsic(mt: int, nt: int, rows: int, w: Window, ob: int = TILE_COLUMN
     """The tensor intrinsic of one output block of a bf16 conv: ``mt`` tiles of ``rows`` output
     columns (side by side in one output row, or, ``across``, two at the same columns of two
     output rows) x ``nt`` tiles of 16 channels (in ``nt`` blocks of ``ob`` = 16 channels, or the
-    two halves of one block of ``ob`` = :data:`WIDE_BLOCK`), over the window ``w``."""
-    wide = ob == WIDE_BLOCK
+    two halves of one block of ``ob`` = :data:`AMX_BLOCK`), over the window ``w``."""
+    wide = ob == AMX_BLOCK
     if wide and nt != 2:
         raise TemplateError(f"a block of {ob} channels is two tiles, not {nt}")
     if across and mt != 2:
@@ -525,9 +527,9 @@ class Conv2dNCHWcAmxTemplate(Template):
         way (0); ``blocks_inside``: channel blocks walked inside a parallel chunk (1) or each a
         chunk (0)."""
         s = ConfigSpace()
-        wide = task.args["OB"] == WIDE_BLOCK
-        _tile_knobs(s, conv_out_hw(task)[1], self.col_blocks(task), 1 if wide else MIN_ROWS, conv_out_hw(task)[0])
-        if wide:
+        height, width = conv_out_hw(task)
+        _tile_knobs(s, width, self.col_blocks(task), least_rows(task.args), height)
+        if task.args["OB"] == AMX_BLOCK:
             s.add_constraint("two_tiles_a_block", lambda c: c["col_tiles"] == 2)
         s.define_choice("rows_first", [0, 1])
         s.define_choice("blocks_inside", [0, 1])
@@ -543,7 +545,7 @@ class Conv2dNCHWcAmxTemplate(Template):
         from .bf16 import rows_first
 
         height, width = conv_out_hw(task)
-        least = 1 if task.args["OB"] == WIDE_BLOCK else MIN_ROWS
+        least = least_rows(task.args)
         first = rows_first(task)
         knobs = {**_default_tiles(width, self.col_blocks(task), Window.of(task.args).steps, least),
                  "rows_first": int(first), "blocks_inside": 0, "tiles_across": 0}
@@ -562,7 +564,7 @@ class Conv2dNCHWcAmxTemplate(Template):
         if across:
             y, yi = sch.split(y, [None, 2])
         ft = None
-        if a["OB"] == WIDE_BLOCK:  # the block's two tiles
+        if a["OB"] == AMX_BLOCK:  # the block's two tiles
             ft, fi = sch.split(fi, [nt, TILE_COLUMNS])
         elif nt > 1:
             f, ft = sch.split(f, [None, nt])
@@ -581,7 +583,7 @@ class Conv2dNCHWcAmxTemplate(Template):
     def col_blocks(task: Task) -> int:
         """Output channel tiles a kernel call may pair up: two in a block of 32, else any two blocks
         of 16 (1 with groups: two blocks of one kernel call read the same input blocks)."""
-        if task.args["OB"] == WIDE_BLOCK:
+        if task.args["OB"] == AMX_BLOCK:
             return 2
         return task.args["OC"] // TILE_COLUMNS if task.args.get("G", 1) == 1 else 1
 
